@@ -1,0 +1,109 @@
+"""Command line of the stack manager. See ``deploy/README.md`` for what each verb does."""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+from . import cassandra, kafka, postgres
+from .layout import Layout
+from .process import Daemon, StackError, stop
+
+
+def cmd_up(layout: Layout) -> None:
+    other = 3 if layout.nodes == 1 else 1
+    other_layout = Layout.from_env(nodes=other)
+    if any(r["pid"] for r in kafka.status(other_layout) + cassandra.status(other_layout)):
+        raise StackError(f"the {other}-node stack is running; 'down' it before 'up --nodes {layout.nodes}'")
+    layout.save_state()
+    started: list[Daemon] = []
+    t0 = time.monotonic()
+    try:
+        report = {"postgres": postgres.up(layout),
+                  "kafka": kafka.up(layout, started),
+                  "cassandra": cassandra.up(layout, started)}
+    except BaseException:
+        # Leave nothing half-started: stop what this call started, then report.
+        for d in reversed(started):
+            stop(d, grace=10)
+        raise
+    for name, info in report.items():
+        print(f"stack: {name}: {info['state']}"
+              + (f" in {info['seconds']}s" if "seconds" in info else ""), flush=True)
+    print(f"stack: ready in {time.monotonic() - t0:.1f}s ({layout.nodes} node(s)); "
+          f"logs in {layout.logs}", flush=True)
+
+
+def cmd_down(layout: Layout) -> None:
+    any_stopped = False
+    for nodes in (1, 3):
+        lay = Layout.from_env(nodes=nodes)
+        any_stopped |= cassandra.down(lay)
+        any_stopped |= kafka.down(lay)
+    any_stopped |= postgres.down(layout)
+    print("stack: stopped" if any_stopped else "stack: nothing was running")
+
+
+def cmd_status(layout: Layout, as_json: bool) -> int:
+    rows = postgres.status(layout) + kafka.status(layout) + cassandra.status(layout)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            state = f"up   pid {r['pid']:<7} rss {r['rss_mb']:>7.1f} MB" if r["pid"] else "down"
+            print(f"{r['name']:<12} {r['address']:<18} {state}   {r['log']}")
+    return 0 if all(r["pid"] for r in rows) else 3
+
+
+def cmd_logs(layout: Layout, name: str | None, lines: int, follow: bool) -> None:
+    files = sorted(layout.logs.glob(f"{name or '*'}*.log"))
+    if not files:
+        raise StackError(f"no logs matching {name!r} in {layout.logs}")
+    argv = ["tail", f"-n{lines}"] + (["-F"] if follow else []) + [str(f) for f in files]
+    subprocess.run(argv)
+
+
+def cmd_reset(layout: Layout) -> None:
+    cmd_down(layout)
+    shutil.rmtree(layout.root / "data", ignore_errors=True)
+    shutil.rmtree(layout.logs, ignore_errors=True)
+    shutil.rmtree(layout.run, ignore_errors=True)
+    print(f"stack: data and logs removed (jars kept in {layout.lib})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.stack", description=__doc__)
+    parser.add_argument("verb", choices=["up", "down", "status", "logs", "reset", "env"])
+    parser.add_argument("name", nargs="?", help="logs: a component, e.g. kafka-1")
+    parser.add_argument("--nodes", type=int, choices=[1, 3], default=None,
+                        help="1 (default) or 3 nodes each of Kafka and Cassandra")
+    parser.add_argument("--json", action="store_true", help="status: machine-readable")
+    parser.add_argument("-n", "--lines", type=int, default=50)
+    parser.add_argument("-f", "--follow", action="store_true")
+    args = parser.parse_args(argv)
+    layout = Layout.from_env(nodes=args.nodes)
+    try:
+        if args.verb == "up":
+            cmd_up(layout)
+        elif args.verb == "down":
+            cmd_down(layout)
+        elif args.verb == "status":
+            return cmd_status(layout, args.json)
+        elif args.verb == "logs":
+            cmd_logs(layout, args.name, args.lines, args.follow)
+        elif args.verb == "reset":
+            cmd_reset(layout)
+        elif args.verb == "env":
+            for k, v in layout.client_env().items():
+                print(f"export {k}={v}")
+    except StackError as exc:
+        print(exc.code, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""Apache Cassandra 5.0 from its Maven Central jars, one node or three, on JDK 17.
+
+``CassandraDaemon`` runs from ``cassandra-all``'s runtime classpath. Without the JPMS
+flags of Cassandra's ``conf/jvm17-server.options`` and the jamm agent the JVM dies at
+start; the start-up shortcuts (gossip settle, ring delay) cut tens of seconds on 2 cores.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from .layout import REPO, Layout
+from .process import (Daemon, StackError, ensure_ports_free, rss_mb, spawn, stop, wait_ready)
+from .toolchain import java17, jars
+
+TEMPLATES = REPO / "deploy" / "stack" / "templates"
+
+# From Cassandra 5.0's conf/jvm17-server.options (JPMS section), required on JDK 17.
+JPMS_FLAGS = [
+    "-Djdk.attach.allowAttachSelf=true",
+    *[f"--add-exports={m}=ALL-UNNAMED" for m in (
+        "java.base/jdk.internal.misc", "java.management.rmi/com.sun.jmx.remote.internal.rmi",
+        "java.rmi/sun.rmi.registry", "java.rmi/sun.rmi.server", "java.sql/java.sql",
+        "java.base/java.lang.ref", "jdk.unsupported/sun.misc",
+        "jdk.compiler/com.sun.tools.javac.file", "jdk.attach/sun.tools.attach")],
+    *[f"--add-opens={m}=ALL-UNNAMED" for m in (
+        "java.base/java.lang.module", "java.base/jdk.internal.loader", "java.base/jdk.internal.ref",
+        "java.base/jdk.internal.reflect", "java.base/jdk.internal.math",
+        "java.base/jdk.internal.module", "java.base/jdk.internal.util.jar",
+        "jdk.management/com.sun.management.internal", "java.base/sun.nio.ch", "java.base/java.io",
+        "java.base/java.lang.reflect", "jdk.compiler/com.sun.tools.javac", "java.base/java.lang",
+        "java.base/java.util")],
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dio.netty.allocator.useCacheForAllThreads=true",
+    "-Dio.netty.allocator.maxOrder=11",
+]
+
+# Evenly spaced Murmur3 tokens for a three-node ring with num_tokens: 1.
+TOKENS = ["-9223372036854775808", "-3074457345618258603", "3074457345618258602"]
+
+
+def _node_dir(layout: Layout, i: int) -> Path:
+    return layout.data("cassandra") / f"node{i}"
+
+
+def daemon(layout: Layout, i: int) -> Daemon:
+    return Daemon(name=f"cassandra-{i}", pid_file=layout.run / f"cassandra-{i}.pid",
+                  log_file=layout.logs / f"cassandra-{i}.log", marker=str(_node_dir(layout, i)))
+
+
+def _yaml(layout: Layout, i: int) -> str:
+    node = _node_dir(layout, i)
+    host = layout.hosts[i - 1]
+    lines = [
+        "cluster_name: feed",
+        "num_tokens: 1",
+        "partitioner: org.apache.cassandra.dht.Murmur3Partitioner",
+        "commitlog_sync: periodic",
+        "commitlog_sync_period: 10000ms",
+        "endpoint_snitch: SimpleSnitch",
+        "seed_provider:",
+        "  - class_name: org.apache.cassandra.locator.SimpleSeedProvider",
+        "    parameters:",
+        f'      - seeds: "{layout.hosts[0]}:{layout.cassandra_storage_port}"',
+        f"listen_address: {host}",
+        f"rpc_address: {host}",
+        f"storage_port: {layout.cassandra_storage_port}",
+        f"native_transport_port: {layout.cassandra_port}",
+        "start_native_transport: true",
+        f"data_file_directories: [{node / 'data'}]",
+        f"commitlog_directory: {node / 'commitlog'}",
+        f"saved_caches_directory: {node / 'saved_caches'}",
+        f"hints_directory: {node / 'hints'}",
+        "authenticator: AllowAllAuthenticator",
+        "authorizer: AllowAllAuthorizer",
+        "auto_bootstrap: false",
+        "storage_compatibility_mode: NONE",
+        # Two cores are shared with everything else: keep background work small.
+        "concurrent_compactors: 1",
+        "concurrent_reads: 16",
+        "concurrent_writes: 32",
+        # Inbox partitions are trimmed by TTL and deletes; warn early if a read ever
+        # walks a pile of tombstones (the data model is meant to prevent it).
+        "tombstone_warn_threshold: 1000",
+    ]
+    if layout.nodes == 3:
+        lines.append(f"initial_token: {TOKENS[i - 1]}")
+    return "\n".join(lines) + "\n"
+
+
+def _jmx_port(layout: Layout, i: int) -> int:
+    return layout.cassandra_jmx_base + 100 * (i - 1)
+
+
+def _argv(layout: Layout, i: int, java: str, lib: Path) -> list[str]:
+    node = _node_dir(layout, i)
+    heap = layout.cassandra_heap_mb
+    jamm = next(lib.glob("jamm-*.jar"), None)
+    if jamm is None:
+        raise StackError(f"cassandra: no jamm agent jar in {lib}; run 'reset' to reassemble")
+    return [
+        java, f"-Xms{heap}m", f"-Xmx{heap}m", "-Xss512k", "-XX:+UseG1GC",
+        "-XX:+ParallelRefProcEnabled", "-XX:MaxTenuringThreshold=1",
+        "-XX:+HeapDumpOnOutOfMemoryError", f"-XX:HeapDumpPath={node}",
+        *JPMS_FLAGS,
+        f"-javaagent:{jamm}",
+        "-Djava.net.preferIPv4Stack=true",
+        "-Dchronicle.analytics.disable=true",
+        f"-Dcassandra.config=file://{node / 'cassandra.yaml'}",
+        f"-Dcassandra.storagedir={node}",
+        f"-Dcassandra.logdir={layout.logs}",
+        "-Dcassandra-foreground=yes",
+        f"-Dlogback.configurationFile={TEMPLATES / 'logback.xml'}",
+        f"-Dcassandra.jmx.local.port={_jmx_port(layout, i)}",
+        "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        "-Dcassandra.ring_delay_ms=1000",
+        "-Dcassandra.superuser_setup_delay_ms=0",
+        "-cp", f"{lib}/*", "org.apache.cassandra.service.CassandraDaemon",
+    ]
+
+
+def _prepare(layout: Layout, i: int) -> None:
+    node = _node_dir(layout, i)
+    marker = node / "initialized"
+    if node.exists() and not marker.exists():
+        print(f"stack: cassandra-{i}: {node} is half-written (an earlier first start did not "
+              f"finish); initialising it again", flush=True)
+        shutil.rmtree(node)
+    node.mkdir(parents=True, exist_ok=True)
+    (node / "cassandra.yaml").write_text(_yaml(layout, i))
+
+
+def _probe(layout: Layout, i: int, *, ring: bool) -> bool:
+    """A real CQL query on node ``i``; with ``ring``, also that it sees every peer."""
+    from cassandra.cluster import Cluster
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    host = layout.hosts[i - 1]
+    cluster = Cluster([host], port=layout.cassandra_port, connect_timeout=3,
+                      load_balancing_policy=WhiteListRoundRobinPolicy([host]), protocol_version=5)
+    try:
+        session = cluster.connect()
+        session.execute("SELECT release_version FROM system.local", timeout=5)
+        if not ring:
+            return True
+        return len(session.execute("SELECT peer FROM system.peers_v2", timeout=5).all()) == \
+            layout.nodes - 1
+    finally:
+        cluster.shutdown()
+
+
+def up(layout: Layout, started: list[Daemon]) -> dict:
+    java = java17(layout)
+    lib = jars(layout, "cassandra")
+    waited = 0.0
+    any_started = False
+    # One node at a time: a joining node must see the ring settled before the next.
+    for i in range(1, layout.nodes + 1):
+        d = daemon(layout, i)
+        if d.alive():
+            continue
+        ensure_ports_free(f"cassandra-{i}", [(layout.hosts[i - 1], layout.cassandra_port),
+                                             (layout.hosts[i - 1], layout.cassandra_storage_port),
+                                             ("127.0.0.1", _jmx_port(layout, i))])
+        _prepare(layout, i)
+        spawn(d, _argv(layout, i, java, lib))
+        started.append(d)
+        any_started = True
+        # Peers check only after all nodes are up; first wait for this node's own CQL.
+        waited += wait_ready(d, f"cassandra-{i}", lambda i=i: _probe(layout, i, ring=False),
+                             timeout=240, log_file=d.log_file)
+        (_node_dir(layout, i) / "initialized").write_text("ok\n")
+    if not any_started:
+        return {"state": "already running"}
+    for i in range(1, layout.nodes + 1):
+        d = daemon(layout, i)
+        waited += wait_ready(d, f"cassandra-{i} ring", lambda i=i: _probe(layout, i, ring=True),
+                             timeout=120, log_file=d.log_file)
+    return {"state": "started", "seconds": round(waited, 1)}
+
+
+def down(layout: Layout) -> bool:
+    stopped = False
+    for i in range(layout.nodes, 0, -1):
+        stopped |= stop(daemon(layout, i), grace=45)
+    return stopped
+
+
+def status(layout: Layout) -> list[dict]:
+    rows = []
+    for i in range(1, layout.nodes + 1):
+        d = daemon(layout, i)
+        p = d.pid()
+        rows.append({"name": d.name, "pid": p,
+                     "address": f"{layout.hosts[i - 1]}:{layout.cassandra_port}",
+                     "ready": p is not None, "rss_mb": round(rss_mb(p), 1) if p else 0,
+                     "log": str(d.log_file)})
+    return rows

@@ -1,0 +1,110 @@
+"""Where the stack lives and how it is addressed: one git-ignored folder, loopback ports.
+
+Everything is read from environment variables with loopback defaults, so two checkouts
+(or CI beside a developer's stack) can run side by side by changing ports and the folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw else default
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths and addresses of one stack. ``nodes`` is 1 (default) or 3 (fault tests)."""
+
+    root: Path
+    nodes: int
+    pg_host: str = "127.0.0.1"
+    pg_port: int = 55432
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    cassandra_port: int = 9042
+    cassandra_storage_port: int = 7000
+    cassandra_jmx_base: int = 7199
+    kafka_heap_mb: int = 512
+    cassandra_heap_mb: int = 1024
+    hosts: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_env(cls, nodes: int | None = None) -> "Layout":
+        root = Path(os.environ.get("FEED_STACK_DIR", REPO / ".stack")).resolve()
+        if nodes is None:
+            nodes = _env_int("FEED_STACK_NODES", 0) or _saved_nodes(root) or 1
+        if nodes not in (1, 3):
+            raise SystemExit(f"stack: --nodes must be 1 or 3, not {nodes}")
+        # 127.0.0.0/8 is all loopback: three nodes need no network set-up.
+        hosts = tuple(f"127.0.0.{i}" for i in range(1, nodes + 1))
+        return cls(
+            root=root,
+            nodes=nodes,
+            pg_host=os.environ.get("FEED_PG_HOST", "127.0.0.1"),
+            pg_port=_env_int("FEED_PG_PORT", 55432),
+            kafka_port=_env_int("FEED_KAFKA_PORT", 9092),
+            kafka_controller_port=_env_int("FEED_KAFKA_CONTROLLER_PORT", 9093),
+            cassandra_port=_env_int("FEED_CASSANDRA_PORT", 9042),
+            cassandra_storage_port=_env_int("FEED_CASSANDRA_STORAGE_PORT", 7000),
+            cassandra_jmx_base=_env_int("FEED_CASSANDRA_JMX_PORT", 7199),
+            # 512 MB is plenty for a test broker; Cassandra wants 1 GB alone, and three
+            # nodes share 2 cores and 24 GiB with Postgres, Kafka and the services.
+            kafka_heap_mb=_env_int("FEED_KAFKA_HEAP_MB", 512),
+            cassandra_heap_mb=_env_int("FEED_CASSANDRA_HEAP_MB", 1024 if nodes == 1 else 768),
+            hosts=hosts,
+        )
+
+    # Folders -----------------------------------------------------------------
+    @property
+    def lib(self) -> Path:
+        return self.root / "lib"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    def data(self, component: str) -> Path:
+        # Single-node and three-node data never mix: each mode has its own folder.
+        return self.root / "data" / f"{component}-{self.nodes}n"
+
+    # Addresses ---------------------------------------------------------------
+    @property
+    def kafka_bootstrap(self) -> str:
+        return ",".join(f"{h}:{self.kafka_port}" for h in self.hosts)
+
+    @property
+    def cassandra_hosts(self) -> str:
+        return ",".join(self.hosts)
+
+    def client_env(self) -> dict[str, str]:
+        """The FEED_* variables that point the project's clients at this stack."""
+        return {
+            "FEED_PG_HOST": self.pg_host,
+            "FEED_PG_PORT": str(self.pg_port),
+            "FEED_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
+            "FEED_CASSANDRA_HOSTS": self.cassandra_hosts,
+            "FEED_CASSANDRA_PORT": str(self.cassandra_port),
+            "FEED_CASSANDRA_REPLICATION_FACTOR": str(self.nodes),
+        }
+
+    def save_state(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "state.json").write_text(json.dumps({"nodes": self.nodes}))
+
+
+def _saved_nodes(root: Path) -> int:
+    try:
+        return int(json.loads((root / "state.json").read_text())["nodes"])
+    except (OSError, ValueError, KeyError):
+        return 0

@@ -1,0 +1,171 @@
+"""PostgreSQL 15 from Debian, as a private cluster under the stack folder.
+
+Not the Debian 'main' cluster: this one has its own data folder, port and settings
+(``wal_level=logical`` for the CDC relay, ``max_slot_wal_keep_size`` so that a stopped
+relay cannot fill the disk). The server refuses to run as root, so as root it runs as the
+``postgres`` user.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from .layout import Layout
+from .process import StackError, ensure_ports_free, port_open, rss_mb, run_checked, tail
+from .toolchain import ensure_postgres
+
+SETTINGS = {
+    "listen_addresses": "'{host}'",
+    "port": "{port}",
+    # TCP only: a socket path under a deep CI folder can exceed the 107-byte limit.
+    "unix_socket_directories": "''",
+    "wal_level": "logical",
+    "max_wal_senders": "16",
+    "max_replication_slots": "16",
+    # A relay that stops for long loses its slot rather than filling the disk.
+    "max_slot_wal_keep_size": "'2GB'",
+    "wal_sender_timeout": "'30s'",
+    "max_connections": "200",
+    "shared_buffers": "'256MB'",
+    "logging_collector": "off",
+    "log_min_messages": "warning",
+    "timezone": "'UTC'",
+}
+
+
+def _pgdata(layout: Layout) -> Path:
+    return layout.data("postgres") / "pgdata"
+
+
+def _marker(layout: Layout) -> Path:
+    return layout.data("postgres") / "initialized"
+
+
+def _log(layout: Layout) -> Path:
+    return layout.logs / "postgres.log"
+
+
+def _as_postgres(argv: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+
+def _chown_to_postgres(*paths: Path) -> None:
+    if os.geteuid() != 0:
+        return
+    pw = pwd.getpwnam("postgres")
+    for path in paths:
+        os.chown(path, pw.pw_uid, pw.pw_gid)
+
+
+def pid(layout: Layout) -> int | None:
+    try:
+        value = int((_pgdata(layout) / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        cmdline = Path(f"/proc/{value}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return value if str(_pgdata(layout)).encode() in cmdline else None
+
+
+def _init(layout: Layout, pg_bin: Path) -> None:
+    base = layout.data("postgres")
+    if base.exists() and not _marker(layout).exists():
+        print(f"stack: postgres: {base} is half-written (an earlier first start did not "
+              f"finish); initialising it again", flush=True)
+        shutil.rmtree(base)
+    if _marker(layout).exists():
+        return
+    base.mkdir(parents=True)
+    _chown_to_postgres(base)
+    if os.geteuid() == 0:
+        probe = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-w", str(base)])
+        if probe.returncode != 0:
+            raise StackError(
+                f"postgres: the 'postgres' user cannot write {base} (a parent folder is not "
+                f"traversable); set FEED_STACK_DIR to a folder it can reach")
+    run_checked(_as_postgres([str(pg_bin / "initdb"), "-D", str(_pgdata(layout)), "-U", "postgres",
+                              "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"]),
+                "postgres initdb", _log(layout))
+    _marker(layout).write_text("ok\n")
+
+
+def _configure(layout: Layout) -> None:
+    pgdata = _pgdata(layout)
+    conf = "\n".join(f"{k} = {v}" for k, v in SETTINGS.items()).format(
+        host=layout.pg_host, port=layout.pg_port)
+    (pgdata / "feed.conf").write_text(conf + "\n")
+    main_conf = pgdata / "postgresql.conf"
+    if "include 'feed.conf'" not in main_conf.read_text():
+        with open(main_conf, "a") as fh:
+            fh.write("\ninclude 'feed.conf'\n")
+    # Loopback only, trust: a development stack. Replication connections included (CDC).
+    (pgdata / "pg_hba.conf").write_text(
+        "host all all 127.0.0.1/32 trust\n"
+        "host all all ::1/128 trust\n"
+        "host replication all 127.0.0.1/32 trust\n"
+        "host replication all ::1/128 trust\n"
+    )
+    _chown_to_postgres(pgdata / "feed.conf", pgdata / "pg_hba.conf")
+
+
+def _bootstrap_roles(layout: Layout) -> None:
+    import psycopg
+
+    with psycopg.connect(host=layout.pg_host, port=layout.pg_port, user="postgres",
+                         dbname="postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname='feed'").fetchone():
+            conn.execute("CREATE ROLE feed LOGIN REPLICATION PASSWORD 'feed'")
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname='feed'").fetchone():
+            conn.execute("CREATE DATABASE feed OWNER feed")
+
+
+def up(layout: Layout) -> dict:
+    pg_bin = ensure_postgres(layout)
+    if pid(layout):
+        return {"state": "already running"}
+    ensure_ports_free("postgres", [(layout.pg_host, layout.pg_port)])
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    _init(layout, pg_bin)
+    _configure(layout)
+    log = _log(layout)
+    log.touch()
+    _chown_to_postgres(log)
+    start = time.monotonic()
+    proc = subprocess.run(
+        _as_postgres([str(pg_bin / "pg_ctl"), "-D", str(_pgdata(layout)), "-l", str(log),
+                      "-w", "-t", "90", "start"]),
+        capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StackError(f"postgres did not start; see {log}\n--- last lines ---\n{tail(log)}")
+    _bootstrap_roles(layout)
+    return {"state": "started", "seconds": round(time.monotonic() - start, 1)}
+
+
+def down(layout: Layout) -> bool:
+    if not pid(layout):
+        return False
+    subprocess.run(_as_postgres([str(ensure_postgres(layout) / "pg_ctl"), "-D",
+                                 str(_pgdata(layout)), "-m", "fast", "-w", "stop"]),
+                   capture_output=True)
+    return True
+
+
+def restart(layout: Layout) -> None:
+    """Fast restart in place (used by the CDC fault tests)."""
+    down(layout)
+    up(layout)
+
+
+def status(layout: Layout) -> list[dict]:
+    p = pid(layout)
+    return [{
+        "name": "postgres", "pid": p, "address": f"{layout.pg_host}:{layout.pg_port}",
+        "ready": bool(p) and port_open(layout.pg_host, layout.pg_port),
+        "rss_mb": round(rss_mb(p), 1) if p else 0, "log": str(_log(layout)),
+    }]

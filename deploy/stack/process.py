@@ -1,0 +1,176 @@
+"""Starting, watching and stopping the stack's own server processes.
+
+Each server is one process with a pid file under ``<stack>/run``; ``down`` signals only
+pids recorded there whose command line still names this stack's folder, so it never
+touches a process it did not start (or a recycled pid).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class StackError(SystemExit):
+    """A failure with a message meant for the person at the terminal."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"stack: {message}")
+
+
+@dataclass(frozen=True)
+class Daemon:
+    name: str  # e.g. "kafka-1"
+    pid_file: Path
+    log_file: Path
+    marker: str  # a string that must appear in the process's command line
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _cmdline_has(pid, self.marker) else None
+
+    def alive(self) -> bool:
+        return self.pid() is not None
+
+
+def _cmdline_has(pid: int, marker: str) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return marker.encode() in raw
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def who_listens(port: int) -> str:
+    """A short description of the process listening on ``port``, for error messages."""
+    try:
+        out = subprocess.run(
+            ["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown process"
+    return out.splitlines()[0] if out else "unknown process"
+
+
+def ensure_ports_free(owner: str, addresses: list[tuple[str, int]]) -> None:
+    for host, port in addresses:
+        if port_open(host, port):
+            raise StackError(
+                f"{owner}: port {host}:{port} is already taken by {who_listens(port)}; "
+                f"stop that process or choose another port (see README, 'Ports')"
+            )
+
+
+def spawn(daemon: Daemon, argv: list[str], env: dict[str, str] | None = None,
+          cwd: Path | None = None) -> int:
+    daemon.log_file.parent.mkdir(parents=True, exist_ok=True)
+    daemon.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(daemon.log_file, "ab") as log:
+        log.write(f"\n===== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {daemon.name}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cwd=cwd, env={**os.environ, **(env or {})}, start_new_session=True,
+        )
+    daemon.pid_file.write_text(str(proc.pid))
+    # The launcher may need a moment before /proc shows its final command line.
+    deadline = time.monotonic() + 10
+    while not daemon.alive() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc.pid
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    try:
+        data = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(data[-lines:])
+
+
+def wait_ready(daemon: Daemon | None, what: str, probe: Callable[[], bool],
+               timeout: float, log_file: Path) -> float:
+    """Poll ``probe`` until it is true; fail at once if the daemon dies meanwhile.
+
+    Returns the seconds waited. Readiness is a real request (a query, a metadata call),
+    never a fixed sleep.
+    """
+    start = time.monotonic()
+    while True:
+        if daemon is not None and not daemon.alive():
+            raise StackError(
+                f"{what} exited during start; see {log_file}\n--- last lines ---\n"
+                f"{tail(log_file)}"
+            )
+        try:
+            if probe():
+                return time.monotonic() - start
+        except Exception:  # noqa: BLE001 - a probe failing just means "not ready yet"
+            pass
+        if time.monotonic() - start > timeout:
+            raise StackError(
+                f"{what} not ready after {timeout:.0f}s; see {log_file}\n--- last lines ---\n"
+                f"{tail(log_file)}"
+            )
+        time.sleep(0.5)
+
+
+def stop(daemon: Daemon, grace: float = 30.0) -> bool:
+    """SIGTERM, then SIGKILL after ``grace`` seconds. True if something was stopped."""
+    pid = daemon.pid()
+    if pid is None:
+        daemon.pid_file.unlink(missing_ok=True)
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and _cmdline_has(pid, daemon.marker):
+        time.sleep(0.2)
+    if _cmdline_has(pid, daemon.marker):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while _cmdline_has(pid, daemon.marker):
+            time.sleep(0.1)
+    daemon.pid_file.unlink(missing_ok=True)
+    return True
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def run_checked(argv: list[str], what: str, log_file: Path, **kw) -> subprocess.CompletedProcess:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(argv, capture_output=True, text=True, **kw)
+    with open(log_file, "a") as log:
+        log.write(f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}\n")
+    if proc.returncode != 0:
+        raise StackError(f"{what} failed (exit {proc.returncode}); see {log_file}\n"
+                         f"{(proc.stderr or proc.stdout).strip()[-2000:]}")
+    return proc
