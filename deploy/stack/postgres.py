@@ -120,7 +120,7 @@ def _bootstrap_roles(layout: Layout) -> None:
     with psycopg.connect(host=layout.pg_host, port=layout.pg_port, user="postgres",
                          dbname="postgres", autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname='feed'").fetchone():
-            conn.execute("CREATE ROLE feed LOGIN REPLICATION PASSWORD 'feed'")
+            conn.execute("CREATE ROLE feed LOGIN REPLICATION CREATEDB PASSWORD 'feed'")
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname='feed'").fetchone():
             conn.execute("CREATE DATABASE feed OWNER feed")
 

@@ -1,0 +1,68 @@
+# Entry points. The README names two: `make run` and `make test`.
+SHELL := /bin/bash
+PY_BOOT ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STACK := $(PY) -m deploy.stack
+NODES ?= 1
+
+.PHONY: help venv up down status logs reset migrate run stop-services test test-unit \
+        test-integration test-e2e bench bench-full token lag
+
+help:
+	@echo "make run    - stack up, migrations, all services, demo data; prints the API address"
+	@echo "make test   - stack up if needed, then the whole test suite"
+	@echo "make down   - stop services and the stack (data kept; 'make reset' wipes it)"
+	@echo "other: up status logs reset migrate test-unit test-integration test-e2e bench token lag"
+
+$(VENV)/.installed: pyproject.toml
+	$(PY_BOOT) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+up: venv
+	$(STACK) up --nodes $(NODES)
+
+down: venv
+	-$(PY) -m deploy.services stop
+	$(STACK) down
+
+status: venv
+	$(STACK) status
+
+logs: venv
+	$(STACK) logs
+
+reset: venv
+	-$(PY) -m deploy.services stop
+	$(STACK) reset
+
+migrate: up
+	$(PY) -m deploy.migrate
+
+run: migrate
+	$(PY) -m deploy.services start
+
+stop-services: venv
+	$(PY) -m deploy.services stop
+
+test: migrate
+	$(PY) -m pytest tests
+
+test-unit: venv
+	$(PY) -m pytest tests/unit
+
+test-integration: migrate
+	$(PY) -m pytest tests/integration
+
+test-e2e: migrate
+	$(PY) -m pytest tests/e2e
+
+token: venv
+	@$(PY) -m services.api.token $(USER_ID)
+
+lag: venv
+	$(PY) -m deploy.lag

@@ -1,0 +1,142 @@
+"""Versioned, idempotent migrations for all three stores, applied by one command.
+
+    python -m deploy.migrate [--only postgres|cassandra|kafka]
+
+Postgres and Cassandra files in ``deploy/migrations/<store>/NNNN_name.{sql,cql}`` are
+applied in order and recorded in a ``schema_migrations`` table, so a second run does
+nothing. Kafka topics come from ``services/common/topics.py``; existing topics are left
+as they are, and a partition count lower than declared is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from services.common import cql, pg
+from services.common.settings import Settings, get_settings
+from services.common.topics import all_topics
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def _files(store: str, suffix: str) -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted((MIGRATIONS / store).glob(f"*.{suffix}")):
+        version = path.name.split("_", 1)[0]
+        out.append((version, path))
+    return out
+
+
+def migrate_postgres(settings: Settings) -> list[str]:
+    applied: list[str] = []
+    with pg.connect(settings) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
+                     "version TEXT PRIMARY KEY, name TEXT NOT NULL, "
+                     "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+        conn.commit()
+        done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+        for version, path in _files("postgres", "sql"):
+            if version in done:
+                continue
+            with conn.transaction():
+                # Serialise concurrent migrators (two test workers, say).
+                conn.execute("SELECT pg_advisory_xact_lock(724211)")
+                if conn.execute("SELECT 1 FROM schema_migrations WHERE version=%s",
+                                (version,)).fetchone():
+                    continue
+                conn.execute(path.read_text())
+                conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                             (version, path.name))
+            applied.append(path.name)
+    return applied
+
+
+def _cql_statements(text: str) -> list[str]:
+    text = re.sub(r"--[^\n]*", "", text)
+    return [s.strip() for s in text.split(";") if s.strip()]
+
+
+def migrate_cassandra(settings: Settings, keyspace: str | None = None) -> list[str]:
+    ks = keyspace or settings.cassandra_keyspace
+    applied: list[str] = []
+    cl = cql.cluster(settings, timeout=60)
+    try:
+        session = cl.connect()
+        session.execute(
+            f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = "
+            f"{{'class': 'SimpleStrategy', 'replication_factor': {settings.cassandra_replication_factor}}}")
+        session.set_keyspace(ks)
+        session.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
+                        "(version text PRIMARY KEY, name text, applied_at timestamp)")
+        done = {r.version for r in session.execute("SELECT version FROM schema_migrations")}
+        for version, path in _files("cassandra", "cql"):
+            if version in done:
+                continue
+            for statement in _cql_statements(path.read_text()):
+                session.execute(statement)  # every statement is IF NOT EXISTS
+            session.execute("INSERT INTO schema_migrations (version, name, applied_at) "
+                            "VALUES (%s, %s, toTimestamp(now()))", (version, path.name))
+            applied.append(path.name)
+        cl.control_connection.wait_for_schema_agreement()
+    finally:
+        cl.shutdown()
+    return applied
+
+
+def migrate_kafka(settings: Settings, prefix: str | None = None) -> list[str]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    meta = admin.list_topics(timeout=15)
+    brokers = len(meta.brokers)
+    rf = 3 if brokers >= 3 else 1
+    wanted = all_topics(prefix)
+    created: list[str] = []
+    missing = [t for t in wanted if t.name not in meta.topics]
+    for spec in wanted:
+        if spec.name in meta.topics and len(meta.topics[spec.name].partitions) < spec.partitions:
+            print(f"migrate: kafka: {spec.name} has {len(meta.topics[spec.name].partitions)} "
+                  f"partitions, declared {spec.partitions}", file=sys.stderr)
+    if missing:
+        futures = admin.create_topics(
+            [NewTopic(t.name, num_partitions=t.partitions, replication_factor=rf, config=t.config)
+             for t in missing], operation_timeout=30)
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                created.append(name)
+            except Exception as exc:  # noqa: BLE001
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+    return created
+
+
+def migrate_all(settings: Settings | None = None, *, keyspace: str | None = None,
+                topic_prefix: str | None = None, only: str | None = None) -> dict[str, list[str]]:
+    s = settings or get_settings()
+    out: dict[str, list[str]] = {}
+    if only in (None, "postgres"):
+        out["postgres"] = migrate_postgres(s)
+    if only in (None, "cassandra"):
+        out["cassandra"] = migrate_cassandra(s, keyspace)
+    if only in (None, "kafka"):
+        out["kafka"] = migrate_kafka(s, topic_prefix)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.migrate", description=__doc__)
+    parser.add_argument("--only", choices=["postgres", "cassandra", "kafka"])
+    parser.add_argument("--keyspace")
+    parser.add_argument("--topic-prefix")
+    args = parser.parse_args()
+    result = migrate_all(keyspace=args.keyspace, topic_prefix=args.topic_prefix, only=args.only)
+    for store, names in result.items():
+        print(f"migrate: {store}: " + (", ".join(names) if names else "up to date"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Cassandra sessions for the project's processes (cassandra-driver)."""
+from __future__ import annotations
+
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+from .settings import Settings, get_settings
+
+# Every store call has a timeout: a slow node must not hold a request or a worker.
+DEFAULT_TIMEOUT_S = 2.0
+
+
+def cluster(settings: Settings | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Cluster:
+    s = settings or get_settings()
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+        request_timeout=timeout,
+    )
+    return Cluster(s.cassandra_contact_points, port=s.cassandra_port, protocol_version=5,
+                   execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=5)
+
+
+def session(settings: Settings | None = None, *, keyspace: str | None = None,
+            timeout: float = DEFAULT_TIMEOUT_S) -> Session:
+    """A connected session on the feed keyspace (or ``keyspace``)."""
+    s = settings or get_settings()
+    return cluster(s, timeout=timeout).connect(keyspace or s.cassandra_keyspace)

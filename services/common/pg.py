@@ -1,0 +1,23 @@
+"""Postgres connections for the project's processes (psycopg 3)."""
+from __future__ import annotations
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from .settings import Settings, get_settings
+
+
+def connect(settings: Settings | None = None, **kwargs) -> psycopg.Connection:
+    return psycopg.connect((settings or get_settings()).pg_dsn, **kwargs)
+
+
+def pool(settings: Settings | None = None, *, min_size: int = 1, max_size: int = 10) -> ConnectionPool:
+    return ConnectionPool((settings or get_settings()).pg_dsn, min_size=min_size,
+                          max_size=max_size, open=True)
+
+
+def async_pool(settings: Settings | None = None, *, min_size: int = 1,
+               max_size: int = 10) -> AsyncConnectionPool:
+    """Create (not open) an async pool; open it inside the running event loop."""
+    return AsyncConnectionPool((settings or get_settings()).pg_dsn, min_size=min_size,
+                               max_size=max_size, open=False)

@@ -1,0 +1,87 @@
+"""Shared fixtures. Integration tests run against the real stack that `make test` starts.
+
+Each test session gets its own Postgres database, Cassandra keyspace and Kafka topic
+prefix, so runs never see each other's data. When the stack is not reachable, tests that
+need it skip locally and FAIL under CI=true (a skipped integration test in CI is a defect).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+
+import pytest
+
+from services.common.settings import Settings
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def require(*services: str) -> None:
+    """Skip (locally) or fail (CI) unless each named service answers."""
+    base = Settings()
+    addresses = {
+        "postgres": (base.pg_host, base.pg_port),
+        "kafka": tuple(base.kafka_bootstrap.split(",")[0].rsplit(":", 1)),
+        "cassandra": (base.cassandra_contact_points[0], base.cassandra_port),
+    }
+    for name in services:
+        host, port = addresses[name]
+        if not _reachable(host, int(port)):
+            message = f"{name} is not reachable at {host}:{port}; run `make up`"
+            if IN_CI:
+                pytest.fail(message)
+            pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def run_id() -> str:
+    return secrets.token_hex(4)
+
+
+@pytest.fixture(scope="session")
+def settings(run_id: str) -> Settings:
+    """Settings pointing at a fresh database, keyspace and topic prefix, all migrated."""
+    require("postgres", "kafka", "cassandra")
+    import psycopg
+
+    from deploy.migrate import migrate_all
+
+    base = Settings()
+    name = f"t_{run_id}"
+    with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    s = Settings(pg_database=name, cassandra_keyspace=name, topic_prefix=name)
+    migrate_all(s, keyspace=name, topic_prefix=name)
+    yield s
+    _drop(base, s, name)
+
+
+def _drop(base: Settings, s: Settings, name: str) -> None:
+    import psycopg
+
+    from services.common import cql
+
+    try:
+        with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
+            for (slot,) in conn.execute(
+                    "SELECT slot_name FROM pg_replication_slots WHERE database=%s AND NOT active",
+                    (name,)).fetchall():
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    except Exception:  # noqa: BLE001 - best effort clean-up; an active slot keeps the DB
+        pass
+    try:
+        cl = cql.cluster(s, timeout=60)
+        cl.connect().execute(f"DROP KEYSPACE IF EXISTS {name}")
+        cl.shutdown()
+    except Exception:  # noqa: BLE001
+        pass
