@@ -13,18 +13,26 @@ from .layout import Layout
 from .process import Daemon, StackError, stop
 
 
-def cmd_up(layout: Layout) -> None:
+COMPONENTS = ("postgres", "kafka", "cassandra")
+
+
+def cmd_up(layout: Layout, only: tuple[str, ...] = COMPONENTS) -> None:
     other = 3 if layout.nodes == 1 else 1
     other_layout = Layout.from_env(nodes=other)
-    if any(r["pid"] for r in kafka.status(other_layout) + cassandra.status(other_layout)):
+    if any(r["pid"] for r in postgres.status(other_layout) + kafka.status(other_layout)
+           + cassandra.status(other_layout)):
         raise StackError(f"the {other}-node stack is running; 'down' it before 'up --nodes {layout.nodes}'")
     layout.save_state()
     started: list[Daemon] = []
     t0 = time.monotonic()
     try:
-        report = {"postgres": postgres.up(layout),
-                  "kafka": kafka.up(layout, started),
-                  "cassandra": cassandra.up(layout, started)}
+        report = {}
+        if "postgres" in only:
+            report["postgres"] = postgres.up(layout)
+        if "kafka" in only:
+            report["kafka"] = kafka.up(layout, started)
+        if "cassandra" in only:
+            report["cassandra"] = cassandra.up(layout, started)
     except BaseException:
         # Leave nothing half-started: stop what this call started, then report.
         for d in reversed(started):
@@ -43,7 +51,7 @@ def cmd_down(layout: Layout) -> None:
         lay = Layout.from_env(nodes=nodes)
         any_stopped |= cassandra.down(lay)
         any_stopped |= kafka.down(lay)
-    any_stopped |= postgres.down(layout)
+        any_stopped |= postgres.down(lay)
     print("stack: stopped" if any_stopped else "stack: nothing was running")
 
 
@@ -68,6 +76,8 @@ def cmd_logs(layout: Layout, name: str | None, lines: int, follow: bool) -> None
 
 def cmd_reset(layout: Layout) -> None:
     cmd_down(layout)
+    for nodes in (1, 3):
+        postgres.wipe(Layout.from_env(nodes=nodes))
     shutil.rmtree(layout.root / "data", ignore_errors=True)
     shutil.rmtree(layout.logs, ignore_errors=True)
     shutil.rmtree(layout.run, ignore_errors=True)
@@ -81,13 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, choices=[1, 3], default=None,
                         help="1 (default) or 3 nodes each of Kafka and Cassandra")
     parser.add_argument("--json", action="store_true", help="status: machine-readable")
+    parser.add_argument("--only", default=",".join(COMPONENTS),
+                        help="up: comma-separated subset of postgres,kafka,cassandra")
     parser.add_argument("-n", "--lines", type=int, default=50)
     parser.add_argument("-f", "--follow", action="store_true")
     args = parser.parse_args(argv)
     layout = Layout.from_env(nodes=args.nodes)
     try:
         if args.verb == "up":
-            cmd_up(layout)
+            only = tuple(c.strip() for c in args.only.split(",") if c.strip())
+            unknown = set(only) - set(COMPONENTS)
+            if unknown:
+                raise StackError(f"--only: unknown component(s) {', '.join(sorted(unknown))}")
+            cmd_up(layout, only)
         elif args.verb == "down":
             cmd_down(layout)
         elif args.verb == "status":

@@ -64,7 +64,9 @@ class Layout:
     # Folders -----------------------------------------------------------------
     @property
     def lib(self) -> Path:
-        return self.root / "lib"
+        # Jars are large and identical for every stack: FEED_STACK_LIB lets a second
+        # stack (the stack manager's own tests) share the first one's.
+        return Path(os.environ.get("FEED_STACK_LIB", self.root / "lib"))
 
     @property
     def logs(self) -> Path:

@@ -7,6 +7,7 @@ relay cannot fill the disk). The server refuses to run as root, so as root it ru
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import shutil
@@ -37,16 +38,34 @@ SETTINGS = {
 }
 
 
+def _reachable_by_postgres(path: Path) -> bool:
+    if os.geteuid() != 0:
+        return True
+    return subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def _base(layout: Layout) -> Path:
+    """The Postgres folder: under the stack folder, unless the ``postgres`` user cannot
+    reach it (a clone under a private folder such as /tmp/pytest-of-root); then under
+    /var/lib/postgresql, keyed by the stack folder so two stacks never share one."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    if _reachable_by_postgres(layout.root):
+        return layout.data("postgres")
+    key = hashlib.sha1(str(layout.root).encode()).hexdigest()[:12]
+    return Path("/var/lib/postgresql/feed-stack") / key / f"postgres-{layout.nodes}n"
+
+
 def _pgdata(layout: Layout) -> Path:
-    return layout.data("postgres") / "pgdata"
+    return _base(layout) / "pgdata"
 
 
 def _marker(layout: Layout) -> Path:
-    return layout.data("postgres") / "initialized"
+    return _base(layout) / "initialized"
 
 
 def _log(layout: Layout) -> Path:
-    return layout.logs / "postgres.log"
+    return _base(layout) / "postgres.log"
 
 
 def _as_postgres(argv: list[str]) -> list[str]:
@@ -74,7 +93,7 @@ def pid(layout: Layout) -> int | None:
 
 
 def _init(layout: Layout, pg_bin: Path) -> None:
-    base = layout.data("postgres")
+    base = _base(layout)
     if base.exists() and not _marker(layout).exists():
         print(f"stack: postgres: {base} is half-written (an earlier first start did not "
               f"finish); initialising it again", flush=True)
@@ -82,6 +101,8 @@ def _init(layout: Layout, pg_bin: Path) -> None:
     if _marker(layout).exists():
         return
     base.mkdir(parents=True)
+    if base.parent != layout.data("postgres").parent:
+        _chown_to_postgres(base.parent.parent, base.parent)
     _chown_to_postgres(base)
     if os.geteuid() == 0:
         probe = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-w", str(base)])
@@ -136,6 +157,10 @@ def up(layout: Layout) -> dict:
     log = _log(layout)
     log.touch()
     _chown_to_postgres(log)
+    visible = layout.logs / "postgres.log"  # `stack logs` finds every log in one folder
+    if log != visible and not visible.is_symlink():
+        visible.unlink(missing_ok=True)
+        visible.symlink_to(log)
     start = time.monotonic()
     proc = subprocess.run(
         _as_postgres([str(pg_bin / "pg_ctl"), "-D", str(_pgdata(layout)), "-l", str(log),
@@ -160,6 +185,11 @@ def restart(layout: Layout) -> None:
     """Fast restart in place (used by the CDC fault tests)."""
     down(layout)
     up(layout)
+
+
+def wipe(layout: Layout) -> None:
+    """Remove the data folder wherever it lives (``reset``)."""
+    shutil.rmtree(_base(layout), ignore_errors=True)
 
 
 def status(layout: Layout) -> list[dict]:

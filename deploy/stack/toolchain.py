@@ -17,7 +17,6 @@ from .layout import REPO, Layout
 from .process import StackError, run_checked
 
 JAVA17_CANDIDATES = (
-    os.environ.get("FEED_JAVA17", ""),
     "/usr/lib/jvm/java-17-openjdk-amd64/bin/java",
     "/usr/lib/jvm/java-17-openjdk-arm64/bin/java",
 )
@@ -35,6 +34,11 @@ def _apt_install(packages: list[str], why: str, log: Path) -> None:
 
 
 def java17(layout: Layout) -> str:
+    explicit = os.environ.get("FEED_JAVA17")
+    if explicit:
+        if not (Path(explicit).is_file() and os.access(explicit, os.X_OK)):
+            raise StackError(f"JDK 17 is missing: FEED_JAVA17={explicit} is not an executable")
+        return explicit
     for candidate in JAVA17_CANDIDATES:
         if candidate and Path(candidate).is_file():
             return candidate

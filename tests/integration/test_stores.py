@@ -1,0 +1,115 @@
+"""Each store of the real stack is usable from the project's own client code."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from services.common import cql, pg
+from services.common.settings import Settings
+
+
+def _new_topic(settings: Settings, partitions: int = 1) -> str:
+    name = f"{settings.topic_prefix}.storecheck.{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(30)
+    return name
+
+
+def _consume(consumer: Consumer, want: int, deadline_s: float = 30) -> list[bytes]:
+    got: list[bytes] = []
+    deadline = time.monotonic() + deadline_s
+    while len(got) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg.value())
+    return got
+
+
+def test_postgres_round_trip_through_project_connection(settings: Settings) -> None:
+    with pg.connect(settings) as conn:
+        conn.execute("INSERT INTO users (user_id) VALUES (%s)", (4242,))
+        conn.commit()
+        row = conn.execute("SELECT user_id FROM users WHERE user_id = %s", (4242,)).fetchone()
+        slot_ok = conn.execute("SHOW wal_level").fetchone()
+    assert row == (4242,)
+    assert slot_ok == ("logical",)
+
+
+def test_kafka_produce_consume_and_group_offsets_resume(settings: Settings) -> None:
+    topic = _new_topic(settings)
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True,
+                         "acks": "all"})
+    for i in range(10):
+        producer.produce(topic, key=str(i).encode(), value=f"m{i}".encode())
+    assert producer.flush(30) == 0
+
+    group = f"{topic}.group"
+    conf = {"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    first = Consumer(conf)
+    first.subscribe([topic])
+    got = _consume(first, 4)
+    assert got == [b"m0", b"m1", b"m2", b"m3"]
+    first.commit(asynchronous=False)
+    first.close()
+
+    second = Consumer(conf)
+    second.subscribe([topic])
+    rest = _consume(second, 6)
+    committed = second.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
+    second.close()
+    assert rest == [f"m{i}".encode() for i in range(4, 10)]
+    assert committed == 4
+
+
+def test_aiokafka_produce_consume_with_group_commit(settings: Settings) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    topic = _new_topic(settings)
+
+    async def scenario() -> tuple[list[bytes], int]:
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        await producer.start()
+        try:
+            for i in range(5):
+                await producer.send_and_wait(topic, f"a{i}".encode(), key=b"k")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap,
+                                    group_id=f"{topic}.aio", auto_offset_reset="earliest",
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            values: list[bytes] = []
+            async with asyncio.timeout(30):
+                while len(values) < 5:
+                    batch = await consumer.getmany(timeout_ms=500)
+                    for records in batch.values():
+                        values.extend(r.value for r in records)
+            await consumer.commit()
+            from aiokafka import TopicPartition as AioTP
+            offset = await consumer.committed(AioTP(topic, 0))
+        finally:
+            await consumer.stop()
+        return values, offset
+
+    values, offset = asyncio.run(scenario())
+    assert values == [f"a{i}".encode() for i in range(5)]
+    assert offset == 5
+
+
+def test_cassandra_round_trip_through_project_session(settings: Settings) -> None:
+    session = cql.session(settings)
+    try:
+        insert = session.prepare("INSERT INTO following (follower_id, followed_id, following_since) "
+                                 "VALUES (?, ?, toTimestamp(now()))")
+        session.execute(insert, (1, 2))
+        session.execute(insert, (1, 3))
+        rows = session.execute("SELECT followed_id FROM following WHERE follower_id = 1").all()
+    finally:
+        session.cluster.shutdown()
+    assert sorted(r.followed_id for r in rows) == [2, 3]
