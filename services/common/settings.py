@@ -37,6 +37,47 @@ class Settings(BaseSettings):
     # Cursor signing keys, "kid:secret,kid:secret"; the first signs, all verify (rotation).
     cursor_keys: SecretStr = Field(default=SecretStr("k1:dev-cursor-secret-0123456789abcdef"))
 
+    # Fan-out and ranker workers (services/fanout, services/ranker).
+    fanout_metrics_port: int = 9102
+    ranker_metrics_port: int = 9103
+    # The freshness target (commit to visible in a follower's feed, DESIGN.md): the tier
+    # policy keeps one post's fan-out inside a share of it.
+    freshness_target_s: float = 1.5
+    # Promote when one post's fan-out would take more than half the freshness budget;
+    # demote below a quarter. The gap is the hysteresis that stops an author near the
+    # line from flapping.
+    tier_promote_share: float = 0.5
+    tier_demote_share: float = 0.25
+    # Minimum time in a tier before the next change: follower counts move in bursts.
+    tier_min_dwell_s: float = 600.0
+    # Capacity floor (rows/s): a quiet or slow moment must not make every author look
+    # expensive; measured on this machine's Cassandra with room to spare.
+    fanout_capacity_floor_rows_per_s: float = 2000.0
+    # > 0 pins the capacity instead of measuring it (tests, or an operator during an incident).
+    fanout_capacity_pinned_rows_per_s: float = 0.0
+    # Concurrent Cassandra writes per fan-out: enough to hide round trips, few enough
+    # not to queue requests on a shared 2-core node.
+    fanout_max_in_flight: int = 64
+    # Followers read per page: bounded memory for authors of any size.
+    fanout_follower_page: int = 500
+    # Inbox length cap (soft): ranking candidates for several pages; older rows are
+    # trimmed from the tail with one range delete.
+    inbox_cap: int = 500
+    # Check the cap on one insert in N per reader (by hash): a cap check reads the
+    # partition, so doing it on every insert would double the cost of fan-out.
+    inbox_trim_every: int = 32
+    # Poison handling: attempts before the dead-letter queue, and the failure-rate cap
+    # over the last messages that stops the worker (a broken deploy, not bad data).
+    consumer_max_attempts: int = 3
+    consumer_failure_window: int = 200
+    consumer_max_failure_share: float = 0.2
+    # Transient store errors: retries with exponential backoff before the worker stops.
+    store_retry_attempts: int = 6
+    store_retry_base_s: float = 0.2
+    # Kafka group timing for the faust workers: a killed worker's partitions move after this.
+    kafka_session_timeout_s: float = 10.0
+    kafka_commit_interval_s: float = 1.0
+
     @property
     def pg_dsn(self) -> str:
         return (
