@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from enum import Enum
 
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 EPOCH_MS = int(EPOCH.timestamp() * 1000)
@@ -51,3 +52,42 @@ def day_bucket(snowflake: int) -> int:
 def lowest_id_at(unix_ms: int) -> int:
     """The smallest id that a generator could issue at ``unix_ms`` (for range scans)."""
     return max(0, unix_ms - EPOCH_MS) << TIMESTAMP_SHIFT
+
+
+def compose(unix_ms: int, node: int, sequence: int) -> int:
+    """Pack a timestamp (Unix ms), node id and sequence into one id; inverse of ``parse``."""
+    if not 0 <= node <= MAX_NODE:
+        raise ValueError(f"node id {node} outside 0..{MAX_NODE}")
+    if not 0 <= sequence <= MAX_SEQUENCE:
+        raise ValueError(f"sequence {sequence} outside 0..{MAX_SEQUENCE}")
+    delta = unix_ms - EPOCH_MS
+    if not 0 <= delta < (1 << TIMESTAMP_BITS):
+        raise ValueError(f"timestamp {unix_ms} outside the 41-bit range after the epoch")
+    return (delta << TIMESTAMP_SHIFT) | (node << NODE_SHIFT) | sequence
+
+
+# Clock drift (seed 002, three levels). A backwards step up to 5 ms is NTP slew: wait it
+# out. Up to 1 s (a leap second, a large slew): keep issuing on the last timestamp, ids
+# stay unique because the sequence keeps counting. Beyond that the host clock is wrong and
+# issuing would risk collisions with ids already out there: refuse.
+MAX_WAIT_DRIFT_MS = 5
+MAX_LOGICAL_DRIFT_MS = 1000
+
+
+class Drift(Enum):
+    NONE = "none"                  # the clock is at or after the last timestamp
+    WAIT = "wait"                  # level 1: sleep until the clock catches up
+    CONTINUE_ON_LAST = "continue"  # level 2: issue on the last timestamp
+    REFUSE = "refuse"              # level 3: error
+
+
+def classify_drift(last_ms: int, now_ms: int) -> Drift:
+    """Which of the seed's three drift levels applies when the clock reads ``now_ms``."""
+    behind = last_ms - now_ms
+    if behind <= 0:
+        return Drift.NONE
+    if behind <= MAX_WAIT_DRIFT_MS:
+        return Drift.WAIT
+    if behind <= MAX_LOGICAL_DRIFT_MS:
+        return Drift.CONTINUE_ON_LAST
+    return Drift.REFUSE

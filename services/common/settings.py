@@ -78,6 +78,16 @@ class Settings(BaseSettings):
     kafka_session_timeout_s: float = 10.0
     kafka_commit_interval_s: float = 1.0
 
+    # Write/read API (services.api): where uvicorn listens.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    # Postgres connections per API process; 2 cores, so more would only queue in Postgres.
+    api_pg_pool_max: int = 10
+    # Snowflake node-id lease (seconds). Renewed every third of it; long against the 1 s of
+    # logical clock drift that ids may run ahead, short enough that a crashed process frees
+    # its node id quickly.
+    id_lease_ttl_seconds: float = 30.0
+
     @property
     def pg_dsn(self) -> str:
         return (

@@ -1,0 +1,91 @@
+"""The FastAPI application: ``create_app(settings)``.
+
+Clients (Postgres pool, Snowflake node lease) are created in the lifespan, never at
+import, and live in ``app.state``:
+
+- ``settings``: the ``Settings`` the app was built with
+- ``pg``: ``psycopg_pool.AsyncConnectionPool``
+- ``ids``: ``SnowflakeGenerator`` on a node id leased in Postgres (``id_lease``)
+- ``known_users``: users this process has already created (``users.KnownUsers``)
+- ``readiness``: ``ReadinessChecks`` run by ``/readyz``; a part that adds a store
+  registers its check there
+- ``metrics``: ``ApiMetrics`` rendered by ``/metrics``
+
+To add a router (the feed read path, say), append it to ``ROUTERS``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, FastAPI
+
+from services.common import pg
+from services.common.idgen import NodeLease, SnowflakeGenerator
+from services.common.settings import Settings, get_settings
+
+from .metrics import ApiMetrics, MetricsMiddleware
+from .problems import install_problem_handlers
+from .readiness import ReadinessChecks, cassandra_check, lease_check, postgres_check
+from .request_context import BodyLimitMiddleware, RequestContextMiddleware
+from .routes import health
+from .users import KnownUsers
+
+log = logging.getLogger("services.api")
+
+# The largest body we read: a post is at most 5,000 characters (20 KB in UTF-8) plus a
+# few media ids; anything much larger is a mistake or an attack.
+MAX_BODY_BYTES = 64 * 1024
+
+ROUTERS: list[APIRouter] = [health.router]
+# Coroutines run for the life of the app, given the app (periodic clean-ups).
+BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = []
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    pool = pg.async_pool(settings, min_size=1, max_size=settings.api_pg_pool_max)
+    await pool.open(wait=True, timeout=30)
+    lease = await asyncio.to_thread(NodeLease.acquire, settings)
+    lease.start_renewing()
+    app.state.pg = pool
+    app.state.id_lease = lease
+    app.state.ids = SnowflakeGenerator(lease.node_id, lease=lease)
+    app.state.known_users = KnownUsers()
+    app.state.metrics.id_node.set(lease.node_id)
+    app.state.readiness.register("postgres", postgres_check(pool))
+    app.state.readiness.register("id_lease", lease_check(lease.is_held))
+    if getattr(app.state, "cassandra", None) is not None:
+        app.state.readiness.register("cassandra", cassandra_check(app.state.cassandra))
+    background = [asyncio.create_task(task(app), name=task.__name__)
+                  for task in BACKGROUND_TASKS]
+    log.info("api started", extra={"node_id": lease.node_id})
+    try:
+        yield
+    finally:
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        await asyncio.to_thread(lease.release)
+        await pool.close()
+
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the API for ``settings`` (the process's settings by default)."""
+    app = FastAPI(title="Feed API", version="1.0.0", lifespan=lifespan,
+                  openapi_url="/openapi.json", docs_url="/docs", redoc_url=None)
+    app.state.settings = settings or get_settings()
+    app.state.metrics = ApiMetrics()
+    app.state.readiness = ReadinessChecks()
+    install_problem_handlers(app)
+    # Last added is outermost: the request id wraps everything, including metrics.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(RequestContextMiddleware)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app

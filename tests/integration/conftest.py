@@ -1,0 +1,96 @@
+"""Integration fixtures for the HTTP API: the real app under uvicorn on a free port.
+
+``api_server`` (session scope) serves ``create_app(settings)`` on the session's fresh
+database in a background thread and stops it at the end; tests talk to it over real HTTP
+with httpx. ``api_server.client(user_id)`` is an httpx client carrying a valid token.
+The read path's tests reuse the same fixture.
+"""
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from services.api.app import create_app
+from services.api.auth import MODERATOR_ROLE, mint_token
+from services.common.settings import Settings
+
+STARTUP_DEADLINE_S = 60.0
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float = 10.0,
+               interval: float = 0.02, message: str = "condition") -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {message}")
+        time.sleep(interval)
+
+
+def new_user_id() -> int:
+    """A user id no other test uses (random 62-bit)."""
+    return secrets.randbelow(1 << 62) + 1
+
+
+@dataclass
+class RunningApi:
+    """A served app: its address, settings and the app object (for ``app.state``)."""
+
+    base_url: str
+    settings: Settings
+    app: FastAPI
+
+    def token(self, user_id: int, *, moderator: bool = False, ttl_seconds: int = 3600) -> str:
+        roles = (MODERATOR_ROLE,) if moderator else ()
+        return mint_token(user_id, self.settings.jwt_secret.get_secret_value(), roles=roles,
+                          ttl_seconds=ttl_seconds)
+
+    def client(self, user_id: int | None = None, *, moderator: bool = False,
+               timeout: float = 30.0) -> httpx.Client:
+        """An httpx client for the API; authenticated as ``user_id`` when given."""
+        headers = {}
+        if user_id is not None:
+            headers["Authorization"] = f"Bearer {self.token(user_id, moderator=moderator)}"
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+
+
+class _ThreadedServer(uvicorn.Server):
+    def install_signal_handlers(self) -> None:  # not the main thread
+        pass
+
+
+def serve_in_thread(app: FastAPI) -> tuple[_ThreadedServer, threading.Thread, str]:
+    """Start uvicorn for ``app`` on a free loopback port; return it once it accepts."""
+    server = _ThreadedServer(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                            access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, name="api-server", daemon=True)
+    thread.start()
+    wait_until(lambda: server.started or not thread.is_alive(), timeout=STARTUP_DEADLINE_S,
+               message="the API to start")
+    if not server.started:
+        raise RuntimeError("the API did not start (see the log above)")
+    port = server.servers[0].sockets[0].getsockname()[1]
+    return server, thread, f"http://127.0.0.1:{port}"
+
+
+def stop_server(server: _ThreadedServer, thread: threading.Thread) -> None:
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def api_server(settings: Settings) -> Iterator[RunningApi]:
+    app = create_app(settings)
+    server, thread, base_url = serve_in_thread(app)
+    try:
+        yield RunningApi(base_url=base_url, settings=settings, app=app)
+    finally:
+        stop_server(server, thread)

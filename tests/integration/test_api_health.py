@@ -1,0 +1,40 @@
+"""Operations endpoints and request ids, over real HTTP."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def test_healthz_and_readyz_report_ok_with_postgres_and_lease(api_server) -> None:
+    with api_server.client() as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        ready = http.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"postgres": "ok", "id_lease": "ok"}
+
+
+def test_client_request_id_is_echoed_and_a_missing_one_is_generated(api_server) -> None:
+    with api_server.client() as http:
+        echoed = http.get("/healthz", headers={"X-Request-ID": "req-123.abc"})
+        generated = http.get("/healthz")
+        unsafe = http.get("/healthz", headers={"X-Request-ID": "x" * 500})
+    assert echoed.headers["x-request-id"] == "req-123.abc"
+    assert len(generated.headers["x-request-id"]) == 32
+    assert unsafe.headers["x-request-id"] != "x" * 500
+
+
+def test_unknown_route_is_a_problem_with_stable_type(api_server) -> None:
+    with api_server.client() as http:
+        response = http.get("/no/such/route")
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == "https://feed.example/problems/not-found"
+
+
+def test_metrics_count_requests_by_route_template(api_server) -> None:
+    with api_server.client() as http:
+        http.get("/healthz")
+        text = http.get("/metrics").text
+    assert 'feed_api_requests_total{method="GET",route="/healthz",status="200"}' in text
+    assert "feed_api_request_duration_seconds_bucket" in text
