@@ -6,6 +6,7 @@ default to loopback, matching what ``deploy/stack.py`` starts.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -77,6 +78,29 @@ class Settings(BaseSettings):
     # Kafka group timing for the faust workers: a killed worker's partitions move after this.
     kafka_session_timeout_s: float = 10.0
     kafka_commit_interval_s: float = 1.0
+
+    # CDC relay (services/cdc, docs/cdc.md). Slot name defaults to feed_cdc_<database>, so
+    # each database (and each test database) has its own slot.
+    cdc_publication: str = "feed_cdc"
+    cdc_slot_name: str = ""
+    cdc_metrics_port: int = 9101
+    # Debezium's tombstones.on.delete (default true): a null-value record after each delete,
+    # so log compaction can drop the key.
+    cdc_tombstones_on_delete: bool = True
+    # Debezium's decimal.handling.mode: precise (base64 unscaled bytes), string or double.
+    cdc_decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
+    # A column type the relay has no rendering for: "fail" stops the relay with an error
+    # naming table, column and type (nothing is produced, the slot does not move);
+    # "text" sends Postgres's text output as a JSON string.
+    cdc_unknown_types: Literal["fail", "text"] = "fail"
+    # Debezium skips truncates by default (skipped.operations=t); true emits op "t".
+    cdc_emit_truncate: bool = False
+    # Heartbeat records and idle slot advance: Debezium's heartbeat.interval.ms. Ten
+    # seconds keeps slot age bounded well inside wal_sender_timeout (30 s) at no cost.
+    cdc_heartbeat_interval_s: float = 10.0
+    # How often the relay reports its acknowledged LSN to Postgres. One second bounds the
+    # replay after a crash to about a second of changes.
+    cdc_feedback_interval_s: float = 1.0
 
     # Write/read API (services.api): where uvicorn listens.
     api_host: str = "127.0.0.1"

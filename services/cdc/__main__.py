@@ -1,0 +1,39 @@
+"""``python -m services.cdc``: run the CDC relay until SIGTERM/SIGINT."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+
+from prometheus_client import start_http_server
+
+from services.common.settings import get_settings
+
+from .column_rendering import UnsupportedColumnType
+from .relay import Relay
+from .slot import SlotInUse
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = get_settings()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if settings.cdc_metrics_port:
+        start_http_server(settings.cdc_metrics_port, addr="127.0.0.1")
+    try:
+        Relay(settings, stop).run()
+    except SlotInUse as exc:
+        logging.error("%s", exc)
+        return 2
+    except UnsupportedColumnType as exc:
+        logging.error("unsupported column type, relay stopped before producing it: %s", exc)
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
