@@ -30,7 +30,8 @@ from .metrics import ApiMetrics, MetricsMiddleware
 from .problems import install_problem_handlers
 from .readiness import ReadinessChecks, cassandra_check, lease_check, postgres_check
 from .request_context import BodyLimitMiddleware, RequestContextMiddleware
-from .routes import health
+from .routes import health, moderation, posts, social
+from .store.idempotency import purge_expired_periodically
 from .users import KnownUsers
 
 log = logging.getLogger("services.api")
@@ -39,9 +40,9 @@ log = logging.getLogger("services.api")
 # few media ids; anything much larger is a mistake or an attack.
 MAX_BODY_BYTES = 64 * 1024
 
-ROUTERS: list[APIRouter] = [health.router]
+ROUTERS: list[APIRouter] = [health.router, posts.router, social.router, moderation.router]
 # Coroutines run for the life of the app, given the app (periodic clean-ups).
-BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = []
+BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = [purge_expired_periodically]
 
 
 @asynccontextmanager

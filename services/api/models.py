@@ -1,0 +1,73 @@
+"""Request and response bodies. Requests reject unknown fields; every id is a string."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from fastapi import Path
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+MAX_ID = (1 << 63) - 1
+# A post's text: 5,000 characters is generous for a feed item and bounds row size.
+MAX_TEXT_CHARS = 5000
+# Media are uploaded elsewhere (object storage); a post references at most a small album.
+MAX_MEDIA_IDS = 10
+MAX_REASON_CHARS = 500
+# Postgres TEXT cannot hold NUL; refusing it here keeps it a 422, not a 500.
+NO_NUL = r"^[^\x00]*$"
+
+
+def _encodable(value: str) -> str:
+    """Lone surrogates (legal in JSON escapes) cannot be stored as UTF-8: reject them."""
+    value.encode("utf-8")
+    return value
+
+
+PostText = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TEXT_CHARS,
+                                            pattern=NO_NUL), AfterValidator(_encodable)]
+MediaId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+Reason = Annotated[str, StringConstraints(max_length=MAX_REASON_CHARS, pattern=NO_NUL),
+                   AfterValidator(_encodable)]
+IdempotencyKey = Annotated[str, StringConstraints(pattern=r"^[!-~]{1,255}$")]
+
+PostIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="Snowflake post id")]
+UserIdPath = Annotated[int, Path(ge=1, le=MAX_ID, description="user id")]
+
+
+class PostCreate(BaseModel):
+    """``POST /v1/posts``. The author is the token's subject, never a body field."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: PostText
+    media_ids: list[MediaId] = Field(default_factory=list, max_length=MAX_MEDIA_IDS)
+
+
+class PostOut(BaseModel):
+    post_id: str
+    author_id: str
+    text: str
+    media_ids: list[str]
+    created_at: datetime
+    visibility: Literal["visible", "removed"]
+
+
+class FollowOut(BaseModel):
+    follower_id: str
+    author_id: str
+    following_since: datetime
+
+
+class ModerationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["remove", "restore"]
+    reason: Reason = ""
+
+
+class ModerationOut(BaseModel):
+    post_id: str
+    state: Literal["removed", "restored"]
+    reason: str
+    moderator_id: str
+    updated_at: datetime

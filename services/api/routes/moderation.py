@@ -1,0 +1,31 @@
+"""Internal moderation: remove or restore a post (tokens with the moderator role only)."""
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from ..auth import Moderator
+from ..deps import Pg
+from ..models import ModerationOut, ModerationRequest, PostIdPath
+from ..problems import NOT_FOUND, ProblemError, problem_responses
+from ..store import moderation
+
+router = APIRouter(prefix="/internal/moderation", tags=["moderation"])
+
+# action -> (posts.visibility, moderation_actions.state)
+EFFECTS = {"remove": (0, "removed"), "restore": (1, "restored")}
+
+
+@router.post("/posts/{post_id}", response_model=ModerationOut,
+             summary="Remove or restore a post",
+             responses=problem_responses(401, 403, 404, 413, 422))
+async def moderate_post(post_id: PostIdPath, body: ModerationRequest, moderator: Moderator,
+                        pool: Pg) -> ModerationOut:
+    visibility, state = EFFECTS[body.action]
+    async with pool.connection() as conn, conn.transaction():
+        updated_at = await moderation.apply(conn, post_id, visibility=visibility, state=state,
+                                            reason=body.reason,
+                                            moderator_id=moderator.user_id)
+    if updated_at is None:
+        raise ProblemError(NOT_FOUND, "no such post")
+    return ModerationOut(post_id=str(post_id), state=state, reason=body.reason,
+                         moderator_id=str(moderator.user_id), updated_at=updated_at)

@@ -1,0 +1,121 @@
+"""``POST /v1/posts`` (Idempotency-Key), ``GET`` and ``DELETE /v1/posts/{post_id}``."""
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Response
+from fastapi.responses import JSONResponse
+
+from services.common import ids as snowflake
+from services.common.idgen import ClockMovedBackwards, IdGenerationError, LeaseLost
+
+from .. import idempotency
+from ..auth import CurrentUser
+from ..deps import Ids, Metrics, Pg
+from ..idempotency import Outcome, StoredKey
+from ..models import IdempotencyKey, PostCreate, PostIdPath, PostOut
+from ..problems import (FORBIDDEN, IDEMPOTENCY_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED, NOT_FOUND,
+                        UNAVAILABLE, ProblemError, problem_responses)
+from ..store import idempotency as keys
+from ..store import posts as post_rows
+from ..store.posts import StoredPost
+from ..visibility import visible_to
+
+router = APIRouter(prefix="/v1/posts", tags=["posts"])
+
+
+def post_json(post: StoredPost) -> dict[str, Any]:
+    """The API's view of a post; ids as strings."""
+    return PostOut(post_id=str(post.post_id), author_id=str(post.author_id), text=post.text,
+                   media_ids=list(post.media_ids), created_at=post.created_at,
+                   visibility="visible" if post.visibility == 1 else "removed",
+                   ).model_dump(mode="json")
+
+
+def _replay(stored: StoredKey) -> JSONResponse:
+    body = stored.response_body
+    headers = {"Idempotent-Replayed": "true"}
+    if isinstance(body, dict) and "post_id" in body:
+        headers["Location"] = f"/v1/posts/{body['post_id']}"
+    return JSONResponse(body, status_code=stored.status_code or 200, headers=headers)
+
+
+def _new_post_id(ids: Ids, metrics: Metrics) -> int:
+    try:
+        post_id = ids.next_id()
+    except ClockMovedBackwards as exc:
+        metrics.id_errors.labels("clock").inc()
+        raise ProblemError(UNAVAILABLE, "clock moved backwards; retry shortly",
+                           headers={"Retry-After": "1"}) from exc
+    except LeaseLost as exc:
+        metrics.id_errors.labels("lease").inc()
+        raise ProblemError(UNAVAILABLE, "this instance cannot issue ids",
+                           headers={"Retry-After": "1"}) from exc
+    except IdGenerationError as exc:
+        metrics.id_errors.labels("other").inc()
+        raise ProblemError(UNAVAILABLE, str(exc), headers={"Retry-After": "1"}) from exc
+    metrics.ids_issued.inc()
+    return post_id
+
+
+@router.post("", status_code=201, response_model=PostOut,
+             summary="Create a post (exactly once per Idempotency-Key within 24 h)",
+             responses=problem_responses(400, 401, 409, 413, 422, 503))
+async def create_post(body: PostCreate, user: CurrentUser, pool: Pg, ids: Ids,
+                      metrics: Metrics,
+                      idempotency_key: Annotated[IdempotencyKey, Header()]) -> Any:
+    request_hash = idempotency.request_fingerprint(body.model_dump(mode="json"))
+    claim = await keys.claim(pool, user.user_id, idempotency_key, request_hash)
+    if isinstance(claim, StoredKey):
+        outcome = idempotency.decide(claim, request_hash)
+        if outcome is Outcome.DIFFERENT_BODY:
+            raise ProblemError(IDEMPOTENCY_KEY_REUSED,
+                               "this Idempotency-Key was used with a different body")
+        if outcome is Outcome.IN_FLIGHT:
+            raise ProblemError(IDEMPOTENCY_IN_FLIGHT, "retry when the first request ends",
+                               headers={"Retry-After": "1"})
+        metrics.idempotent_replays.inc()
+        return _replay(claim)
+    try:
+        post_id = _new_post_id(ids, metrics)
+        post = StoredPost(post_id=post_id, author_id=user.user_id, text=body.text,
+                          media_ids=body.media_ids,
+                          created_at=snowflake.parse(post_id).created_at,
+                          visibility=1, deleted_at=None)
+        async with pool.connection() as conn, conn.transaction():
+            stored = await keys.complete(conn, user.user_id, idempotency_key, claim, 201,
+                                         post_json(post))
+            if stored is None:
+                raise ProblemError(IDEMPOTENCY_IN_FLIGHT,
+                                   "this Idempotency-Key was taken over by another request")
+            await post_rows.insert(conn, post)
+    except BaseException:
+        await keys.release(pool, user.user_id, idempotency_key, claim)
+        raise
+    return JSONResponse(stored, status_code=201, headers={"Location": f"/v1/posts/{post_id}"})
+
+
+@router.get("/{post_id}", response_model=PostOut, summary="Read a post",
+            responses=problem_responses(401, 404, 422))
+async def get_post(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Any:
+    async with pool.connection() as conn:
+        found = await post_rows.fetch_for_viewer(conn, post_id, user.user_id)
+    if found is None or not visible_to(found[0], user.user_id, blocked=found[1]):
+        raise ProblemError(NOT_FOUND, "no such post")
+    return post_json(found[0])
+
+
+@router.delete("/{post_id}", status_code=204, response_class=Response,
+               summary="Delete one's own post (soft delete; idempotent)",
+               responses=problem_responses(401, 403, 404, 422))
+async def delete_post(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Response:
+    async with pool.connection() as conn, conn.transaction():
+        found = await post_rows.lock_author(conn, post_id)
+        if found is None:
+            raise ProblemError(NOT_FOUND, "no such post")
+        author_id, already_deleted = found
+        if author_id != user.user_id:
+            raise ProblemError(FORBIDDEN, "only the author may delete a post")
+        if not already_deleted:
+            await post_rows.soft_delete(conn, post_id)
+    return Response(status_code=204)

@@ -1,0 +1,85 @@
+"""Follow, block and like: ``PUT`` starts, ``DELETE`` ends; all idempotent."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from ..auth import CurrentUser
+from ..deps import Pg
+from ..models import FollowOut, PostIdPath, UserIdPath
+from ..problems import FORBIDDEN, NOT_FOUND, VALIDATION_FAILED, ProblemError, problem_responses
+from ..store import posts as post_rows
+from ..store import social
+from ..visibility import likeable_by
+
+router = APIRouter(prefix="/v1", tags=["social"])
+
+
+def _refuse_self(user_id: int, other_id: int, verb: str) -> None:
+    if user_id == other_id:
+        raise ProblemError(VALIDATION_FAILED, f"you cannot {verb} yourself")
+
+
+@router.put("/users/{author_id}/follow", response_model=FollowOut,
+            summary="Follow an author (following_since is kept on repeat)",
+            responses=problem_responses(401, 403, 404, 422))
+async def follow(author_id: UserIdPath, user: CurrentUser, pool: Pg) -> FollowOut:
+    _refuse_self(user.user_id, author_id, "follow")
+    async with pool.connection() as conn, conn.transaction():
+        await social.lock_pair(conn, user.user_id, author_id)
+        if not await social.user_exists(conn, author_id):
+            raise ProblemError(NOT_FOUND, "no such user")
+        if await social.blocked_either_way(conn, user.user_id, author_id):
+            raise ProblemError(FORBIDDEN, "a block stands between you and this user")
+        since = await social.follow(conn, user.user_id, author_id)
+    return FollowOut(follower_id=str(user.user_id), author_id=str(author_id),
+                     following_since=since)
+
+
+@router.delete("/users/{author_id}/follow", status_code=204, response_class=Response,
+               summary="Unfollow an author", responses=problem_responses(401, 422))
+async def unfollow(author_id: UserIdPath, user: CurrentUser, pool: Pg) -> Response:
+    async with pool.connection() as conn, conn.transaction():
+        await social.unfollow(conn, user.user_id, author_id)
+    return Response(status_code=204)
+
+
+@router.put("/users/{user_id}/block", status_code=204, response_class=Response,
+            summary="Block a user: hides content both ways and ends follows both ways",
+            responses=problem_responses(401, 404, 422))
+async def block(user_id: UserIdPath, user: CurrentUser, pool: Pg) -> Response:
+    _refuse_self(user.user_id, user_id, "block")
+    async with pool.connection() as conn, conn.transaction():
+        await social.lock_pair(conn, user.user_id, user_id)
+        if not await social.user_exists(conn, user_id):
+            raise ProblemError(NOT_FOUND, "no such user")
+        await social.block(conn, user.user_id, user_id)
+    return Response(status_code=204)
+
+
+@router.delete("/users/{user_id}/block", status_code=204, response_class=Response,
+               summary="Unblock a user (follows are not restored)",
+               responses=problem_responses(401, 422))
+async def unblock(user_id: UserIdPath, user: CurrentUser, pool: Pg) -> Response:
+    async with pool.connection() as conn, conn.transaction():
+        await social.lock_pair(conn, user.user_id, user_id)
+        await social.unblock(conn, user.user_id, user_id)
+    return Response(status_code=204)
+
+
+@router.put("/posts/{post_id}/like", status_code=204, response_class=Response,
+            summary="Like a post", responses=problem_responses(401, 404, 422))
+async def like(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Response:
+    async with pool.connection() as conn, conn.transaction():
+        found = await post_rows.fetch_for_viewer(conn, post_id, user.user_id)
+        if found is None or not likeable_by(found[0], user.user_id, blocked=found[1]):
+            raise ProblemError(NOT_FOUND, "no such post")
+        await social.like(conn, post_id, user.user_id)
+    return Response(status_code=204)
+
+
+@router.delete("/posts/{post_id}/like", status_code=204, response_class=Response,
+               summary="Remove a like", responses=problem_responses(401, 422))
+async def unlike(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Response:
+    async with pool.connection() as conn, conn.transaction():
+        await social.unlike(conn, post_id, user.user_id)
+    return Response(status_code=204)

@@ -1,0 +1,1 @@
+"""Postgres statements of the write path, one module per aggregate. Thin: no decisions."""

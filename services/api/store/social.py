@@ -1,0 +1,69 @@
+"""``follows``, ``blocks`` and ``likes``.
+
+Follow and block statements on one pair of users take a transaction-scoped advisory lock
+on the unordered pair, so a follow racing a block can never leave a follow behind a block.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from psycopg import AsyncConnection
+
+
+async def lock_pair(conn: AsyncConnection, a: int, b: int) -> None:
+    low, high = min(a, b), max(a, b)
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                       (f"pair:{low}:{high}",))
+
+
+async def user_exists(conn: AsyncConnection, user_id: int) -> bool:
+    return await (await conn.execute("SELECT 1 FROM users WHERE user_id = %s",
+                                     (user_id,))).fetchone() is not None
+
+
+async def blocked_either_way(conn: AsyncConnection, a: int, b: int) -> bool:
+    return await (await conn.execute(
+        "SELECT 1 FROM blocks WHERE (blocker_id = %s AND blocked_id = %s) "
+        "OR (blocker_id = %s AND blocked_id = %s)", (a, b, b, a))).fetchone() is not None
+
+
+async def follow(conn: AsyncConnection, follower_id: int, followed_id: int) -> datetime:
+    """Start following (``following_since`` = now) or keep the existing start."""
+    row = await (await conn.execute(
+        "INSERT INTO follows (follower_id, followed_id, following_since) "
+        "VALUES (%s, %s, now()) ON CONFLICT DO NOTHING RETURNING following_since",
+        (follower_id, followed_id))).fetchone()
+    if row is None:
+        row = await (await conn.execute(
+            "SELECT following_since FROM follows WHERE follower_id = %s AND followed_id = %s",
+            (follower_id, followed_id))).fetchone()
+    return row[0]
+
+
+async def unfollow(conn: AsyncConnection, follower_id: int, followed_id: int) -> None:
+    await conn.execute("DELETE FROM follows WHERE follower_id = %s AND followed_id = %s",
+                       (follower_id, followed_id))
+
+
+async def block(conn: AsyncConnection, blocker_id: int, blocked_id: int) -> None:
+    """Record the block and end follows in both directions (same transaction)."""
+    await conn.execute("INSERT INTO blocks (blocker_id, blocked_id) VALUES (%s, %s) "
+                       "ON CONFLICT DO NOTHING", (blocker_id, blocked_id))
+    await conn.execute("DELETE FROM follows WHERE (follower_id = %s AND followed_id = %s) "
+                       "OR (follower_id = %s AND followed_id = %s)",
+                       (blocker_id, blocked_id, blocked_id, blocker_id))
+
+
+async def unblock(conn: AsyncConnection, blocker_id: int, blocked_id: int) -> None:
+    await conn.execute("DELETE FROM blocks WHERE blocker_id = %s AND blocked_id = %s",
+                       (blocker_id, blocked_id))
+
+
+async def like(conn: AsyncConnection, post_id: int, user_id: int) -> None:
+    await conn.execute("INSERT INTO likes (post_id, user_id) VALUES (%s, %s) "
+                       "ON CONFLICT DO NOTHING", (post_id, user_id))
+
+
+async def unlike(conn: AsyncConnection, post_id: int, user_id: int) -> None:
+    await conn.execute("DELETE FROM likes WHERE post_id = %s AND user_id = %s",
+                       (post_id, user_id))
