@@ -1,0 +1,106 @@
+"""Node-id leases in Postgres and id uniqueness across threads and processes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from services.common import ids
+from services.common.idgen import LEASE_SAFETY_MS, LeaseLost, NodeLease, SnowflakeGenerator
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_WORKER = textwrap.dedent("""
+    import sys
+    from services.common.idgen import NodeLease, SnowflakeGenerator
+    from services.common.settings import Settings
+    lease = NodeLease.acquire(Settings())
+    try:
+        gen = SnowflakeGenerator(lease.node_id, lease=lease)
+        with open(sys.argv[1], "w") as out:
+            out.write("\\n".join(str(gen.next_id()) for _ in range(int(sys.argv[2]))))
+    finally:
+        lease.release()
+""")
+
+
+def test_live_leases_never_share_a_node_id(settings) -> None:
+    leases = [NodeLease.acquire(settings) for _ in range(5)]
+    try:
+        assert len({lease.node_id for lease in leases}) == 5
+        with psycopg.connect(settings.pg_dsn) as conn:
+            rows = conn.execute("SELECT node_id, holder FROM id_node_leases "
+                                "WHERE expires_at > now()").fetchall()
+        held = {(lease.node_id, lease.holder) for lease in leases}
+        assert held <= set(rows)
+    finally:
+        for lease in leases:
+            lease.release()
+
+
+def test_lease_taken_by_another_holder_stops_the_generator(settings) -> None:
+    lease = NodeLease.acquire(settings)
+    try:
+        gen = SnowflakeGenerator(lease.node_id, lease=lease)
+        gen.next_id()
+        with psycopg.connect(settings.pg_dsn) as conn:
+            conn.execute("UPDATE id_node_leases SET holder = 'someone-else' WHERE node_id = %s",
+                         (lease.node_id,))
+        assert lease.renew() is False
+        with pytest.raises(LeaseLost):
+            gen.next_id()
+    finally:
+        lease.release()
+
+
+def test_expired_lease_cannot_be_renewed(settings) -> None:
+    lease = NodeLease.acquire(settings)
+    try:
+        with psycopg.connect(settings.pg_dsn) as conn:
+            conn.execute("UPDATE id_node_leases SET expires_at = now() - interval '1 second' "
+                         "WHERE node_id = %s", (lease.node_id,))
+        assert lease.renew() is False
+        assert not lease.is_held()
+    finally:
+        lease.release()
+
+
+def test_unrenewed_lease_stops_issuing_before_it_expires_in_postgres(settings) -> None:
+    now = [1000.0]
+    lease = NodeLease.acquire(settings, ttl_seconds=10, monotonic=lambda: now[0])
+    try:
+        gen = SnowflakeGenerator(lease.node_id, lease=lease)
+        gen.next_id()
+        now[0] += 10 - LEASE_SAFETY_MS / 1000 - 0.001
+        gen.next_id()
+        now[0] += 0.002
+        with pytest.raises(LeaseLost):
+            gen.next_id()
+        assert lease.renew() is True  # still ours in Postgres: renewal brings it back
+        gen.next_id()
+    finally:
+        lease.release()
+
+
+def test_ids_are_unique_across_processes(settings, tmp_path: Path) -> None:
+    env = {**os.environ, "FEED_PG_DATABASE": settings.pg_database, "PYTHONPATH": str(ROOT)}
+    per_process = 50_000
+    outputs = [tmp_path / f"ids-{i}.txt" for i in range(4)]
+    workers = [subprocess.Popen([sys.executable, "-c", _WORKER, str(out), str(per_process)],
+                                cwd=ROOT, env=env) for out in outputs]
+    for worker in workers:
+        assert worker.wait(timeout=120) == 0
+    issued = [[int(line) for line in out.read_text().split()] for out in outputs]
+    everything = [i for batch in issued for i in batch]
+    assert len(everything) == 4 * per_process
+    assert len(set(everything)) == len(everything)
+    nodes = [{ids.parse(i).node for i in batch} for batch in issued]
+    assert all(len(n) == 1 for n in nodes) and len(set().union(*nodes)) == 4
+    assert all(batch == sorted(batch) for batch in issued)
