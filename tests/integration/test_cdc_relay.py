@@ -1,0 +1,289 @@
+"""CDC relay against the real Postgres and Kafka: envelopes, ordering, fail-fast, heartbeats,
+unexpected column types. Fault tests (SIGKILL, Postgres restart) are in test_cdc_faults.py.
+
+Each test gets its own database (derived from the session's) and topic prefix, so a
+snapshot sees only that test's rows and a test may change the publication freely.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from deploy.migrate import migrate_kafka, migrate_postgres
+from services.cdc.pgoutput import lsn_from_str
+from services.cdc.slot import slot_name_for
+from services.common.settings import Settings
+from services.common.topics import CAPTURED_TABLES, cdc_topic, heartbeat_topic
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_counter = itertools.count(1)
+
+
+def wait_for(condition: Callable[[], object], timeout: float, message: str) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {message}")
+        time.sleep(0.1)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def source(settings: Settings) -> Iterator[Settings]:
+    """A fresh migrated database + topic prefix for one test; slots dropped afterwards."""
+    name = f"{settings.pg_database}_cdc{next(_counter)}"
+    admin = Settings(pg_database=settings.pg_database)
+    with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    s = settings.model_copy(update={"pg_database": name, "topic_prefix": name,
+                                    "cdc_metrics_port": _free_port()})
+    migrate_postgres(s)
+    migrate_kafka(s, name)
+    yield s
+    with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
+        for _ in range(50):
+            rows = conn.execute("SELECT slot_name, active_pid FROM pg_replication_slots "
+                                "WHERE database = %s", (name,)).fetchall()
+            if all(pid is None for _, pid in rows):
+                break
+            time.sleep(0.2)
+        for slot, _ in rows:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@dataclass
+class RelayProcess:
+    proc: subprocess.Popen
+    log_path: str
+
+    def log(self) -> str:
+        with open(self.log_path) as fh:
+            return fh.read()
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def relays(tmp_path) -> Iterator[Callable[..., RelayProcess]]:
+    """Start ``python -m services.cdc`` subprocesses; all are stopped at the end."""
+    started: list[RelayProcess] = []
+
+    def start(s: Settings, **extra: str) -> RelayProcess:
+        env = {**os.environ, "FEED_PG_DATABASE": s.pg_database, "FEED_TOPIC_PREFIX": s.topic_prefix,
+               "FEED_PG_HOST": s.pg_host, "FEED_PG_PORT": str(s.pg_port),
+               "FEED_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+               "FEED_CDC_METRICS_PORT": str(_free_port()),
+               "FEED_CDC_HEARTBEAT_INTERVAL_S": "1", **extra}
+        log_path = str(tmp_path / f"relay{len(started)}.log")
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "services.cdc"], cwd=REPO, env=env,
+                                    stdout=log, stderr=subprocess.STDOUT)
+        relay = RelayProcess(proc, log_path)
+        started.append(relay)
+        return relay
+
+    yield start
+    for relay in started:
+        relay.stop()
+
+
+def slot_row(s: Settings) -> tuple | None:
+    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT s.active_pid, s.confirmed_flush_lsn::text, r.snapshot_completed_at "
+            "FROM pg_replication_slots s LEFT JOIN cdc_relay_state r USING (slot_name) "
+            "WHERE s.slot_name = %s", (slot_name_for(s),)).fetchone()
+
+
+def wait_streaming(s: Settings, timeout: float = 60) -> None:
+    wait_for(lambda: (row := slot_row(s)) and row[0] and row[2], timeout, "relay streaming")
+
+
+def confirmed_lsn(s: Settings) -> int:
+    row = slot_row(s)
+    assert row is not None
+    return lsn_from_str(row[1])
+
+
+@dataclass(frozen=True)
+class Event:
+    topic: str
+    partition: int
+    offset: int
+    key: dict | None
+    value: dict | None
+    timestamp_ms: int
+
+    @property
+    def table(self) -> str:
+        return self.topic.rsplit(".", 1)[-1]
+
+
+def consume(s: Settings, until: Callable[[list[Event]], bool], timeout: float = 60,
+            topics: list[str] | None = None) -> list[Event]:
+    """Read the CDC topics from the start until ``until(events)`` holds."""
+    consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": str(uuid.uuid4()),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(topics or [cdc_topic(t, s.topic_prefix) for t in CAPTURED_TABLES])
+    events: list[Event] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not until(events):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {len(events)} events after {timeout:.0f} s")
+            for msg in consumer.consume(500, 0.5):
+                if msg.error():
+                    continue
+                events.append(Event(msg.topic(), msg.partition(), msg.offset(),
+                                    json.loads(msg.key()) if msg.key() else None,
+                                    json.loads(msg.value()) if msg.value() else None,
+                                    msg.timestamp()[1]))
+    finally:
+        consumer.close()
+    return events
+
+
+def changes(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.value is not None]
+
+
+def test_every_committed_change_arrives_once_in_order_with_debeziums_envelope(
+        source: Settings, relays) -> None:
+    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO users (user_id) VALUES (1), (2), (3)")
+        conn.execute("INSERT INTO posts (post_id, author_id, created_at, text) "
+                     "VALUES (100, 1, '2026-01-02 03:04:05.5+00', 'before the relay')")
+    relays(source)
+    wait_streaming(source)
+    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute("INSERT INTO posts (post_id, author_id, created_at, text, media_ids) "
+                         "VALUES (101, 2, now(), 'streamed', '[\"m1\"]')")
+            conn.execute("INSERT INTO follows VALUES (1, 2, now())")
+        conn.execute("INSERT INTO likes (post_id, user_id) VALUES (100, 3)")
+        conn.execute("INSERT INTO blocks (blocker_id, blocked_id) VALUES (3, 1)")
+        conn.execute("UPDATE posts SET visibility = 0 WHERE post_id = 100")
+        conn.execute("INSERT INTO moderation_actions (post_id, state, moderator_id) "
+                     "VALUES (100, 'removed', 3)")
+        for i in range(5):
+            conn.execute("UPDATE posts SET text = %s WHERE post_id = 101", (f"edit {i}",))
+        conn.execute("DELETE FROM likes WHERE post_id = 100")
+        conn.execute("DELETE FROM follows WHERE follower_id = 1")
+    # 4 snapshot rows + 2 + 1 + 1 + 1 + 1 + 5 + 2 deletes = 17 changes, 2 tombstones.
+    events = consume(source, lambda ev: len(ev) >= 19)
+    time.sleep(2)
+    events = consume(source, lambda ev: len(ev) >= 19)
+    assert len(events) == 19, [(e.table, e.value and e.value["op"]) for e in events]
+    ops = sorted((e.table, e.value["op"]) for e in changes(events))
+    assert ops == sorted([("users", "r")] * 3 + [("posts", "r"), ("posts", "c"), ("follows", "c"),
+                         ("likes", "c"), ("blocks", "c"), ("posts", "u"),
+                         ("moderation_actions", "c")] + [("posts", "u")] * 5
+                         + [("likes", "d"), ("follows", "d")])
+    # Per key, events arrive in WAL order (snapshot first); keys are the primary keys.
+    by_key: dict[tuple, list[Event]] = {}
+    for e in events:
+        by_key.setdefault((e.topic, json.dumps(e.key, sort_keys=True)), []).append(e)
+    for (_topic, _key), evs in by_key.items():
+        lsns = [e.value["source"]["lsn"] for e in evs if e.value]
+        assert lsns == sorted(lsns)
+    texts = [e.value["after"]["text"] for e in by_key[(cdc_topic("posts", source.topic_prefix),
+                                                       '{"post_id": 101}')]]
+    assert texts == ["streamed"] + [f"edit {i}" for i in range(5)]
+    [snap] = [e for e in events if e.value and e.value["op"] == "r" and e.table == "posts"]
+    assert snap.key == {"post_id": 100}
+    assert snap.value["after"]["created_at"] == "2026-01-02T03:04:05.500000Z"
+    assert snap.value["source"]["snapshot"] in ("first", "last", "first_in_data_collection")
+    [like_delete] = [e for e in changes(events) if e.table == "likes" and e.value["op"] == "d"]
+    assert like_delete.value["after"] is None and like_delete.value["before"]["user_id"] == 3
+    assert like_delete.key == {"post_id": 100, "user_id": 3}
+    tombstones = [e for e in events if e.value is None]
+    assert sorted(e.table for e in tombstones) == ["follows", "likes"]
+    [created] = [e for e in changes(events) if e.table == "posts" and e.value["op"] == "c"]
+    src = created.value["source"]
+    assert (src["connector"], src["name"], src["db"], src["schema"], src["snapshot"]) == (
+        "postgresql", source.topic_prefix, source.pg_database, "public", "false")
+    assert isinstance(src["txId"], int) and src["lsn"] > snap.value["source"]["lsn"]
+    assert created.value["after"]["media_ids"] == '["m1"]'
+    # Everything acknowledged is confirmed to Postgres: the slot moved past the last change.
+    last_lsn = max(e.value["source"]["lsn"] for e in changes(events))
+    wait_for(lambda: confirmed_lsn(source) > last_lsn, 15, "slot confirmed past last change")
+
+
+def test_second_relay_on_the_same_slot_fails_fast_with_a_clear_error(source: Settings,
+                                                                    relays) -> None:
+    first = relays(source)
+    wait_streaming(source)
+    second = relays(source)
+    assert second.proc.wait(30) == 2
+    assert "in use" in second.log() and "refusing to start a second" in second.log()
+    assert first.proc.poll() is None
+
+
+def test_quiet_tables_still_advance_the_slot_and_heartbeats_flow(source: Settings,
+                                                                 relays) -> None:
+    relays(source)
+    wait_streaming(source)
+    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+        # WAL that the publication does not capture (idempotency keys are not in feed_cdc).
+        for i in range(20):
+            conn.execute("INSERT INTO idempotency_keys (author_id, key, request_hash, expires_at) "
+                         "VALUES (1, %s, 'h', now())", (f"k{i}",))
+        target = lsn_from_str(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+    wait_for(lambda: confirmed_lsn(source) >= target, 30, "slot to advance while quiet")
+    beats = consume(source, lambda ev: len(ev) >= 2, 30,
+                    topics=[heartbeat_topic(source.topic_prefix)])
+    assert beats[0].key == {"serverName": source.topic_prefix} and "ts_ms" in beats[0].value
+
+
+def test_unexpected_column_type_stops_the_relay_clearly_or_renders_as_text(source: Settings,
+                                                                          relays) -> None:
+    topic = cdc_topic("probe", source.topic_prefix)
+    admin = AdminClient({"bootstrap.servers": source.kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result()
+    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE probe (id INT PRIMARY KEY, addr INET, note TEXT)")
+        conn.execute("ALTER PUBLICATION feed_cdc ADD TABLE probe")
+    failing = relays(source)
+    wait_streaming(source)
+    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO probe VALUES (1, '10.1.2.3', 'x')")
+        change = lsn_from_str(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+    assert failing.proc.wait(30) == 3
+    assert "public.probe.addr: type oid 869 has no rendering" in failing.log()
+    assert confirmed_lsn(source) < change  # nothing confirmed past the change it refused
+    relays(source, FEED_CDC_UNKNOWN_TYPES="text")
+    [event] = consume(source, lambda ev: len(ev) >= 1, 60, topics=[topic])
+    assert event.value["after"] == {"id": 1, "addr": "10.1.2.3", "note": "x"}
