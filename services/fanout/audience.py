@@ -1,0 +1,131 @@
+"""Which readers get a post, and with which write timestamp. Pure decisions, no I/O.
+
+Write timestamps (docs/architecture.md, "idempotency by write timestamp"): an inbox row
+is written ``USING TIMESTAMP`` the LSN of the change that made the post visible (its
+create, or a moderation restore). Every reason to remove the row (post delete, removal,
+unfollow, block) deletes it ``USING TIMESTAMP`` its own LSN, so whatever order the events
+arrive in, a removal that happened after the post was made visible wins, and a replay
+rewrites identical cells.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, Iterable, Mapping
+
+from services.common.envelope import ChangeRecord, parse_jsonb, parse_timestamp, require_int
+
+VISIBLE = 1
+
+
+@dataclass(frozen=True)
+class PostFields:
+    """The columns of a posts change that the serving copy keeps."""
+
+    post_id: int
+    author_id: int
+    created_at: datetime | None
+    text: str | None
+    media_ids: list[str]
+    visibility: int | None
+    deleted: bool
+
+    @property
+    def alive(self) -> bool:
+        return self.visibility == VISIBLE and not self.deleted
+
+
+def post_fields(row: Mapping[str, Any], *, deleted_row: bool = False) -> PostFields:
+    """Map a posts row image (CDC or snapshot: one mapping, so they cannot drift)."""
+    media = parse_jsonb(row.get("media_ids")) or []
+    if not isinstance(media, list):
+        media = []
+    visibility = row.get("visibility")
+    return PostFields(
+        post_id=require_int(row, "post_id"),
+        author_id=require_int(row, "author_id"),
+        created_at=parse_timestamp(row.get("created_at")),
+        text=row.get("text"),
+        media_ids=[str(m) for m in media],
+        visibility=int(visibility) if visibility is not None else None,
+        deleted=deleted_row or row.get("deleted_at") is not None,
+    )
+
+
+class PostAction(str, Enum):
+    MATERIALIZE = "materialize"  # the change made the post visible: fan it out
+    REMOVE = "remove"            # the change made it invisible: clean materialized rows
+    COPY_ONLY = "copy_only"      # an edit that keeps visibility: update the copy only
+
+
+def post_action(change: ChangeRecord) -> PostAction:
+    """What a posts change means for the inboxes."""
+    if change.op == "d":
+        return PostAction.REMOVE
+    after = post_fields(change.row)
+    if change.op in ("c", "r"):
+        return PostAction.MATERIALIZE if after.alive else PostAction.REMOVE
+    was_alive = change.before is not None and post_fields(change.before).alive
+    if after.alive and not was_alive:
+        return PostAction.MATERIALIZE
+    if not after.alive and (was_alive or change.before is None):
+        return PostAction.REMOVE
+    return PostAction.COPY_ONLY
+
+
+@dataclass(frozen=True)
+class PostCopy:
+    """The merged serving copy of a post as Cassandra holds it after last-write-wins."""
+
+    post_id: int
+    author_id: int | None
+    created_at: datetime | None
+    visibility: int | None
+    deleted: bool | None
+    visibility_ts: int | None  # WRITETIME(visibility): LSN of the change that set it
+    fanned_out: bool | None
+
+    @property
+    def alive(self) -> bool:
+        return (self.visibility == VISIBLE and not self.deleted
+                and self.author_id is not None and self.created_at is not None)
+
+
+@dataclass(frozen=True)
+class Follower:
+    reader_id: int
+    following_since: datetime | None
+
+
+def readers_for_post(author_id: int, created_at: datetime, followers: Iterable[Follower],
+                     blocked: frozenset[int] | set[int]) -> list[int]:
+    """Followers who get the post: followed by then (no backfill), not blocked either way."""
+    return [f.reader_id for f in followers
+            if f.reader_id != author_id
+            and f.following_since is not None and f.following_since <= created_at
+            and f.reader_id not in blocked]
+
+
+def backfill_posts(post_ids: Iterable[int], lowest_id: int) -> list[int]:
+    """Posts a new follow (or an unblock) brings: only those made since following_since."""
+    return [p for p in post_ids if p >= lowest_id]
+
+
+_MIX = 0x9E3779B97F4A7C15  # Fibonacci hashing: spreads consecutive ids evenly
+_MASK = (1 << 64) - 1
+
+
+def should_check_cap(reader_id: int, post_id: int, every: int) -> bool:
+    """Deterministic sampling of cap checks: one insert in ``every`` per reader, replay-stable."""
+    if every <= 1:
+        return True
+    mixed = (((reader_id ^ post_id) * _MIX) & _MASK) >> 32
+    return mixed % every == 0
+
+
+def trim_boundary(post_ids_newest_first: list[int], cap: int) -> int | None:
+    """The post_id below which the inbox is over its cap (delete ``post_id < boundary``)."""
+    if cap <= 0 or len(post_ids_newest_first) <= cap:
+        return None
+    return post_ids_newest_first[cap - 1]

@@ -1,0 +1,160 @@
+"""Cassandra copies the fan-out maintains: posts, author partitions, follows, blocks.
+
+Every write of a CDC-derived row carries ``USING TIMESTAMP <lsn>`` (idempotent replay,
+deletes beat late creates). Follower counts are counters: they move only when the
+follows copy actually changed state (read, write, read back), see ``add_follow``.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import AsyncIterator
+
+from cassandra.cluster import Session
+
+from services.common import ids
+
+from .audience import Follower, PostCopy, PostFields
+from .cql_async import CqlRunner
+
+
+class CopyStore:
+    def __init__(self, session: Session, runner: CqlRunner, follower_page: int) -> None:
+        self._run = runner
+        p = session.prepare
+        self._write_post = p(
+            "UPDATE posts USING TIMESTAMP ? SET author_id=?, created_at=?, text=?, media_ids=?, "
+            "visibility=?, deleted=? WHERE post_id=?")
+        self._mark_fanned_out = p("UPDATE posts USING TIMESTAMP ? SET fanned_out=? WHERE post_id=?")
+        self._read_post = p(
+            "SELECT author_id, created_at, visibility, deleted, WRITETIME(visibility) AS vis_ts, "
+            "fanned_out FROM posts WHERE post_id=?")
+        self._add_author_post = p(
+            "INSERT INTO author_posts (author_id, bucket, post_id) VALUES (?,?,?) USING TIMESTAMP ?")
+        self._del_author_post = p(
+            "DELETE FROM author_posts USING TIMESTAMP ? WHERE author_id=? AND bucket=? AND post_id=?")
+        self._author_posts_since = p(
+            "SELECT post_id FROM author_posts WHERE author_id=? AND bucket=? AND post_id>=?")
+        self._add_follower = p("INSERT INTO followers (followed_id, follower_id, following_since) "
+                               "VALUES (?,?,?) USING TIMESTAMP ?")
+        self._add_following = p("INSERT INTO following (follower_id, followed_id, following_since) "
+                                "VALUES (?,?,?) USING TIMESTAMP ?")
+        self._del_follower = p("DELETE FROM followers USING TIMESTAMP ? WHERE followed_id=? AND follower_id=?")
+        self._del_following = p("DELETE FROM following USING TIMESTAMP ? WHERE follower_id=? AND followed_id=?")
+        self._read_follower = p("SELECT following_since FROM followers WHERE followed_id=? AND follower_id=?")
+        self._bump_followers = p("UPDATE author_stats SET followers = followers + ? WHERE author_id=?")
+        self._read_followers_count = p("SELECT followers FROM author_stats WHERE author_id=?")
+        self._page_followers = p("SELECT follower_id, following_since FROM followers WHERE followed_id=?")
+        self._page_followers.fetch_size = follower_page
+        self._add_block = p("INSERT INTO blocks (user_id, other_id, direction) VALUES (?,?,?) USING TIMESTAMP ?")
+        self._del_block = p("DELETE FROM blocks USING TIMESTAMP ? WHERE user_id=? AND other_id=? AND direction=?")
+        self._blocks_of = p("SELECT other_id FROM blocks WHERE user_id=?")
+        self._blocks_of.fetch_size = follower_page
+        self._blocks_between = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
+
+    # -- posts ---------------------------------------------------------------------------
+    async def write_post(self, post: PostFields, lsn: int) -> None:
+        await self._run.execute(self._write_post, (
+            lsn, post.author_id, post.created_at, post.text, post.media_ids,
+            post.visibility if not post.deleted else 0, post.deleted, post.post_id))
+
+    async def read_post(self, post_id: int) -> PostCopy | None:
+        rows = await self._run.execute(self._read_post, (post_id,))
+        if not rows:
+            return None
+        r = rows[0]
+        created = r.created_at
+        return PostCopy(post_id, r.author_id, _utc(created), r.visibility, r.deleted,
+                        r.vis_ts, r.fanned_out)
+
+    async def mark_fanned_out(self, post_id: int, fanned_out: bool, lsn: int) -> None:
+        await self._run.execute(self._mark_fanned_out, (lsn, fanned_out, post_id))
+
+    async def add_author_post(self, author_id: int, post_id: int, lsn: int) -> None:
+        await self._run.execute(self._add_author_post, (author_id, ids.day_bucket(post_id), post_id, lsn))
+
+    async def remove_author_post(self, author_id: int, post_id: int, lsn: int) -> None:
+        await self._run.execute(self._del_author_post, (lsn, author_id, ids.day_bucket(post_id), post_id))
+
+    async def author_posts_since(self, author_id: int, lowest_id: int, newest_id: int) -> list[int]:
+        """Post ids of an author from ``lowest_id`` on, over the day buckets up to ``newest_id``."""
+        out: list[int] = []
+        for bucket in range(ids.day_bucket(lowest_id), ids.day_bucket(newest_id) + 1):
+            rows = await self._run.execute(self._author_posts_since, (author_id, bucket, lowest_id))
+            out += [r.post_id for r in rows]
+        return out
+
+    # -- follows -------------------------------------------------------------------------
+    async def _follows(self, follower_id: int, followed_id: int) -> bool:
+        return bool(await self._run.execute(self._read_follower, (followed_id, follower_id)))
+
+    async def add_follow(self, follower_id: int, followed_id: int, since: datetime, lsn: int) -> int:
+        """Write both directions; returns +1 when the follow appeared (count it), else 0."""
+        before = await self._follows(follower_id, followed_id)
+        await self._run.run_bounded([
+            (self._add_follower, (followed_id, follower_id, since, lsn)),
+            (self._add_following, (follower_id, followed_id, since, lsn)),
+        ], 2)
+        after = await self._follows(follower_id, followed_id)
+        return int(after) - int(before)
+
+    async def remove_follow(self, follower_id: int, followed_id: int, lsn: int) -> int:
+        """Delete both directions; returns -1 when the follow disappeared, else 0."""
+        before = await self._follows(follower_id, followed_id)
+        await self._run.run_bounded([
+            (self._del_follower, (lsn, followed_id, follower_id)),
+            (self._del_following, (lsn, follower_id, followed_id)),
+        ], 2)
+        after = await self._follows(follower_id, followed_id)
+        return int(after) - int(before)
+
+    async def following_since(self, follower_id: int, followed_id: int) -> datetime | None:
+        rows = await self._run.execute(self._read_follower, (followed_id, follower_id))
+        return _utc(rows[0].following_since) if rows else None
+
+    async def bump_followers(self, author_id: int, delta: int) -> None:
+        await self._run.execute(self._bump_followers, (delta, author_id))
+
+    async def followers_count(self, author_id: int) -> int:
+        rows = await self._run.execute(self._read_followers_count, (author_id,))
+        return int(rows[0].followers or 0) if rows else 0
+
+    async def follower_pages(self, author_id: int) -> AsyncIterator[list[Follower]]:
+        """The author's followers, one page at a time (bounded memory for any author)."""
+        state: bytes | None = None
+        while True:
+            rows, state = await self._run.page(self._page_followers, (author_id,), state)
+            if rows:
+                yield [Follower(r.follower_id, _utc(r.following_since)) for r in rows]
+            if state is None:
+                return
+
+    # -- blocks --------------------------------------------------------------------------
+    async def add_block(self, blocker_id: int, blocked_id: int, lsn: int) -> None:
+        await self._run.run_bounded([
+            (self._add_block, (blocker_id, blocked_id, "out", lsn)),
+            (self._add_block, (blocked_id, blocker_id, "in", lsn)),
+        ], 2)
+
+    async def remove_block(self, blocker_id: int, blocked_id: int, lsn: int) -> None:
+        await self._run.run_bounded([
+            (self._del_block, (lsn, blocker_id, blocked_id, "out")),
+            (self._del_block, (lsn, blocked_id, blocker_id, "in")),
+        ], 2)
+
+    async def blocked_either_way(self, user_id: int, other_id: int) -> bool:
+        return bool(await self._run.execute(self._blocks_between, (user_id, other_id)))
+
+    async def blocked_set(self, user_id: int) -> frozenset[int]:
+        """Everyone ``user_id`` blocks or is blocked by (small for ordinary authors)."""
+        out: set[int] = set()
+        state: bytes | None = None
+        while True:
+            rows, state = await self._run.page(self._blocks_of, (user_id,), state)
+            out.update(r.other_id for r in rows)
+            if state is None:
+                return frozenset(out)
+
+
+def _utc(ts: datetime | None) -> datetime | None:
+    from datetime import timezone
+    return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts

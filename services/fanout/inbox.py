@@ -1,0 +1,70 @@
+"""Reader inboxes in Cassandra: push rows, unpush rows, purge an author, trim the tail.
+
+Writes use prepared statements, go out concurrently with a bound on rows in flight, and
+carry ``USING TIMESTAMP <lsn>``. Trimming deletes everything below the cap boundary with
+ONE range tombstone at the tail, so a first page (read from the head) never walks it.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable
+
+from cassandra.cluster import Session
+
+from .audience import should_check_cap, trim_boundary
+from .cleanup import rows_to_purge
+from .cql_async import CqlRunner
+
+
+class InboxStore:
+    def __init__(self, session: Session, runner: CqlRunner, *, max_in_flight: int,
+                 cap: int, trim_every: int) -> None:
+        self._run = runner
+        self._max_in_flight = max_in_flight
+        self._cap = cap
+        self._trim_every = trim_every
+        p = session.prepare
+        self._push = p("INSERT INTO inbox (reader_id, post_id, author_id) VALUES (?,?,?) USING TIMESTAMP ?")
+        self._unpush = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id=?")
+        self._head = p("SELECT post_id FROM inbox WHERE reader_id=? LIMIT ?")
+        self._rows = p("SELECT post_id, author_id FROM inbox WHERE reader_id=?")
+        self._rows.fetch_size = 1000
+        self._trim = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id < ?")
+
+    async def push(self, reader_ids: Iterable[int], post_id: int, author_id: int, lsn: int) -> int:
+        """Write the post into each reader's inbox; returns rows written."""
+        return await self._run.run_bounded(
+            ((self._push, (r, post_id, author_id, lsn)) for r in reader_ids), self._max_in_flight)
+
+    async def unpush(self, reader_ids: Iterable[int], post_id: int, lsn: int) -> int:
+        """Remove the post from each reader's inbox (row tombstones at ``lsn``)."""
+        return await self._run.run_bounded(
+            ((self._unpush, (lsn, r, post_id)) for r in reader_ids), self._max_in_flight)
+
+    async def purge_author(self, reader_id: int, author_id: int, lsn: int) -> int:
+        """Remove every row of ``author_id`` from one reader's inbox (unfollow, block)."""
+        doomed: list[int] = []
+        state: bytes | None = None
+        while True:
+            rows, state = await self._run.page(self._rows, (reader_id,), state)
+            doomed += rows_to_purge(((r.post_id, r.author_id) for r in rows), author_id)
+            if state is None:
+                break
+        await self._run.run_bounded(((self._unpush, (lsn, reader_id, p)) for p in doomed),
+                                    self._max_in_flight)
+        return len(doomed)
+
+    async def enforce_cap(self, reader_ids: Iterable[int], post_id: int, lsn: int) -> int:
+        """Trim sampled readers' inboxes to the cap; returns how many were trimmed."""
+        sampled = [r for r in reader_ids if should_check_cap(r, post_id, self._trim_every)]
+        # At most a page of followers / trim_every readers: a handful of reads at once.
+        results = await asyncio.gather(*(self._trim_one(r, lsn) for r in sampled))
+        return sum(results)
+
+    async def _trim_one(self, reader_id: int, lsn: int) -> int:
+        rows = await self._run.execute(self._head, (reader_id, self._cap + 1))
+        boundary = trim_boundary([r.post_id for r in rows], self._cap)
+        if boundary is None:
+            return 0
+        await self._run.execute(self._trim, (lsn, reader_id, boundary))
+        return 1

@@ -1,0 +1,24 @@
+"""Prometheus metrics of the fan-out worker (port: Settings.fanout_metrics_port).
+
+Consumer lag and DLQ counts are in services/common/kafka_io.py (shared with the ranker).
+"""
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+INBOX_ROWS = Counter("feed_fanout_inbox_rows_total", "Inbox rows written by fan-out "
+                     "(rate() of it is fan-out rows/s)")
+FANOUT_CAPACITY = Gauge("feed_fanout_capacity_rows_per_second",
+                        "Measured fan-out capacity (EWMA of achieved rows/s, floored)")
+FANOUT_SECONDS = Histogram("feed_fanout_post_seconds", "Time to fan one post out",
+                           buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+EVENT_TO_INBOX = Histogram("feed_fanout_commit_to_inbox_seconds",
+                           "Postgres commit (source.ts_ms) to the post's inbox rows written",
+                           buckets=(0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 5, 10, 30, 60))
+TIER_CHANGES = Counter("feed_fanout_tier_changes_total", "Author tier changes", ["to"])
+CLEANUP_ROWS = Counter("feed_fanout_cleanup_rows_total", "Inbox rows removed", ["reason"])
+TRIMS = Counter("feed_fanout_inbox_trims_total", "Inboxes trimmed to the length cap")
+CELEBRITY_POSTS = Counter("feed_fanout_celebrity_posts_total",
+                          "Posts kept in the author partition only")
+FOLLOWER_DRIFT = Gauge("feed_reconcile_follower_drift_authors",
+                       "Authors whose follower count differs from Postgres (last reconciliation)")

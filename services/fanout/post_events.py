@@ -1,0 +1,104 @@
+"""Posts changes: keep the copy, then push the post to inboxes or unpush it.
+
+``on_post_changed`` is the only entry: it writes the copy (last-write-wins by LSN), then
+decides from the *merged* copy, not from the event alone, so an old create arriving
+after its delete does nothing, and a replay re-derives exactly the same rows.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from services.common.envelope import ChangeRecord
+from services.common.kafka_io import EventPublisher
+from services.common.topics import author_events_topic, inbox_events_topic
+
+from .audience import PostAction, post_action, post_fields, readers_for_post
+from .cleanup import post_removal_reaches_inboxes
+from .copies import CopyStore
+from .events import celebrity_posted, post_landed_in_inbox
+from .inbox import InboxStore
+from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
+                      FANOUT_SECONDS, INBOX_ROWS, TRIMS)
+from .tier_store import TierStore
+from .tiering import Tier
+
+log = logging.getLogger(__name__)
+
+
+class PostFanout:
+    def __init__(self, copies: CopyStore, inbox: InboxStore, tiers: TierStore,
+                 publisher: EventPublisher, topic_prefix: str,
+                 wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._copies = copies
+        self._inbox = inbox
+        self._tiers = tiers
+        self._publisher = publisher
+        self._inbox_topic = inbox_events_topic(topic_prefix)
+        self._author_topic = author_events_topic(topic_prefix)
+        self._now_ms = wall_clock_ms
+        self._monotonic = monotonic
+
+    async def on_post_changed(self, change: ChangeRecord) -> None:
+        action = post_action(change)
+        post = post_fields(change.row, deleted_row=change.is_delete)
+        await self._copies.write_post(post, change.lsn)
+        if action is PostAction.REMOVE:
+            await self._remove(post.author_id, post.post_id, change.lsn)
+        elif action is PostAction.MATERIALIZE:
+            await self._materialize(post.post_id, change)
+
+    async def _remove(self, author_id: int, post_id: int, lsn: int) -> None:
+        await self._copies.remove_author_post(author_id, post_id, lsn)
+        copy = await self._copies.read_post(post_id)
+        tier = (await self._tiers.state(author_id)).tier
+        if copy is not None and copy.alive:
+            return  # a newer change made it visible again; that change owns the rows
+        if not post_removal_reaches_inboxes(copy.fanned_out if copy else None, tier):
+            return
+        async for page in self._copies.follower_pages(author_id):
+            removed = await self._inbox.unpush([f.reader_id for f in page], post_id, lsn)
+            CLEANUP_ROWS.labels("post_removed").inc(removed)
+
+    async def _materialize(self, post_id: int, change: ChangeRecord) -> None:
+        copy = await self._copies.read_post(post_id)
+        if copy is None or not copy.alive:
+            return  # deleted or removed by a change we already applied: nothing to push
+        assert copy.author_id is not None and copy.created_at is not None
+        lsn = max(change.lsn, copy.visibility_ts or 0)
+        await self._copies.add_author_post(copy.author_id, post_id, lsn)
+        followers = await self._copies.followers_count(copy.author_id)
+        decision = await self._tiers.tier_for_post(copy.author_id, followers)
+        if decision.tier is Tier.CELEBRITY:
+            await self._copies.mark_fanned_out(post_id, False, lsn)
+            key, value = celebrity_posted(copy.author_id, post_id, copy.created_at)
+            await (await self._publisher.send(self._author_topic, key, value))
+            CELEBRITY_POSTS.inc()
+            return
+        # Marked before the first row: a crash mid-way leaves a post that clean-up
+        # knows to look for in inboxes.
+        await self._copies.mark_fanned_out(post_id, True, lsn)
+        blocked = await self._copies.blocked_set(copy.author_id)
+        started = self._monotonic()
+        rows = 0
+        pending = []
+        async for page in self._copies.follower_pages(copy.author_id):
+            readers = readers_for_post(copy.author_id, copy.created_at, page, blocked)
+            if not readers:
+                continue
+            rows += await self._inbox.push(readers, post_id, copy.author_id, lsn)
+            for reader in readers:
+                key, value = post_landed_in_inbox(reader, post_id, copy.author_id, copy.created_at)
+                pending.append(await self._publisher.send(self._inbox_topic, key, value))
+            TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, lsn))
+        elapsed = self._monotonic() - started
+        self._tiers.capacity.observe(rows, elapsed)
+        FANOUT_CAPACITY.set(self._tiers.capacity.rows_per_s)
+        INBOX_ROWS.inc(rows)
+        FANOUT_SECONDS.observe(elapsed)
+        if rows and change.commit_ts_ms and not change.snapshot:
+            EVENT_TO_INBOX.observe(max(0, self._now_ms() - change.commit_ts_ms) / 1000)
+        for future in pending:
+            await future

@@ -1,0 +1,77 @@
+"""Tier state in Cassandra (author_tiers, celebrities) around the pure policy in tiering.py.
+
+Order of writes on a change, so that no post is ever invisible to a reader:
+
+* promotion: the ``celebrities`` row (until = null) is written BEFORE ``author_tiers``
+  says celebrity, hence before any post is routed only to the author partition;
+  readers merge that partition from then on, and posts already fanned out are deduped
+  by post_id;
+* demotion: the row gets ``until`` = now and a TTL of the inbox TTL plus a day, so
+  readers keep merging the partition while posts skipped during the celebrity period
+  can still be in a feed; posts after it are fanned out again.
+"""
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Callable
+
+from cassandra.cluster import Session
+
+from .cql_async import CqlRunner
+from .metrics import TIER_CHANGES
+from .tiering import CapacityEstimate, Tier, TierDecision, TierPolicy, TierState, decide_tier
+
+log = logging.getLogger(__name__)
+
+CELEBRITY_SHARD = 0
+# Inbox rows live 7 days (0001_serving.cql); a demoted author's partition is merged one
+# day longer so a post skipped while the author was a celebrity never drops out early.
+DEMOTED_MERGE_TTL_S = 8 * 24 * 3600
+
+
+class TierStore:
+    def __init__(self, session: Session, runner: CqlRunner, policy: TierPolicy,
+                 capacity: CapacityEstimate, clock: Callable[[], datetime]) -> None:
+        self._run = runner
+        self._policy = policy
+        self.capacity = capacity
+        self._clock = clock
+        p = session.prepare
+        self._read = p("SELECT tier, changed_at FROM author_tiers WHERE author_id=?")
+        self._write = p("INSERT INTO author_tiers (author_id, tier, changed_at, followers) VALUES (?,?,?,?)")
+        self._promote = p("INSERT INTO celebrities (shard, author_id, since, until) VALUES (?,?,?,null)")
+        self._demote = p("INSERT INTO celebrities (shard, author_id, since, until) VALUES (?,?,?,?) USING TTL ?")
+        self._since = p("SELECT since FROM celebrities WHERE shard=? AND author_id=?")
+
+    async def state(self, author_id: int) -> TierState:
+        rows = await self._run.execute(self._read, (author_id,))
+        if not rows or rows[0].tier is None:
+            return TierState()
+        changed = rows[0].changed_at
+        if changed is not None and changed.tzinfo is None:
+            changed = changed.replace(tzinfo=timezone.utc)
+        return TierState(Tier(rows[0].tier), changed)
+
+    async def tier_for_post(self, author_id: int, followers: int) -> TierDecision:
+        """Decide the author's tier now; persist and count a change."""
+        now = self._clock()
+        current = await self.state(author_id)
+        decision = decide_tier(current, followers, self.capacity.rows_per_s, now, self._policy)
+        if decision.changed:
+            await self._persist(author_id, decision.tier, followers, now)
+            TIER_CHANGES.labels(decision.tier.value).inc()
+            log.info("author %d -> %s (%d followers, cost %.3fs at %.0f rows/s): %s", author_id,
+                     decision.tier.value, followers, decision.cost_s, self.capacity.rows_per_s,
+                     decision.reason)
+        return decision
+
+    async def _persist(self, author_id: int, tier: Tier, followers: int, now: datetime) -> None:
+        if tier is Tier.CELEBRITY:
+            await self._run.execute(self._promote, (CELEBRITY_SHARD, author_id, now))
+        else:
+            rows = await self._run.execute(self._since, (CELEBRITY_SHARD, author_id))
+            since = rows[0].since if rows else now
+            await self._run.execute(self._demote, (CELEBRITY_SHARD, author_id, since, now,
+                                                   DEMOTED_MERGE_TTL_S))
+        await self._run.execute(self._write, (author_id, tier.value, now, followers))

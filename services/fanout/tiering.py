@@ -1,0 +1,123 @@
+"""The fan-out tier policy: which authors' posts are written into follower inboxes. Pure.
+
+An author is a *celebrity* when writing one post into every follower's inbox would take
+too large a share of the freshness target (commit to visible, 1.5 s):
+
+    cost_s = followers / capacity_rows_per_s
+    promote when cost_s > promote_share * freshness_target_s
+    demote  when cost_s < demote_share  * freshness_target_s   (demote_share < promote_share)
+
+and never sooner than ``min_dwell_s`` after the author's previous change. The gap between
+the two shares and the dwell time are the hysteresis: an author whose follower count or
+the measured capacity wobbles around the line does not flap between tiers.
+
+``capacity_rows_per_s`` is what the worker measures (``CapacityEstimate``: an EWMA of the
+rows/s its fan-outs achieve) with a configured floor, so the boundary follows the store's
+real speed instead of a follower constant. See docs/fanout.md for how a change of tier
+keeps every post in every reader's feed exactly once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+
+class Tier(str, Enum):
+    ORDINARY = "ordinary"
+    CELEBRITY = "celebrity"
+
+
+@dataclass(frozen=True)
+class TierPolicy:
+    freshness_target_s: float = 1.5
+    promote_share: float = 0.5
+    demote_share: float = 0.25
+    min_dwell_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.demote_share < self.promote_share:
+            raise ValueError("hysteresis needs 0 < demote_share < promote_share")
+        if self.freshness_target_s <= 0 or self.min_dwell_s < 0:
+            raise ValueError("freshness target must be > 0 and dwell >= 0")
+
+    @property
+    def promote_above_s(self) -> float:
+        return self.promote_share * self.freshness_target_s
+
+    @property
+    def demote_below_s(self) -> float:
+        return self.demote_share * self.freshness_target_s
+
+
+@dataclass(frozen=True)
+class TierState:
+    """What ``author_tiers`` holds for an author; no row means ordinary, never changed."""
+
+    tier: Tier = Tier.ORDINARY
+    changed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TierDecision:
+    tier: Tier
+    changed: bool
+    cost_s: float
+    reason: str
+
+
+def fanout_cost_s(followers: int, capacity_rows_per_s: float) -> float:
+    """Seconds one post's fan-out takes at the measured capacity."""
+    if capacity_rows_per_s <= 0:
+        raise ValueError("capacity must be positive")
+    return max(0, followers) / capacity_rows_per_s
+
+
+def decide_tier(state: TierState, followers: int, capacity_rows_per_s: float,
+                now: datetime, policy: TierPolicy) -> TierDecision:
+    """The author's tier for a post published ``now``, and whether that is a change."""
+    cost = fanout_cost_s(followers, capacity_rows_per_s)
+    dwelt = (state.changed_at is None
+             or (now - state.changed_at).total_seconds() >= policy.min_dwell_s)
+    if state.tier is Tier.ORDINARY and cost > policy.promote_above_s:
+        if dwelt:
+            return TierDecision(Tier.CELEBRITY, True, cost, "cost above promote threshold")
+        return TierDecision(state.tier, False, cost, "promotion held by dwell time")
+    if state.tier is Tier.CELEBRITY and cost < policy.demote_below_s:
+        if dwelt:
+            return TierDecision(Tier.ORDINARY, True, cost, "cost below demote threshold")
+        return TierDecision(state.tier, False, cost, "demotion held by dwell time")
+    return TierDecision(state.tier, False, cost, "within hysteresis band")
+
+
+@dataclass
+class CapacityEstimate:
+    """Measured fan-out capacity: an EWMA of achieved rows/s, never below ``floor``.
+
+    Only fan-outs of at least ``min_sample_rows`` rows are samples: a small fan-out is
+    bound by one round trip's latency, not by throughput, and would underestimate.
+    """
+
+    floor_rows_per_s: float
+    pinned_rows_per_s: float = 0.0
+    # 0.2: a new sample moves the estimate a fifth of the way, so one slow fan-out (a GC
+    # pause, a compaction) cannot promote a crowd of authors by itself.
+    alpha: float = 0.2
+    # 200 rows at 64 in flight is several round trips deep: throughput-bound.
+    min_sample_rows: int = 200
+    ewma_rows_per_s: float | None = None
+
+    def observe(self, rows: int, seconds: float) -> None:
+        if rows < self.min_sample_rows or seconds <= 0:
+            return
+        sample = rows / seconds
+        if self.ewma_rows_per_s is None:
+            self.ewma_rows_per_s = sample
+        else:
+            self.ewma_rows_per_s += self.alpha * (sample - self.ewma_rows_per_s)
+
+    @property
+    def rows_per_s(self) -> float:
+        if self.pinned_rows_per_s > 0:
+            return self.pinned_rows_per_s
+        return max(self.floor_rows_per_s, self.ewma_rows_per_s or 0.0)

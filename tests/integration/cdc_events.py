@@ -1,0 +1,121 @@
+"""Debezium-format CDC events for tests: what the relay would produce, built by hand.
+
+``CdcEvents`` hands out increasing LSNs (the write timestamps of every effect), renders
+rows like Debezium 3.6's JSON converter without schemas (bigint as numbers, timestamptz
+as ISO-8601 UTC strings, jsonb as JSON strings), keys as the primary key object, and a
+tombstone after each delete. ``send`` produces them to ``<prefix>.public.<table>``.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from confluent_kafka import Producer
+
+from services.common import ids
+from services.common.topics import cdc_topic
+
+_LSN = itertools.count(24_000_000, 8)  # process-wide, so every builder's LSNs increase
+
+
+@dataclass(frozen=True)
+class CdcMessage:
+    topic: str
+    key: bytes
+    value: bytes | None
+
+
+def iso(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def post_id_at(ts: datetime, seq: int) -> int:
+    """A Snowflake id for a post created at ``ts`` (node 1, sequence ``seq``)."""
+    return ids.lowest_id_at(int(ts.timestamp() * 1000)) | (1 << ids.NODE_SHIFT) | (seq & ids.MAX_SEQUENCE)
+
+
+class CdcEvents:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def next_lsn(self) -> int:
+        return next(_LSN)
+
+    def _envelope(self, table: str, op: str, before: dict | None, after: dict | None,
+                  key: dict, lsn: int | None = None) -> list[CdcMessage]:
+        lsn = self.next_lsn() if lsn is None else lsn
+        now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
+        value = {
+            "before": before, "after": after, "op": op, "ts_ms": now_ms, "transaction": None,
+            "source": {"version": "3.6.1.Final", "connector": "postgresql", "name": self.prefix,
+                       "ts_ms": now_ms, "snapshot": "true" if op == "r" else "false",
+                       "db": "feed", "sequence": json.dumps([None, str(lsn)]), "schema": "public",
+                       "table": table, "txId": lsn // 8, "lsn": lsn, "xmin": None},
+        }
+        topic = cdc_topic(table, self.prefix)
+        k = json.dumps(key, separators=(",", ":")).encode()
+        out = [CdcMessage(topic, k, json.dumps(value, separators=(",", ":")).encode())]
+        if op == "d":
+            out.append(CdcMessage(topic, k, None))
+        return out
+
+    # -- posts -------------------------------------------------------------------------
+    @staticmethod
+    def post_row(post_id: int, author_id: int, created_at: datetime, *, text: str = "hello",
+                 visibility: int = 1, deleted_at: datetime | None = None) -> dict[str, Any]:
+        return {"post_id": post_id, "author_id": author_id, "created_at": iso(created_at),
+                "text": text, "media_ids": "[]", "rank_features": "{}",
+                "visibility": visibility, "deleted_at": iso(deleted_at) if deleted_at else None}
+
+    def post_created(self, row: dict, *, op: str = "c") -> list[CdcMessage]:
+        return self._envelope("posts", op, None, row, {"post_id": row["post_id"]})
+
+    def post_updated(self, before: dict, **changes: Any) -> tuple[list[CdcMessage], dict]:
+        after = {**before, **changes}
+        return self._envelope("posts", "u", before, after, {"post_id": before["post_id"]}), after
+
+    def post_deleted(self, row: dict) -> list[CdcMessage]:
+        return self._envelope("posts", "d", row, None, {"post_id": row["post_id"]})
+
+    # -- follows / blocks / likes ------------------------------------------------------------
+    def followed(self, follower: int, followed: int, since: datetime) -> list[CdcMessage]:
+        row = {"follower_id": follower, "followed_id": followed, "following_since": iso(since)}
+        return self._envelope("follows", "c", None, row, {"follower_id": follower, "followed_id": followed})
+
+    def unfollowed(self, follower: int, followed: int, since: datetime) -> list[CdcMessage]:
+        row = {"follower_id": follower, "followed_id": followed, "following_since": iso(since)}
+        return self._envelope("follows", "d", row, None, {"follower_id": follower, "followed_id": followed})
+
+    def blocked(self, blocker: int, blocked: int, at: datetime) -> list[CdcMessage]:
+        row = {"blocker_id": blocker, "blocked_id": blocked, "created_at": iso(at)}
+        return self._envelope("blocks", "c", None, row, {"blocker_id": blocker, "blocked_id": blocked})
+
+    def unblocked(self, blocker: int, blocked: int, at: datetime) -> list[CdcMessage]:
+        row = {"blocker_id": blocker, "blocked_id": blocked, "created_at": iso(at)}
+        return self._envelope("blocks", "d", row, None, {"blocker_id": blocker, "blocked_id": blocked})
+
+    def liked(self, post_id: int, user_id: int, at: datetime) -> list[CdcMessage]:
+        row = {"post_id": post_id, "user_id": user_id, "created_at": iso(at)}
+        return self._envelope("likes", "c", None, row, {"post_id": post_id, "user_id": user_id})
+
+    def unliked(self, post_id: int, user_id: int, at: datetime) -> list[CdcMessage]:
+        row = {"post_id": post_id, "user_id": user_id, "created_at": iso(at)}
+        return self._envelope("likes", "d", row, None, {"post_id": post_id, "user_id": user_id})
+
+
+def send(bootstrap: str, messages: Iterable[CdcMessage]) -> int:
+    """Produce messages (keyed, murmur2 like the Java client) and wait for every ack."""
+    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
+                         "enable.idempotence": True, "linger.ms": 5})
+    n = 0
+    for m in messages:
+        producer.produce(m.topic, key=m.key, value=m.value)
+        n += 1
+        if n % 1000 == 0:
+            producer.poll(0)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} CDC test messages not delivered"
+    return n

@@ -1,0 +1,116 @@
+"""Harness for the fan-out and ranker integration tests (no tests here).
+
+``worker_env`` gives each test its own Cassandra keyspace and Kafka topic prefix
+(derived from the session's ``settings``), so one test's events are never replayed into
+another's; workers run as real subprocesses (``python -m services.fanout``) with their
+own consumer group, so a test can SIGKILL one and start another.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from services.common import cql
+from services.common.settings import Settings
+
+from .cdc_events import CdcEvents, CdcMessage, send
+
+ROOT = Path(__file__).resolve().parents[2]
+_SEQ = itertools.count(1)
+
+
+def wait_until(condition: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.1,
+               message: str = "condition") -> Any:
+    """Poll until ``condition()`` is truthy (returns it); fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+@dataclass
+class WorkerEnv:
+    settings: Settings
+    events: CdcEvents
+    session: Any
+    log_dir: Path
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def send(self, *batches: list[CdcMessage]) -> None:
+        send(self.settings.kafka_bootstrap, [m for batch in batches for m in batch])
+
+    def start(self, module: str, group: str, **overrides: Any) -> subprocess.Popen:
+        """Start ``python -m <module>`` on this test's keyspace and topics."""
+        env = dict(os.environ)
+        values = {"topic_prefix": self.settings.topic_prefix,
+                  "cassandra_keyspace": self.settings.cassandra_keyspace,
+                  "pg_database": self.settings.pg_database,
+                  "fanout_group_id": group, "ranker_group_id": group,
+                  "fanout_metrics_port": 0, "ranker_metrics_port": 0,
+                  "kafka_session_timeout_s": 6.0, "kafka_commit_interval_s": 0.5,
+                  # Pinned so tier decisions do not depend on this machine's speed.
+                  "fanout_capacity_pinned_rows_per_s": 100_000.0,
+                  "tier_min_dwell_s": 0.0, **overrides}
+        env.update({f"FEED_{k.upper()}": str(v) for k, v in values.items()})
+        log = open(self.log_dir / f"{module}-{group}-{len(self.procs)}.log", "wb")
+        proc = subprocess.Popen([sys.executable, "-m", module], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+    def stop(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill(proc)
+
+    def rows(self, query: str, *params: Any) -> list[Any]:
+        return list(self.session.execute(query, params))
+
+    def inbox(self, reader_id: int) -> list[int]:
+        return [r.post_id for r in self.rows("SELECT post_id FROM inbox WHERE reader_id=%s", reader_id)]
+
+
+@pytest.fixture
+def worker_env(settings: Settings, tmp_path: Path) -> Iterator[WorkerEnv]:
+    from deploy.migrate import migrate_cassandra, migrate_kafka
+
+    name = f"{settings.topic_prefix}_w{next(_SEQ)}"
+    test_settings = settings.model_copy(update={"topic_prefix": name, "cassandra_keyspace": name})
+    migrate_cassandra(test_settings, name)
+    migrate_kafka(test_settings, name)
+    cluster = cql.cluster(test_settings, timeout=30)
+    session = cluster.connect(name)
+    env = WorkerEnv(test_settings, CdcEvents(name), session, tmp_path)
+    try:
+        yield env
+    finally:
+        for proc in env.procs:
+            env.stop(proc)
+        for log in sorted(tmp_path.glob("*.log")):
+            tail = log.read_bytes()[-3000:].decode("utf-8", "replace")
+            print(f"--- {log.name} (tail)\n{tail}")
+        try:
+            session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
+        finally:
+            cluster.shutdown()
