@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from .layout import REPO, Layout
-from .process import (Daemon, StackError, ensure_ports_free, rss_mb, spawn, stop, wait_ready)
+from .process import (Daemon, StackError, ensure_ports_free, rss_mb, spawn, stop_many, wait_ready)
 from .toolchain import java17, jars
 
 TEMPLATES = REPO / "deploy" / "stack" / "templates"
@@ -180,10 +180,7 @@ def up(layout: Layout, started: list[Daemon]) -> dict:
 
 
 def down(layout: Layout) -> bool:
-    stopped = False
-    for i in range(layout.nodes, 0, -1):
-        stopped |= stop(daemon(layout, i), grace=45)
-    return stopped
+    return bool(stop_many([daemon(layout, i) for i in range(1, layout.nodes + 1)], grace=45))
 
 
 def status(layout: Layout) -> list[dict]:

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from .layout import REPO, Layout
-from .process import (Daemon, ensure_ports_free, port_open, rss_mb, run_checked, spawn, stop,
+from .process import (Daemon, ensure_ports_free, port_open, rss_mb, run_checked, spawn, stop_many,
                       wait_ready)
 from .toolchain import java17, jars
 
@@ -145,10 +145,7 @@ def up(layout: Layout, started: list[Daemon]) -> dict:
 
 
 def down(layout: Layout) -> bool:
-    stopped = False
-    for i in range(layout.nodes, 0, -1):
-        stopped |= stop(daemon(layout, i))
-    return stopped
+    return bool(stop_many([daemon(layout, i) for i in range(1, layout.nodes + 1)], grace=30))
 
 
 def status(layout: Layout) -> list[dict]:

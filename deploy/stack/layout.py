@@ -74,7 +74,8 @@ class Layout:
 
     @property
     def run(self) -> Path:
-        return self.root / "run"
+        # Pid files per mode: node 1 of the single-node and three-node stacks differ.
+        return self.root / "run" / f"{self.nodes}n"
 
     def data(self, component: str) -> Path:
         # Single-node and three-node data never mix: each mode has its own folder.

@@ -133,26 +133,36 @@ def wait_ready(daemon: Daemon | None, what: str, probe: Callable[[], bool],
 
 def stop(daemon: Daemon, grace: float = 30.0) -> bool:
     """SIGTERM, then SIGKILL after ``grace`` seconds. True if something was stopped."""
-    pid = daemon.pid()
-    if pid is None:
-        daemon.pid_file.unlink(missing_ok=True)
-        return False
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and _cmdline_has(pid, daemon.marker):
-        time.sleep(0.2)
-    if _cmdline_has(pid, daemon.marker):
+    return bool(stop_many([daemon], grace))
+
+
+def stop_many(daemons: list[Daemon], grace: float = 30.0) -> list[str]:
+    """Signal every daemon at once, then wait: brokers of a KRaft quorum stopped one by
+    one hang in controlled shutdown once the quorum is gone. Returns the names stopped."""
+    live = {}
+    for d in daemons:
+        pid = d.pid()
+        if pid is None:
+            d.pid_file.unlink(missing_ok=True)
+            continue
+        live[d] = pid
         try:
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-        while _cmdline_has(pid, daemon.marker):
-            time.sleep(0.1)
-    daemon.pid_file.unlink(missing_ok=True)
-    return True
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_cmdline_has(p, d.marker) for d, p in live.items()):
+        time.sleep(0.2)
+    for d, pid in live.items():
+        if _cmdline_has(pid, d.marker):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            while _cmdline_has(pid, d.marker):
+                time.sleep(0.1)
+        d.pid_file.unlink(missing_ok=True)
+    return [d.name for d in live]
 
 
 def rss_mb(pid: int) -> float:

@@ -30,6 +30,8 @@ def private_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = {**os.environ, **PORTS, "FEED_STACK_DIR": str(tmp_path / "stack"),
            "FEED_STACK_LIB": str(Layout.from_env(nodes=1).lib)}
     env.pop("FEED_STACK_NODES", None)
+    for name in ("FEED_KAFKA_BOOTSTRAP", "FEED_CASSANDRA_HOSTS"):
+        env.pop(name, None)
     os.chmod(tmp_path, 0o755)  # the postgres user must reach its data folder
     yield env
     subprocess.run([sys.executable, "-m", "deploy.stack", "down"], env=env, cwd=REPO,
@@ -115,7 +117,7 @@ def test_half_written_data_folder_is_initialised_again(private_env: dict[str, st
 def test_down_never_signals_a_process_it_did_not_start(private_env: dict[str, str]) -> None:
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        run = Path(private_env["FEED_STACK_DIR"]) / "run"
+        run = Path(private_env["FEED_STACK_DIR"]) / "run" / "1n"
         run.mkdir(parents=True)
         (run / "kafka-1.pid").write_text(str(bystander.pid))  # a stale or recycled pid
         assert stack(private_env, "down").returncode == 0
@@ -123,3 +125,29 @@ def test_down_never_signals_a_process_it_did_not_start(private_env: dict[str, st
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_three_node_mode_runs_three_brokers_and_a_three_node_ring(private_env: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    from services.common import cql
+    from services.common.settings import Settings
+
+    result = stack(private_env, "up", "--nodes", "3", timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = status(private_env)
+    assert {n for n, r in rows.items() if r["pid"]} >= {"kafka-1", "kafka-2", "kafka-3",
+                                                       "cassandra-1", "cassandra-2", "cassandra-3"}
+    env = dict(line.removeprefix("export ").split("=", 1)
+               for line in stack(private_env, "env").stdout.splitlines())
+    s = Settings(kafka_bootstrap=env["FEED_KAFKA_BOOTSTRAP"], cassandra_hosts=env["FEED_CASSANDRA_HOSTS"],
+                 cassandra_port=int(env["FEED_CASSANDRA_PORT"]))
+    assert len(AdminClient({"bootstrap.servers": s.kafka_bootstrap}).list_topics(timeout=15).brokers) == 3
+    cluster = cql.cluster(s)
+    try:
+        cluster.connect()
+        assert sum(1 for h in cluster.metadata.all_hosts() if h.is_up) == 3
+    finally:
+        cluster.shutdown()
+    assert stack(private_env, "down").returncode == 0
+    assert not any(r["pid"] for r in status(private_env).values())
