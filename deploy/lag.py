@@ -1,0 +1,162 @@
+"""What an SRE looks at when the feed falls behind, in one command.
+
+    python -m deploy.lag [--json] [--watch SECONDS]
+
+- Kafka consumer lag per group, topic and partition (committed offset vs. log end).
+- CDC replication-slot lag in bytes (Postgres) and seconds (the relay's metric).
+- Freshness: commit-to-inbox latency as the fan-out measures it (p50/p95 over its
+  histogram since start) and its current capacity estimate.
+
+Every source is optional: a part that is down is reported as such, not as an error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.request
+from typing import Any
+
+from services.common import pg
+from services.common.settings import Settings, get_settings
+
+
+def kafka_lag(settings: Settings) -> list[dict[str, Any]]:
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    groups = sorted(g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid)
+    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "feed-lag-probe",
+                      "enable.auto.commit": False})
+    rows: list[dict[str, Any]] = []
+    try:
+        for group in groups:
+            futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+            committed = futures[group].result().topic_partitions or []
+            for tp in committed:
+                if tp.offset < 0:
+                    continue
+                low, high = probe.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
+                                                        timeout=5)
+                rows.append({"group": group, "topic": tp.topic, "partition": tp.partition,
+                             "committed": tp.offset, "end": high, "lag": max(0, high - tp.offset)})
+    finally:
+        probe.close()
+    return rows
+
+
+def slot_lag(settings: Settings) -> list[dict[str, Any]]:
+    with pg.connect(settings) as conn:
+        rows = conn.execute(
+            "SELECT slot_name, database, active, "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint, wal_status "
+            "FROM pg_replication_slots WHERE slot_type = 'logical' ORDER BY slot_name").fetchall()
+    return [{"slot": r[0], "database": r[1], "active": r[2], "lag_bytes": r[3], "wal_status": r[4]}
+            for r in rows]
+
+
+def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Parse a Prometheus text page into {metric: [(labels, value)]}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        text = resp.read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return out
+
+
+def histogram_quantile(buckets: list[tuple[dict[str, str], float]], q: float) -> float | None:
+    """The upper bound of the bucket where the q-quantile falls (Prometheus' way, coarse)."""
+    points = sorted((float(labels["le"]), value) for labels, value in buckets)
+    if not points or points[-1][1] == 0:
+        return None
+    target = q * points[-1][1]
+    for bound, count in points:
+        if count >= target:
+            return bound
+    return None
+
+
+def freshness(settings: Settings) -> dict[str, Any]:
+    metrics = scrape(settings.fanout_metrics_port)
+    buckets = metrics.get("feed_fanout_commit_to_inbox_seconds_bucket", [])
+    capacity = metrics.get("feed_fanout_capacity_rows_per_second", [({}, 0.0)])[0][1]
+    return {"commit_to_inbox_p50_s": histogram_quantile(buckets, 0.5),
+            "commit_to_inbox_p95_s": histogram_quantile(buckets, 0.95),
+            "fanout_capacity_rows_per_s": capacity}
+
+
+def cdc_seconds(settings: Settings) -> float | None:
+    values = scrape(settings.cdc_metrics_port).get("cdc_slot_lag_seconds", [])
+    return values[0][1] if values else None
+
+
+def _attempt(fn, *args) -> Any:
+    try:
+        return fn(*args)
+    except Exception as exc:  # noqa: BLE001 - a part that is down is reported, not raised
+        return {"unavailable": f"{type(exc).__name__}: {exc}"}
+
+
+def report(settings: Settings) -> dict[str, Any]:
+    return {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "kafka": _attempt(kafka_lag, settings),
+            "cdc_slots": _attempt(slot_lag, settings),
+            "cdc_lag_seconds": _attempt(cdc_seconds, settings),
+            "freshness": _attempt(freshness, settings)}
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = [f"feed lag at {data['at']}", "", "consumer lag (group / topic / partition):"]
+    kafka = data["kafka"]
+    if isinstance(kafka, dict):
+        lines.append(f"  unavailable: {kafka['unavailable']}")
+    elif not kafka:
+        lines.append("  no committed consumer groups")
+    else:
+        for r in kafka:
+            lines.append(f"  {r['group']:<28} {r['topic']:<34} {r['partition']:>3}  "
+                         f"lag {r['lag']:>8}  (committed {r['committed']}, end {r['end']})")
+    lines += ["", "CDC slots:"]
+    slots = data["cdc_slots"]
+    if isinstance(slots, dict):
+        lines.append(f"  unavailable: {slots['unavailable']}")
+    else:
+        for s in slots:
+            lines.append(f"  {s['slot']:<28} db {s['database']:<14} active {str(s['active']):<5} "
+                         f"lag {s['lag_bytes'] or 0:>10} bytes  wal {s['wal_status']}")
+    secs = data["cdc_lag_seconds"]
+    lines.append("  relay not running" if isinstance(secs, dict) else f"  relay lag: {secs:.2f} s")
+    fresh = data["freshness"]
+    lines += ["", "freshness (fan-out):"]
+    if "unavailable" in fresh:
+        lines.append("  fan-out not running")
+    else:
+        lines.append(f"  commit→inbox p50 ≤ {fresh['commit_to_inbox_p50_s']} s, "
+                     f"p95 ≤ {fresh['commit_to_inbox_p95_s']} s; "
+                     f"capacity {fresh['fanout_capacity_rows_per_s']:.0f} rows/s")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.lag", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--watch", type=float, default=0, help="repeat every N seconds")
+    args = parser.parse_args()
+    settings = get_settings()
+    while True:
+        data = report(settings)
+        print(json.dumps(data, indent=2) if args.json else render(data), flush=True)
+        if not args.watch:
+            return 0
+        time.sleep(args.watch)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
