@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "https://feed.example/problems/"
@@ -122,6 +123,16 @@ def validation_problem(errors: Sequence[Mapping[str, Any]]) -> tuple[ProblemKind
     return VALIDATION_FAILED, {"errors": [_public_error(e) for e in errors]}
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route accepts for this path (Starlette names only the first)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install_problem_handlers(app: FastAPI) -> None:
     """Register the handlers so that every error leaves as problem+json."""
 
@@ -139,7 +150,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         kind = kind_for_status(exc.status_code)
         detail = exc.detail if isinstance(exc.detail, str) and exc.detail != kind.title else ""
-        return problem_response(kind, detail, request=request, headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return problem_response(kind, detail, request=request, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -17,7 +17,7 @@ EFFECTS = {"remove": (0, "removed"), "restore": (1, "restored")}
 
 @router.post("/posts/{post_id}", response_model=ModerationOut,
              summary="Remove or restore a post",
-             responses=problem_responses(401, 403, 404, 413, 422))
+             responses=problem_responses(400, 401, 403, 404, 413, 422))
 async def moderate_post(post_id: PostIdPath, body: ModerationRequest, moderator: Moderator,
                         pool: Pg) -> ModerationOut:
     visibility, state = EFFECTS[body.action]
