@@ -18,7 +18,7 @@ help:
 $(VENV)/.installed: pyproject.toml
 	$(PY_BOOT) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e '.[test,bench]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -1,0 +1,136 @@
+"""A synthetic social graph with power-law follower counts, and its bulk loader.
+
+Pure generation (``generate``) is deterministic for a seed; loading (``load_postgres``)
+uses COPY, which is what "bulk" means for Postgres. The graph has:
+
+- ``users`` users; a few *celebrities* followed by most users (the default full size,
+  120,000 users with 5 celebrities at 85-95 % reach, gives each over 100,000 followers);
+- every user follows a heavy-tailed number of ordinary authors (Pareto out-degree, mean
+  ``mean_following``), chosen with Zipf weights, so in-degree is power-law too;
+- a history of posts by the most-followed ordinary authors and the celebrities,
+  timestamped over the last days with real Snowflake ids for those times.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+import numpy as np
+
+from services.common import ids
+
+# following_since sits well before every generated post, so history is visible (the
+# no-backfill rule would otherwise hide it).
+FOLLOW_SINCE_DAYS = 30
+# Users ids start here: small, readable, and never collide with Snowflake post ids.
+FIRST_USER_ID = 1_000
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    users: int = 120_000
+    celebrities: int = 5
+    celebrity_reach: tuple[float, float] = (0.85, 0.95)
+    mean_following: float = 12.0
+    max_following: int = 400
+    zipf_exponent: float = 1.1
+    history_posts: int = 40_000
+    history_days: int = 3
+    seed: int = 7
+
+    @classmethod
+    def short(cls) -> "GraphSpec":
+        return cls(users=6_000, celebrities=3, history_posts=4_000)
+
+
+@dataclass
+class Graph:
+    spec: GraphSpec
+    user_ids: np.ndarray
+    celebrity_ids: np.ndarray
+    follower: np.ndarray  # follow edges: follower[i] follows followed[i]
+    followed: np.ndarray
+    posts: list[tuple[int, int, datetime, str]] = field(default_factory=list)
+
+    def follower_counts(self) -> dict[int, int]:
+        authors, counts = np.unique(self.followed, return_counts=True)
+        return dict(zip(authors.tolist(), counts.tolist()))
+
+
+def generate(spec: GraphSpec, now: datetime | None = None) -> Graph:
+    rng = np.random.default_rng(spec.seed)
+    now = now or datetime.now(timezone.utc)
+    user_ids = np.arange(FIRST_USER_ID, FIRST_USER_ID + spec.users, dtype=np.int64)
+    celebrity_ids = user_ids[: spec.celebrities]
+    ordinary = user_ids[spec.celebrities:]
+
+    edges_from: list[np.ndarray] = []
+    edges_to: list[np.ndarray] = []
+    for celeb in celebrity_ids:
+        reach = rng.uniform(*spec.celebrity_reach)
+        fans = user_ids[(rng.random(spec.users) < reach) & (user_ids != celeb)]
+        edges_from.append(fans)
+        edges_to.append(np.full(len(fans), celeb, dtype=np.int64))
+
+    # Out-degree: Pareto (shape 2 has mean 2 x scale), clipped; in-degree: Zipf weights
+    # over a random order of the ordinary authors.
+    out_degree = np.minimum(spec.max_following,
+                            np.ceil(rng.pareto(2.0, spec.users) * spec.mean_following / 2 + 1)
+                            ).astype(np.int64)
+    weights = 1.0 / np.arange(1, len(ordinary) + 1) ** spec.zipf_exponent
+    weights /= weights.sum()
+    popularity = rng.permutation(ordinary)
+    targets = rng.choice(popularity, size=int(out_degree.sum()), p=weights)
+    sources = np.repeat(user_ids, out_degree)
+    keep = sources != targets
+    edges_from.append(sources[keep])
+    edges_to.append(targets[keep])
+
+    follower = np.concatenate(edges_from)
+    followed = np.concatenate(edges_to)
+    pairs = np.unique(np.stack([follower, followed], axis=1), axis=0)
+    graph = Graph(spec, user_ids, celebrity_ids, pairs[:, 0].copy(), pairs[:, 1].copy())
+    graph.posts = _history(spec, graph, rng, now)
+    return graph
+
+
+def _history(spec: GraphSpec, graph: Graph, rng: np.random.Generator,
+             now: datetime) -> list[tuple[int, int, datetime, str]]:
+    counts = graph.follower_counts()
+    authors = np.array(sorted(counts, key=counts.get, reverse=True)[: max(50, spec.users // 20)])
+    author_weights = np.array([counts[a] for a in authors], dtype=float) ** 0.5
+    author_weights /= author_weights.sum()
+    chosen = rng.choice(authors, size=spec.history_posts, p=author_weights)
+    offsets_ms = np.sort(rng.integers(60_000, spec.history_days * 86_400_000, spec.history_posts))[::-1]
+    posts = []
+    for seq, (author, offset) in enumerate(zip(chosen.tolist(), offsets_ms.tolist())):
+        created = now - timedelta(milliseconds=offset)
+        unix_ms = int(created.timestamp() * 1000)
+        # A real Snowflake id for that instant: node 1023 is reserved for bulk loads.
+        post_id = ids.lowest_id_at(unix_ms) | (ids.MAX_NODE << ids.NODE_SHIFT) | (seq & ids.MAX_SEQUENCE)
+        posts.append((post_id, author, created, f"post {seq} by {author}"))
+    return posts
+
+
+def _copy(conn, sql: str, rows) -> None:
+    buf = io.StringIO()
+    for row in rows:
+        buf.write("\t".join(row) + "\n")
+    buf.seek(0)
+    with conn.cursor().copy(sql) as copy:
+        while chunk := buf.read(1 << 20):
+            copy.write(chunk)
+
+
+def load_postgres(conn, graph: Graph, now: datetime | None = None) -> dict[str, int]:
+    """COPY users, follows and the post history in one transaction."""
+    now = now or datetime.now(timezone.utc)
+    since = (now - timedelta(days=FOLLOW_SINCE_DAYS)).isoformat()
+    with conn.transaction():
+        _copy(conn, "COPY users (user_id) FROM STDIN", ((str(u),) for u in graph.user_ids.tolist()))
+        _copy(conn, "COPY follows (follower_id, followed_id, following_since) FROM STDIN",
+              ((str(a), str(b), since) for a, b in zip(graph.follower.tolist(), graph.followed.tolist())))
+        _copy(conn, "COPY posts (post_id, author_id, created_at, text) FROM STDIN",
+              ((str(p), str(a), c.isoformat(), t) for p, a, c, t in graph.posts))
+    return {"users": len(graph.user_ids), "follows": len(graph.follower), "posts": len(graph.posts)}

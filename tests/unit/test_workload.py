@@ -1,0 +1,38 @@
+from datetime import datetime, timezone
+
+import numpy as np
+
+from bench.workload import GraphSpec, generate
+from services.common import ids
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+SPEC = GraphSpec(users=3_000, celebrities=2, history_posts=500)
+
+
+def test_graph_is_deterministic_for_a_seed() -> None:
+    a, b = generate(SPEC, NOW), generate(SPEC, NOW)
+    assert np.array_equal(a.follower, b.follower) and np.array_equal(a.followed, b.followed)
+    assert a.posts == b.posts
+
+
+def test_edges_are_unique_and_never_self_follows() -> None:
+    g = generate(SPEC, NOW)
+    assert not np.any(g.follower == g.followed)
+    assert len({(int(x), int(y)) for x, y in zip(g.follower, g.followed)}) == len(g.follower)
+
+
+def test_celebrities_reach_most_users_and_in_degree_is_heavy_tailed() -> None:
+    g = generate(SPEC, NOW)
+    counts = g.follower_counts()
+    for celeb in g.celebrity_ids.tolist():
+        assert counts[celeb] >= 0.8 * SPEC.users
+    ordinary = sorted((n for a, n in counts.items() if a not in set(g.celebrity_ids.tolist())),
+                      reverse=True)
+    assert ordinary[0] > 20 * ordinary[len(ordinary) // 2]  # a long tail, not uniform
+
+
+def test_history_posts_have_snowflake_ids_of_their_own_time() -> None:
+    g = generate(SPEC, NOW)
+    for post_id, _author, created, _text in g.posts:
+        assert abs(ids.timestamp_ms(post_id) - int(created.timestamp() * 1000)) <= 1
+    assert len({p[0] for p in g.posts}) == len(g.posts)
