@@ -67,7 +67,7 @@ class RequestContextMiddleware:
         finally:
             route = scope.get("route")
             log.info("request", extra={
-                "method": scope.get("method"), "path": scope.get("path"),
+                "request_id": request_id, "method": scope.get("method"), "path": scope.get("path"),
                 "route": getattr(route, "path", None), "status": status,
                 "duration_ms": round((time.perf_counter() - started) * 1000, 3),
                 "user_id": scope.get("state", {}).get("user_id")})

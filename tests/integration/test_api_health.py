@@ -38,3 +38,23 @@ def test_metrics_count_requests_by_route_template(api_server) -> None:
         text = http.get("/metrics").text
     assert 'feed_api_requests_total{method="GET",route="/healthz",status="200"}' in text
     assert "feed_api_request_duration_seconds_bucket" in text
+
+
+def test_access_log_is_json_with_the_request_id(api_server, caplog) -> None:
+    import json
+    import logging
+
+    from services.api.logs import JsonLogFormatter
+    from tests.integration.conftest import wait_until
+
+    caplog.set_level(logging.INFO, logger="services.api.access")
+    with api_server.client() as http:
+        http.get("/healthz", headers={"X-Request-ID": "trace-me-42"})
+
+    def logged() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if getattr(r, "request_id", None) == "trace-me-42"]
+
+    wait_until(lambda: bool(logged()), message="the access log line")
+    line = json.loads(JsonLogFormatter().format(logged()[0]))
+    assert line["request_id"] == "trace-me-42"
+    assert line["route"] == "/healthz" and line["status"] == 200

@@ -104,3 +104,30 @@ def test_ids_are_unique_across_processes(settings, tmp_path: Path) -> None:
     nodes = [{ids.parse(i).node for i in batch} for batch in issued]
     assert all(len(n) == 1 for n in nodes) and len(set().union(*nodes)) == 4
     assert all(batch == sorted(batch) for batch in issued)
+
+
+def test_instance_that_lost_its_lease_refuses_posts_and_is_not_ready(settings) -> None:
+    from services.api.app import create_app
+    from tests.integration.conftest import RunningApi, new_user_id, serve_in_thread, stop_server
+
+    app = create_app(settings)
+    server, thread, base_url = serve_in_thread(app)
+    try:
+        api = RunningApi(base_url=base_url, settings=settings, app=app)
+        lease = app.state.id_lease
+        with psycopg.connect(settings.pg_dsn) as conn:
+            conn.execute("UPDATE id_node_leases SET holder = 'someone-else' WHERE node_id = %s",
+                         (lease.node_id,))
+        assert lease.renew() is False
+        with api.client(new_user_id()) as http:
+            refused = http.post("/v1/posts", json={"text": "x"},
+                                headers={"Idempotency-Key": "lost-lease"})
+            ready = http.get("/readyz")
+            retried = http.post("/v1/posts", json={"text": "x"},
+                                headers={"Idempotency-Key": "lost-lease"})
+        assert refused.status_code == 503
+        assert refused.json()["type"] == "https://feed.example/problems/unavailable"
+        assert retried.status_code == 503  # the claim was released, not left in flight
+        assert ready.status_code == 503 and ready.json()["checks"]["id_lease"] != "ok"
+    finally:
+        stop_server(server, thread)
