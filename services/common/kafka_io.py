@@ -18,7 +18,7 @@ import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
 
 import faust
 from aiokafka import AIOKafkaProducer
@@ -28,6 +28,7 @@ from .settings import Settings
 from .topics import dlq_topic
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MESSAGES = Counter("feed_consumer_messages_total", "Messages handled", ["topic", "outcome"])
 DEAD_LETTERS = Counter("feed_consumer_dlq_total", "Messages sent to a dead-letter topic", ["topic"])
@@ -241,3 +242,40 @@ async def stop_worker_without_commit(app: faust.App, reason: BaseException) -> N
         log.warning("commit of acked offsets before stop failed: %r", exc)
     logging.shutdown()
     os._exit(EXIT_WORKER_STOPPED)
+
+
+async def consume_with_manual_acks(app: faust.App, stream: faust.StreamT, guard: GuardedProcessing,
+                                   lag: ConsumerLag, handle: Handler) -> None:
+    """An agent's loop: each message is acked only after ``guard.process`` finished it
+    (applied or dead-lettered); ``WorkerMustStop`` stops the process before the ack."""
+    manual = stream.noack()
+    async for event in manual.events():
+        msg = raw_message(event)
+        try:
+            await guard.process(msg, handle)
+        except WorkerMustStop as exc:
+            await stop_worker_without_commit(app, exc)
+        lag.processed(msg)
+        await manual.ack(event)
+
+
+class OpenedOnce(Generic[T]):
+    """Resources (sessions, producers) opened once on the worker's loop by whichever
+    agent needs them first; agents start concurrently."""
+
+    def __init__(self, opener: Callable[[], Awaitable[T]]) -> None:
+        self._opener = opener
+        self._value: T | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def get(self) -> T:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._value is None:
+                self._value = await self._opener()
+        return self._value
+
+    @property
+    def opened(self) -> T | None:
+        return self._value

@@ -10,8 +10,6 @@ the same transaction as ``moderation_actions``), so that topic is not consumed h
 """
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Awaitable, Callable
@@ -20,9 +18,9 @@ import faust
 
 from services.common import cql
 from services.common.envelope import ChangeRecord, parse_change
-from services.common.kafka_io import (ConsumerLag, EventPublisher, GuardedProcessing, RawMessage,
-                                      WorkerMustStop, build_faust_app, raw_message, raw_topic,
-                                      stop_worker_without_commit)
+from services.common.kafka_io import (ConsumerLag, EventPublisher, GuardedProcessing, OpenedOnce,
+                                      RawMessage, build_faust_app, consume_with_manual_acks,
+                                      raw_topic)
 from services.common.settings import Settings
 from services.common.topics import cdc_topic
 
@@ -33,8 +31,6 @@ from .post_events import PostFanout
 from .relation_events import RelationChanges
 from .tier_store import TierStore
 from .tiering import CapacityEstimate, TierPolicy
-
-log = logging.getLogger(__name__)
 
 # How often the consumer-lag gauge is refreshed: well under a scrape interval.
 LAG_REFRESH_S = 5.0
@@ -78,41 +74,23 @@ async def open_ports(settings: Settings) -> FanoutPorts:
         publisher=publisher, lag=ConsumerLag())
 
 
+ChangeApplier = Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]]
+
+
 def create_app(settings: Settings) -> faust.App:
     app = build_faust_app(settings, settings.fanout_group_id or f"{settings.topic_prefix}.fanout")
     prefix = settings.topic_prefix
-    ports: list[FanoutPorts] = []
-    opening: list[asyncio.Lock] = []
+    ports = OpenedOnce(lambda: open_ports(settings))
 
-    async def ready() -> FanoutPorts:
-        """Open the ports once, on the worker's loop, whichever agent starts first."""
-        if not opening:
-            opening.append(asyncio.Lock())
-        async with opening[0]:
-            if not ports:
-                ports.append(await open_ports(settings))
-        return ports[0]
+    async def consume(stream: faust.StreamT, apply: ChangeApplier) -> None:
+        p = await ports.get()
 
-    def change_handler(apply: Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]],
-                       p: FanoutPorts) -> Callable[[RawMessage], Awaitable[None]]:
         async def handle(msg: RawMessage) -> None:
             change = parse_change(msg.key, msg.value)
             if change is not None:  # None: the tombstone after a delete
                 await apply(p)(change)
-        return handle
 
-    async def consume(stream: faust.StreamT, apply: Callable[[FanoutPorts], Callable]) -> None:
-        p = await ready()
-        handle = change_handler(apply, p)
-        manual = stream.noack()
-        async for event in manual.events():
-            msg = raw_message(event)
-            try:
-                await p.guard.process(msg, handle)
-            except WorkerMustStop as exc:
-                await stop_worker_without_commit(app, exc)
-            p.lag.processed(msg)
-            await manual.ack(event)
+        await consume_with_manual_acks(app, stream, p.guard, p.lag, handle)
 
     @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
     async def posts(stream: faust.StreamT) -> None:
@@ -128,7 +106,7 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.timer(interval=LAG_REFRESH_S)
     async def refresh_lag() -> None:
-        if ports:
-            ports[0].lag.refresh(app)
+        if ports.opened is not None:
+            ports.opened.lag.refresh(app)
 
     return app

@@ -114,3 +114,35 @@ def worker_env(settings: Settings, tmp_path: Path) -> Iterator[WorkerEnv]:
             session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
         finally:
             cluster.shutdown()
+
+
+def group_caught_up(settings: Settings, group: str, topics: list[str]) -> bool:
+    """True when ``group`` has committed the end offset of every partition of ``topics``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(timeout=10)
+        tps = [TopicPartition(t, p) for t in topics for p in meta.topics[t].partitions]
+        committed = consumer.committed(tps, timeout=10)
+        for tp in committed:
+            _, high = consumer.get_watermark_offsets(tp, timeout=10)
+            if high > 0 and tp.offset < high:
+                return False
+        return True
+    finally:
+        consumer.close()
+
+
+SERVING_TABLES = ("posts", "author_posts", "inbox", "following", "followers", "blocks",
+                  "author_stats", "author_tiers", "celebrities", "post_likes", "post_counters")
+
+
+def serving_state(env: WorkerEnv) -> dict[str, list[tuple]]:
+    """Every row of every serving table, sorted (write timestamps excluded)."""
+    state = {}
+    for table in SERVING_TABLES:
+        rows = env.rows(f"SELECT * FROM {table}")
+        state[table] = sorted(tuple(sorted((k, repr(v)) for k, v in r._asdict().items())) for r in rows)
+    return state

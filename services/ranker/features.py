@@ -1,0 +1,60 @@
+"""Rank-feature events (``<prefix>.rank-features``, schemas/rank-features.v1.json). Pure.
+
+Other services publish ``{"post_id": "<id>", "features": {"<name>": <number>},
+"event_time": "<ISO-8601>"}`` keyed by post_id. Each feature is stored in the post
+copy's ``features`` map ``USING TIMESTAMP <event_time in µs>``: per feature, the latest
+event wins whatever order the events arrive in, and a replay changes nothing.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from services.common.envelope import MalformedEnvelope, parse_timestamp
+
+# Names are short identifiers; a bound keeps one bad producer from bloating a post row.
+MAX_FEATURES_PER_EVENT = 64
+MAX_NAME_LENGTH = 64
+
+
+@dataclass(frozen=True)
+class FeaturesObserved:
+    post_id: int
+    features: dict[str, float]
+    event_time: datetime
+
+    @property
+    def write_timestamp_us(self) -> int:
+        return int(self.event_time.timestamp() * 1_000_000)
+
+
+def parse_feature_event(raw_value: bytes | str | None) -> FeaturesObserved | None:
+    """Parse one rank-features message; ``None`` for a null value. Raises MalformedEnvelope."""
+    if raw_value is None:
+        return None
+    try:
+        value = json.loads(raw_value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedEnvelope(f"rank-features value is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise MalformedEnvelope("rank-features value is not an object")
+    post_id = value.get("post_id")
+    if not isinstance(post_id, str) or not post_id.isdigit() or int(post_id) >= 1 << 63:
+        raise MalformedEnvelope(f"post_id must be a decimal string id, got {post_id!r}")
+    features = value.get("features")
+    if not isinstance(features, dict) or not features or len(features) > MAX_FEATURES_PER_EVENT:
+        raise MalformedEnvelope("features must be a non-empty object of at most "
+                                f"{MAX_FEATURES_PER_EVENT} entries")
+    clean: dict[str, float] = {}
+    for name, number in features.items():
+        if not name or len(name) > MAX_NAME_LENGTH:
+            raise MalformedEnvelope(f"bad feature name {name!r}")
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+            raise MalformedEnvelope(f"feature {name} must be a finite number, got {number!r}")
+        clean[name] = float(number)
+    event_time = parse_timestamp(value.get("event_time"))
+    if event_time is None:
+        raise MalformedEnvelope("event_time is required")
+    return FeaturesObserved(int(post_id), clean, event_time)

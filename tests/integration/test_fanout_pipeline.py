@@ -1,0 +1,195 @@
+"""Fan-out against real Kafka and Cassandra: ordering, duplicates, replay, crash, tiers, DLQ."""
+from __future__ import annotations
+
+import collections
+import json
+from datetime import datetime, timedelta, timezone
+
+from confluent_kafka import Consumer
+
+from services.common.topics import cdc_topic, dlq_topic, inbox_events_topic
+
+from .cdc_events import CdcMessage, post_id_at
+from .test_fanout_harness import (group_caught_up, serving_state, wait_until,  # noqa: F401
+                                  worker_env)
+
+FANOUT_TOPICS = ("posts", "follows", "blocks")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_env):
+    env, e = worker_env, worker_env.events
+    now = _now()
+    hour_ago = now - timedelta(hours=1)
+    author, early, late, blocked, leaver, other = 11, 21, 22, 23, 24, 25
+    p1, p2, p3 = (post_id_at(now - timedelta(minutes=10 - i), i) for i in range(3))
+    r1, r2, r3 = (e.post_row(p, author, now - timedelta(minutes=10 - i)) for i, p in enumerate((p1, p2, p3)))
+    # p1 arrives before the follow that makes it visible to `early` (following since an hour).
+    batch = [e.post_created(r1)]
+    batch += [e.followed(early, author, hour_ago), e.followed(late, author, now),  # no backfill
+              e.followed(blocked, author, hour_ago), e.followed(leaver, author, hour_ago),
+              e.followed(other, 99, hour_ago)]
+    batch += [e.blocked(author, blocked, now)]
+    # p2's delete arrives before its create (the create carries the older LSN).
+    create_p2 = e.post_created(r2)
+    batch += [e.post_deleted(r2), create_p2]
+    batch += [e.post_created(r3)]
+    batch += [e.unfollowed(leaver, author, hour_ago)]
+    batch += batch[:4]  # duplicates
+    env.send(*batch)
+
+    env.start("services.fanout", "first")
+    wait_until(lambda: group_caught_up(env.settings, "first", [cdc_topic(t, env.settings.topic_prefix)
+                                                              for t in FANOUT_TOPICS]),
+               timeout=120, message="first worker caught up")
+    assert env.inbox(early) == [p3, p1]
+    assert env.inbox(late) == []            # followed after the posts: no backfill
+    assert env.inbox(blocked) == []         # blocked by the author
+    assert env.inbox(leaver) == []          # unfollowed
+    assert [r.post_id for r in env.rows("SELECT post_id FROM author_posts")] == [p3, p1]
+    deleted = env.rows("SELECT deleted FROM posts WHERE post_id=%s", p2)
+    assert deleted and deleted[0].deleted is True
+    stats = {r.author_id: r.followers for r in env.rows("SELECT * FROM author_stats")}
+    assert stats == {author: 3, 99: 1}       # early, late, blocked (a block is not an unfollow)
+    events = _read_all(env.settings.kafka_bootstrap, inbox_events_topic(env.settings.topic_prefix))
+    landed = {(json.loads(v)["reader_id"], json.loads(v)["post_id"]) for _, v in events}
+    assert {(str(early), str(p1)), (str(early), str(p3))} <= landed
+    # `leaver` may have been told before its unfollow was applied; the others never.
+    assert not {r for r, _ in landed} & {str(late), str(blocked)}
+
+    before = serving_state(env)
+    env.start("services.fanout", "replay")  # a new group reads every topic from the start
+    wait_until(lambda: group_caught_up(env.settings, "replay", [cdc_topic(t, env.settings.topic_prefix)
+                                                               for t in FANOUT_TOPICS]),
+               timeout=120, message="replay caught up")
+    assert serving_state(env) == before
+
+
+def test_sigkill_mid_fanout_then_restart_gives_every_follower_the_post_once(worker_env):
+    env, e = worker_env, worker_env.events
+    author, followers = 31, list(range(100_000, 102_000))
+    since = _now() - timedelta(hours=1)
+    env.send([m for f in followers for m in e.followed(f, author, since)])
+    # Two writes in flight: slow enough that the kill lands mid-way.
+    worker = env.start("services.fanout", "crash", fanout_max_in_flight=2, fanout_follower_page=100)
+    wait_until(lambda: env.rows("SELECT followers FROM author_stats WHERE author_id=%s", author)
+               and env.rows("SELECT followers FROM author_stats WHERE author_id=%s", author)[0].followers
+               == len(followers), timeout=120, message="follows applied")
+    post = post_id_at(_now(), 7)
+    env.send(e.post_created(e.post_row(post, author, _now())))
+    written = wait_until(lambda: env.rows("SELECT count(*) AS n FROM inbox")[0].n,
+                         timeout=60, interval=0.02, message="fan-out started")
+    env.kill(worker)
+    assert 0 < written < len(followers), "the kill must land in the middle of the fan-out"
+
+    env.start("services.fanout", "crash")
+    wait_until(lambda: env.rows("SELECT count(*) AS n FROM inbox")[0].n == len(followers),
+               timeout=120, message="fan-out completed after restart")
+    per_reader = collections.Counter(r.reader_id for r in env.rows("SELECT reader_id, post_id FROM inbox"))
+    assert set(per_reader) == set(followers) and set(per_reader.values()) == {1}
+
+
+def test_tier_transitions_never_lose_or_duplicate_a_post(worker_env):
+    env, e = worker_env, worker_env.events
+    author, steady, crowd = 41, [51, 52, 53], list(range(60, 66))
+    since = _now() - timedelta(hours=1)
+    # Capacity pinned at 10 rows/s: cost = followers/10 s; promote above 0.75 s (8+
+    # followers), demote below 0.375 s (3 or fewer).
+    env.start("services.fanout", "tiers", fanout_capacity_pinned_rows_per_s=10.0)
+
+    def followers_are(n: int) -> None:
+        wait_until(lambda: (rows := env.rows("SELECT followers FROM author_stats WHERE author_id=%s",
+                                             author)) and rows[0].followers == n,
+                   message=f"{n} followers")
+
+    def post(seq: int) -> int:
+        p = post_id_at(_now(), seq)
+        env.send(e.post_created(e.post_row(p, author, _now())))
+        wait_until(lambda: env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", p)
+                   and env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", p)[0].fanned_out is not None,
+                   message=f"post {seq} routed")
+        return p
+
+    env.send([m for r in steady for m in e.followed(r, author, since)])
+    followers_are(3)
+    p1 = post(1)
+    env.send([m for r in crowd for m in e.followed(r, author, since)])
+    followers_are(9)
+    p2 = post(2)
+    tier = env.rows("SELECT tier FROM author_tiers WHERE author_id=%s", author)[0].tier
+    assert tier == "celebrity"
+    celeb = env.rows("SELECT until FROM celebrities WHERE shard=0 AND author_id=%s", author)
+    assert celeb and celeb[0].until is None
+    env.send([m for r in crowd for m in e.unfollowed(r, author, since)])
+    followers_are(3)
+    p3 = post(3)
+    assert env.rows("SELECT tier FROM author_tiers WHERE author_id=%s", author)[0].tier == "ordinary"
+    celeb = env.rows("SELECT until FROM celebrities WHERE shard=0 AND author_id=%s", author)
+    assert celeb and celeb[0].until is not None  # still merged by readers while p2 is fresh
+
+    # The read path: inbox ∪ partitions of listed (current or recently demoted) celebrities,
+    # deduplicated by post_id.
+    merged_authors = [r.author_id for r in env.rows("SELECT author_id FROM celebrities WHERE shard=0")]
+    assert merged_authors == [author]
+    for reader in steady:
+        assert env.inbox(reader) == [p3, p1]  # p2 lives only in the author partition
+        candidates = env.inbox(reader) + _author_partition(env, merged_authors, [p1, p2, p3])
+        assert set(candidates) == {p1, p2, p3}  # nothing lost; dedupe by post_id does the rest
+
+
+def _author_partition(env, authors: list[int], posts: list[int]) -> list[int]:
+    from services.common import ids
+    out = []
+    for a in authors:
+        for bucket in sorted({ids.day_bucket(p) for p in posts}):
+            out += [r.post_id for r in env.rows(
+                "SELECT post_id FROM author_posts WHERE author_id=%s AND bucket=%s", a, bucket)]
+    return out
+
+
+def test_poison_message_goes_to_dlq_and_later_messages_still_apply(worker_env):
+    env, e = worker_env, worker_env.events
+    author, reader = 71, 72
+    now = _now()
+    good = post_id_at(now, 9)
+    topic = cdc_topic("posts", env.settings.topic_prefix)
+    key = json.dumps({"post_id": good}).encode()  # same key: same partition as the good post
+    env.send(e.followed(reader, author, now - timedelta(hours=1)),
+             [CdcMessage(topic, key, b'{"op": "c", "after": "not a row"')],
+             e.post_created(e.post_row(good, author, now)))
+    env.start("services.fanout", "poison")
+    wait_until(lambda: env.inbox(reader) == [good], timeout=90, message="later post applied")
+    letters = _read_all(env.settings.kafka_bootstrap, dlq_topic(topic), with_headers=True)
+    assert len(letters) == 1
+    headers = dict(letters[0][2])
+    assert headers["dlq.error.class"].endswith(b"MalformedEnvelope")
+    assert headers["dlq.original.topic"] == topic.encode()
+    assert {"dlq.error.message", "dlq.original.partition", "dlq.original.offset"} <= set(headers)
+
+
+def _read_all(bootstrap: str, topic: str, *, with_headers: bool = False) -> list[tuple]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(topic, timeout=10)
+        ends = {}
+        from confluent_kafka import TopicPartition
+        for p in meta.topics[topic].partitions:
+            ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        consumer.subscribe([topic])
+        out, seen = [], collections.Counter()
+        deadline = 60
+        import time
+        stop = time.monotonic() + deadline
+        while any(seen[p] < ends[p] for p in ends) and time.monotonic() < stop:
+            m = consumer.poll(0.5)
+            if m is None or m.error():
+                continue
+            seen[m.partition()] = m.offset() + 1
+            out.append((m.key(), m.value(), m.headers() or []) if with_headers else (m.key(), m.value()))
+        return out
+    finally:
+        consumer.close()
