@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     # Kafka group timing for the faust workers: a killed worker's partitions move after this.
     kafka_session_timeout_s: float = 10.0
     kafka_commit_interval_s: float = 1.0
+    # Consumer group (= faust app id) of each worker; empty means "<topic_prefix>.fanout" /
+    # "<topic_prefix>.ranker". Tests and replays use their own group.
+    fanout_group_id: str = ""
+    ranker_group_id: str = ""
 
     # CDC relay (services/cdc, docs/cdc.md). Slot name defaults to feed_cdc_<database>, so
     # each database (and each test database) has its own slot.
