@@ -1,0 +1,85 @@
+"""The tier policy: measured cost against the freshness target, with hysteresis."""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from services.fanout.tiering import (CapacityEstimate, Tier, TierPolicy, TierState, decide_tier,
+                                     fanout_cost_s)
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+POLICY = TierPolicy(freshness_target_s=1.5, promote_share=0.5, demote_share=0.25, min_dwell_s=600)
+CAPACITY = 10_000.0  # rows/s: promote above 7500 followers, demote below 3750
+
+
+def test_cost_is_followers_over_capacity():
+    assert fanout_cost_s(5000, 10_000) == 0.5
+
+
+def test_ordinary_author_is_promoted_when_one_post_would_take_over_half_the_budget():
+    d = decide_tier(TierState(), 7501, CAPACITY, T0, POLICY)
+    assert d.tier is Tier.CELEBRITY and d.changed
+
+
+def test_author_exactly_at_the_promote_line_stays_ordinary():
+    assert not decide_tier(TierState(), 7500, CAPACITY, T0, POLICY).changed
+
+
+def test_author_between_the_thresholds_keeps_its_tier_either_way():
+    for tier in Tier:
+        d = decide_tier(TierState(tier, T0 - timedelta(days=1)), 5000, CAPACITY, T0, POLICY)
+        assert d.tier is tier and not d.changed
+
+
+def test_celebrity_is_demoted_below_the_lower_threshold():
+    d = decide_tier(TierState(Tier.CELEBRITY, T0 - timedelta(hours=1)), 3749, CAPACITY, T0, POLICY)
+    assert d.tier is Tier.ORDINARY and d.changed
+
+
+def test_dwell_time_holds_a_change_until_it_has_passed():
+    recent = TierState(Tier.CELEBRITY, T0 - timedelta(seconds=599))
+    assert decide_tier(recent, 10, CAPACITY, T0, POLICY).tier is Tier.CELEBRITY
+    assert decide_tier(recent, 10, CAPACITY, T0 + timedelta(seconds=1), POLICY).tier is Tier.ORDINARY
+
+
+def test_author_oscillating_around_the_line_does_not_flap():
+    state, changes = TierState(), 0
+    now = T0
+    for followers in [7600, 7400, 7600, 7400, 3800, 7600] * 3:
+        now += timedelta(hours=1)
+        d = decide_tier(state, followers, CAPACITY, now, POLICY)
+        if d.changed:
+            changes += 1
+            state = TierState(d.tier, now)
+    assert changes == 1  # promoted once, never below 3750 again
+
+
+def test_faster_store_raises_the_boundary():
+    slow = decide_tier(TierState(), 6000, 5_000, T0, POLICY)
+    fast = decide_tier(TierState(), 6000, 20_000, T0, POLICY)
+    assert slow.tier is Tier.CELEBRITY and fast.tier is Tier.ORDINARY
+
+
+def test_policy_rejects_thresholds_without_hysteresis():
+    with pytest.raises(ValueError):
+        TierPolicy(promote_share=0.3, demote_share=0.3)
+
+
+def test_capacity_is_an_ewma_of_large_fanouts_and_never_below_the_floor():
+    cap = CapacityEstimate(floor_rows_per_s=1000)
+    assert cap.rows_per_s == 1000
+    cap.observe(rows=10, seconds=1.0)  # too small to measure throughput: ignored
+    assert cap.ewma_rows_per_s is None
+    cap.observe(rows=10_000, seconds=1.0)
+    assert cap.rows_per_s == 10_000
+    cap.observe(rows=5_000, seconds=1.0)
+    assert cap.rows_per_s == pytest.approx(9_000)  # moves a fifth of the way
+    cap.observe(rows=200, seconds=10.0)
+    assert cap.rows_per_s >= 1000
+
+
+def test_pinned_capacity_overrides_the_measurement():
+    cap = CapacityEstimate(floor_rows_per_s=1000, pinned_rows_per_s=10)
+    cap.observe(rows=10_000, seconds=1.0)
+    assert cap.rows_per_s == 10
