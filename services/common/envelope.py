@@ -17,6 +17,9 @@ from datetime import datetime, timezone
 from typing import Any, Literal, Mapping
 
 Op = Literal["c", "u", "d", "r"]
+# Debezium's placeholder for an unchanged TOASTed column in an update's after-image:
+# the consumer keeps the value it already has.
+UNAVAILABLE_VALUE = "__debezium_unavailable_value"
 _OPS: frozenset[str] = frozenset({"c", "u", "d", "r"})
 
 

@@ -14,20 +14,23 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Iterable, Mapping
 
-from services.common.envelope import ChangeRecord, parse_jsonb, parse_timestamp, require_int
+from services.common.envelope import (UNAVAILABLE_VALUE, ChangeRecord, parse_jsonb,
+                                      parse_timestamp, require_int)
 
 VISIBLE = 1
 
 
 @dataclass(frozen=True)
 class PostFields:
-    """The columns of a posts change that the serving copy keeps."""
+    """The columns of a posts change that the serving copy keeps. ``text`` or
+    ``media_ids`` is None when the change did not carry it (unchanged TOASTed value):
+    the copy keeps what it has."""
 
     post_id: int
     author_id: int
     created_at: datetime | None
     text: str | None
-    media_ids: list[str]
+    media_ids: list[str] | None
     visibility: int | None
     deleted: bool
 
@@ -38,16 +41,19 @@ class PostFields:
 
 def post_fields(row: Mapping[str, Any], *, deleted_row: bool = False) -> PostFields:
     """Map a posts row image (CDC or snapshot: one mapping, so they cannot drift)."""
-    media = parse_jsonb(row.get("media_ids")) or []
-    if not isinstance(media, list):
-        media = []
+    raw_media = row.get("media_ids")
+    media: list[str] | None = None
+    if raw_media != UNAVAILABLE_VALUE:
+        decoded = parse_jsonb(raw_media) or []
+        media = [str(m) for m in decoded] if isinstance(decoded, list) else []
+    text = row.get("text")
     visibility = row.get("visibility")
     return PostFields(
         post_id=require_int(row, "post_id"),
         author_id=require_int(row, "author_id"),
         created_at=parse_timestamp(row.get("created_at")),
-        text=row.get("text"),
-        media_ids=[str(m) for m in media],
+        text=None if text == UNAVAILABLE_VALUE else text,
+        media_ids=media,
         visibility=int(visibility) if visibility is not None else None,
         deleted=deleted_row or row.get("deleted_at") is not None,
     )

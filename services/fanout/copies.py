@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import AsyncIterator
 
 from cassandra.cluster import Session
+from cassandra.query import PreparedStatement
 
 from services.common import ids
 
@@ -21,9 +22,8 @@ class CopyStore:
     def __init__(self, session: Session, runner: CqlRunner, follower_page: int) -> None:
         self._run = runner
         p = session.prepare
-        self._write_post = p(
-            "UPDATE posts USING TIMESTAMP ? SET author_id=?, created_at=?, text=?, media_ids=?, "
-            "visibility=?, deleted=? WHERE post_id=?")
+        self._session = session
+        self._write_post_variants: dict[tuple[bool, bool], PreparedStatement] = {}
         self._mark_fanned_out = p("UPDATE posts USING TIMESTAMP ? SET fanned_out=? WHERE post_id=?")
         self._read_post = p(
             "SELECT author_id, created_at, visibility, deleted, WRITETIME(visibility) AS vis_ts, "
@@ -52,10 +52,22 @@ class CopyStore:
         self._blocks_between = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
 
     # -- posts ---------------------------------------------------------------------------
+    def _post_writer(self, with_text: bool, with_media: bool) -> PreparedStatement:
+        """UPDATE of the copy without the columns a change did not carry (TOAST)."""
+        key = (with_text, with_media)
+        if key not in self._write_post_variants:
+            cols = ["author_id=?", "created_at=?"] + (["text=?"] if with_text else []) \
+                + (["media_ids=?"] if with_media else []) + ["visibility=?", "deleted=?"]
+            self._write_post_variants[key] = self._session.prepare(
+                f"UPDATE posts USING TIMESTAMP ? SET {', '.join(cols)} WHERE post_id=?")
+        return self._write_post_variants[key]
+
     async def write_post(self, post: PostFields, lsn: int) -> None:
-        await self._run.execute(self._write_post, (
-            lsn, post.author_id, post.created_at, post.text, post.media_ids,
-            post.visibility if not post.deleted else 0, post.deleted, post.post_id))
+        with_text, with_media = post.text is not None, post.media_ids is not None
+        params: list = [lsn, post.author_id, post.created_at]
+        params += ([post.text] if with_text else []) + ([post.media_ids] if with_media else [])
+        params += [post.visibility if not post.deleted else 0, post.deleted, post.post_id]
+        await self._run.execute(self._post_writer(with_text, with_media), params)
 
     async def read_post(self, post_id: int) -> PostCopy | None:
         rows = await self._run.execute(self._read_post, (post_id,))

@@ -94,10 +94,10 @@ def test_removal_walks_inboxes_only_for_posts_that_were_fanned_out():
 
 def test_events_carry_ids_as_strings_keyed_by_reader_or_author():
     key, value = post_landed_in_inbox(7, 10, 1, T)
-    assert key == b"7" and json.loads(value) == {"reader_id": "7", "post_id": "10", "author_id": "1",
+    assert key == b'"7"' and json.loads(value) == {"reader_id": "7", "post_id": "10", "author_id": "1",
                                                  "created_at": "2026-11-01T12:00:00.000Z"}
     key, value = celebrity_posted(1, 10, T)
-    assert key == b"1" and json.loads(value)["post_id"] == "10"
+    assert key == b'"1"' and json.loads(value)["post_id"] == "10"
 
 
 # -- poison messages ----------------------------------------------------------------------
