@@ -100,6 +100,18 @@ def test_level_2_medium_backwards_step_continues_on_the_last_timestamp() -> None
     assert after == sorted(after) and after[0] > before
 
 
+def test_level_2_exhausted_millisecond_waits_for_the_clock_to_pass_it() -> None:
+    clock = FakeClock()
+    gen = _generator(clock)
+    gen.next_id()
+    clock.ms -= 10
+    issued = [gen.next_id() for _ in range(4095)]
+    assert ids.parse(issued[-1]).sequence == 4095 and not clock.sleeps
+    following = ids.parse(gen.next_id())
+    assert following.timestamp_ms == START_MS + 1 and following.sequence == 0
+    assert clock.ms == START_MS + 1
+
+
 def test_level_3_large_backwards_step_refuses() -> None:
     clock = FakeClock()
     gen = _generator(clock)
