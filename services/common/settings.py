@@ -116,6 +116,45 @@ class Settings(BaseSettings):
     # its node id quickly.
     id_lease_ttl_seconds: float = 30.0
 
+    # Feed read path (services/api/feed, docs/read-path.md).
+    # Snapshot lifetime: long enough to read a session's worth of pages (a few minutes of
+    # scrolling), short enough that a stale ranking does not outlive its usefulness.
+    # Matches feed_snapshots' default_time_to_live (900 s); tests shorten it.
+    feed_snapshot_ttl_s: int = 900
+    # Inbox rows read per first page: the head of the partition, newest first. 300 covers
+    # 15 pages of 20 and stays clear of the trimmed tail (inbox_cap 500) and its tombstone.
+    feed_inbox_candidates: int = 300
+    # Newest posts read per followed celebrity per day bucket: a celebrity posting more
+    # than this in a day still gives the reader its newest ones; older ones lose to decay.
+    feed_celebrity_posts_per_author: int = 20
+    # Followed celebrity partitions merged per first page (each costs 2 bucket reads).
+    feed_max_celebrities: int = 200
+    # Fan-out-behind fallback: followed ordinary authors whose newest day bucket is read
+    # on a first page (rotated per snapshot), and posts taken from each. Bounds the extra
+    # reads for readers following hundreds of authors; small follow lists are fully covered.
+    feed_fallback_authors: int = 24
+    feed_fallback_posts_per_author: int = 5
+    # Upper bound on a snapshot's entries (24 bytes each packed): 40+ pages of 20.
+    feed_max_candidates: int = 800
+    # Follows read per request (following is a partition per reader); beyond this the
+    # remaining follows are ignored for the page and a metric counts it.
+    feed_max_following: int = 5000
+    # Per-call timeout for every read-path store call: well above a healthy read (~1 ms)
+    # and well under the page budget, so one slow partition is dropped, not waited on.
+    feed_store_timeout_s: float = 0.25
+    # In-process cache of immutable post bodies (text, author, created_at): ~200 B each.
+    feed_body_cache_size: int = 50_000
+    # Celebrity list cache: re-read after this long. Bounded staleness well under the
+    # freshness target, so a promotion is merged by readers within a second.
+    feed_celebrities_cache_s: float = 1.0
+    # SSE stream: comment heartbeat period (keeps proxies from closing idle connections),
+    # concurrent streams per user, events kept per reader for Last-Event-ID resume, and how
+    # long a disconnected reader's buffer is kept.
+    stream_heartbeat_s: float = 15.0
+    stream_max_per_user: int = 3
+    stream_resume_buffer: int = 100
+    stream_resume_window_s: float = 300.0
+
     @property
     def pg_dsn(self) -> str:
         return (

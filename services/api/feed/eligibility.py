@@ -1,0 +1,66 @@
+"""Whether a reader may see a post, now. Pure: every input is passed in.
+
+The read path is the correctness path for deletes, removals, blocks and unfollows
+(seed section 7): materialized inbox rows are cleaned up asynchronously, so every
+candidate is checked against the current copies on every page, not only when the
+snapshot is built.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Mapping
+
+VISIBLE = 1
+
+
+@dataclass(frozen=True)
+class PostState:
+    """The mutable part of a post copy, as read for this request."""
+
+    post_id: int
+    author_id: int | None
+    created_at_ms: int | None
+    visibility: int | None
+    deleted: bool | None
+
+
+@dataclass(frozen=True)
+class ReaderGraph:
+    """The reader's follows (author -> following_since, Unix ms) and blocks (either way)."""
+
+    reader_id: int
+    following_since_ms: Mapping[int, int]
+    blocked: frozenset[int]
+
+
+class Verdict(str, Enum):
+    ELIGIBLE = "eligible"
+    MISSING = "missing"          # no copy (not yet written, or read failed)
+    DELETED = "deleted"
+    REMOVED = "removed"          # visibility is not "visible" (moderation)
+    BLOCKED = "blocked"          # the reader blocks the author or is blocked by them
+    NOT_FOLLOWED = "not_followed"
+    BEFORE_FOLLOW = "before_follow"  # older than following_since: no surprise backfill
+
+
+def judge(post: PostState | None, graph: ReaderGraph) -> Verdict:
+    """The first reason ``post`` must not be shown to ``graph.reader_id``, or ELIGIBLE."""
+    if post is None or post.author_id is None or post.created_at_ms is None:
+        return Verdict.MISSING
+    if post.deleted:
+        return Verdict.DELETED
+    if post.visibility != VISIBLE:
+        return Verdict.REMOVED
+    if post.author_id in graph.blocked:
+        return Verdict.BLOCKED
+    since = graph.following_since_ms.get(post.author_id)
+    if since is None:
+        return Verdict.NOT_FOLLOWED
+    if post.created_at_ms < since:
+        return Verdict.BEFORE_FOLLOW
+    return Verdict.ELIGIBLE
+
+
+def is_eligible(post: PostState | None, graph: ReaderGraph) -> bool:
+    return judge(post, graph) is Verdict.ELIGIBLE
