@@ -45,6 +45,7 @@ migrate: up
 
 run: migrate
 	$(PY) -m deploy.services start
+	$(PY) -m deploy.demo
 
 stop-services: venv
 	$(PY) -m deploy.services stop
@@ -66,3 +67,9 @@ token: venv
 
 lag: venv
 	$(PY) -m deploy.lag
+
+# Real Debezium (Kafka Connect standalone, from Maven Central) against the relay, compared
+# field by field on the same changes; see docs/cdc.md.
+.PHONY: debezium-check
+debezium-check: up
+	$(PY) -m deploy.debezium.check

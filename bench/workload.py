@@ -37,11 +37,16 @@ class GraphSpec:
     zipf_exponent: float = 1.1
     history_posts: int = 40_000
     history_days: int = 3
+    likes_per_post: float = 3.0
     seed: int = 7
 
     @classmethod
     def short(cls) -> "GraphSpec":
         return cls(users=6_000, celebrities=3, history_posts=4_000)
+
+    @classmethod
+    def demo(cls) -> "GraphSpec":
+        return cls(users=2_000, celebrities=2, history_posts=2_000)
 
 
 @dataclass
@@ -52,6 +57,7 @@ class Graph:
     follower: np.ndarray  # follow edges: follower[i] follows followed[i]
     followed: np.ndarray
     posts: list[tuple[int, int, datetime, str]] = field(default_factory=list)
+    likes: list[tuple[int, int]] = field(default_factory=list)  # (post_id, user_id)
 
     def follower_counts(self) -> dict[int, int]:
         authors, counts = np.unique(self.followed, return_counts=True)
@@ -92,7 +98,22 @@ def generate(spec: GraphSpec, now: datetime | None = None) -> Graph:
     pairs = np.unique(np.stack([follower, followed], axis=1), axis=0)
     graph = Graph(spec, user_ids, celebrity_ids, pairs[:, 0].copy(), pairs[:, 1].copy())
     graph.posts = _history(spec, graph, rng, now)
+    graph.likes = _likes(spec, graph, rng)
     return graph
+
+
+def _likes(spec: GraphSpec, graph: Graph, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """Likes skewed towards a few posts (Zipf over a random order of posts)."""
+    if not graph.posts:
+        return []
+    n = int(len(graph.posts) * spec.likes_per_post)
+    post_ids = np.array([p[0] for p in graph.posts], dtype=np.int64)
+    weights = 1.0 / np.arange(1, len(post_ids) + 1) ** 1.2
+    weights /= weights.sum()
+    liked = rng.choice(rng.permutation(post_ids), size=n, p=weights)
+    users = rng.choice(graph.user_ids, size=n)
+    pairs = np.unique(np.stack([liked, users], axis=1), axis=0)
+    return [(int(p), int(u)) for p, u in pairs]
 
 
 def _history(spec: GraphSpec, graph: Graph, rng: np.random.Generator,
@@ -133,4 +154,7 @@ def load_postgres(conn, graph: Graph, now: datetime | None = None) -> dict[str, 
               ((str(a), str(b), since) for a, b in zip(graph.follower.tolist(), graph.followed.tolist())))
         _copy(conn, "COPY posts (post_id, author_id, created_at, text) FROM STDIN",
               ((str(p), str(a), c.isoformat(), t) for p, a, c, t in graph.posts))
-    return {"users": len(graph.user_ids), "follows": len(graph.follower), "posts": len(graph.posts)}
+        _copy(conn, "COPY likes (post_id, user_id) FROM STDIN",
+              ((str(p), str(u)) for p, u in graph.likes))
+    return {"users": len(graph.user_ids), "follows": len(graph.follower),
+            "posts": len(graph.posts), "likes": len(graph.likes)}
