@@ -30,7 +30,10 @@ from .metrics import ApiMetrics, MetricsMiddleware
 from .problems import install_problem_handlers
 from .readiness import ReadinessChecks, cassandra_check, lease_check, postgres_check
 from .request_context import BodyLimitMiddleware, RequestContextMiddleware
-from .routes import health, moderation, posts, social
+from .feed.wiring import close_read_path, open_read_path
+from .routes import feed, health, moderation, posts, social
+from .stream import route as feed_stream
+from .stream.consumer import run_stream_consumer
 from .store.idempotency import purge_expired_periodically
 from .users import KnownUsers
 
@@ -40,9 +43,11 @@ log = logging.getLogger("services.api")
 # few media ids; anything much larger is a mistake or an attack.
 MAX_BODY_BYTES = 64 * 1024
 
-ROUTERS: list[APIRouter] = [health.router, posts.router, social.router, moderation.router]
+ROUTERS: list[APIRouter] = [health.router, posts.router, social.router, moderation.router,
+                            feed.router, feed_stream.router]
 # Coroutines run for the life of the app, given the app (periodic clean-ups).
-BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = [purge_expired_periodically]
+BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = [purge_expired_periodically,
+                                                               run_stream_consumer]
 
 
 @asynccontextmanager
@@ -59,6 +64,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.metrics.id_node.set(lease.node_id)
     app.state.readiness.register("postgres", postgres_check(pool))
     app.state.readiness.register("id_lease", lease_check(lease.is_held))
+    await open_read_path(app)  # app.state.cassandra, the feed reader and the stream hub
     if getattr(app.state, "cassandra", None) is not None:
         app.state.readiness.register("cassandra", cassandra_check(app.state.cassandra))
     background = [asyncio.create_task(task(app), name=task.__name__)
@@ -72,6 +78,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await asyncio.gather(*background, return_exceptions=True)
         await asyncio.to_thread(lease.release)
         await pool.close()
+        await close_read_path(app)
 
 
 

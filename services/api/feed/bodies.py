@@ -1,0 +1,118 @@
+"""Post copies for a page, fetched in batches behind an in-process body cache.
+
+What a post *says* (author, created_at, text) never changes after it is written, so it
+is cached per process (bounded LRU). What decides whether it may be shown (visibility,
+deleted) and its rank key (score) change at any time, so they are read from Cassandra on
+every request: the cache is never the only copy of anything that can change, and a
+cache miss only means the text rides along in the same read.
+
+Reads are IN queries of ``CHUNK`` ids, issued concurrently. A chunk that fails or times
+out is reported back (``failed``), never raised: the caller decides (rank by recency on
+a first page; end the page before the first unknown post on a later one).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Iterable
+
+from .eligibility import PostState
+from .store import FeedStore, to_ms
+
+log = logging.getLogger(__name__)
+
+# Ids per IN query: large enough that a 300-candidate first page is 6 concurrent reads,
+# small enough that one coordinator request stays short (Cassandra warns past ~100).
+CHUNK = 50
+
+
+@dataclass(frozen=True)
+class PostBody:
+    """The immutable part of a post copy."""
+
+    author_id: int
+    created_at_ms: int
+    text: str
+
+
+@dataclass(frozen=True)
+class PostView:
+    """A post as read for this request: current state, current score, and its body."""
+
+    state: PostState
+    score: float | None
+    body: PostBody | None
+
+
+class BodyCache:
+    """LRU of ``post_id -> PostBody``; an accelerator only (see the module docstring)."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = max(0, capacity)
+        self._items: OrderedDict[int, PostBody] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, post_id: int) -> PostBody | None:
+        body = self._items.get(post_id)
+        if body is None:
+            self.misses += 1
+            return None
+        self._items.move_to_end(post_id)
+        self.hits += 1
+        return body
+
+    def put(self, post_id: int, body: PostBody) -> None:
+        if self._capacity == 0:
+            return
+        self._items[post_id] = body
+        self._items.move_to_end(post_id)
+        while len(self._items) > self._capacity:
+            self._items.popitem(last=False)
+
+
+@dataclass
+class FetchResult:
+    views: dict[int, PostView]
+    failed: set[int]
+
+
+def _chunks(ids: list[int], size: int) -> Iterable[list[int]]:
+    for i in range(0, len(ids), size):
+        yield ids[i:i + size]
+
+
+class PostCopies:
+    def __init__(self, store: FeedStore, cache: BodyCache) -> None:
+        self._store = store
+        self.cache = cache
+
+    async def fetch(self, post_ids: Iterable[int]) -> FetchResult:
+        """Current copies of ``post_ids``; ids with no copy are simply absent from ``views``."""
+        wanted = list(dict.fromkeys(post_ids))
+        cached = {p: b for p in wanted if (b := self.cache.get(p)) is not None}
+        uncached = [p for p in wanted if p not in cached]
+        known = [p for p in wanted if p in cached]
+        jobs = ([(c, True) for c in _chunks(uncached, CHUNK)]
+                + [(c, False) for c in _chunks(known, CHUNK)])
+        results = await asyncio.gather(
+            *(self._store.posts(chunk, with_text=with_text) for chunk, with_text in jobs),
+            return_exceptions=True)
+        out = FetchResult({}, set())
+        for (chunk, with_text), rows in zip(jobs, results):
+            if isinstance(rows, BaseException):
+                log.warning("post copy read failed for %d posts: %r", len(chunk), rows)
+                out.failed.update(chunk)
+                continue
+            for row in rows:
+                post_id, author_id, created_at, visibility, deleted, score = row[:6]
+                created_ms = to_ms(created_at)
+                body = cached.get(post_id)
+                if body is None and with_text and author_id is not None and created_ms is not None:
+                    body = PostBody(author_id, created_ms, row[6] or "")
+                    self.cache.put(post_id, body)
+                state = PostState(post_id, author_id, created_ms, visibility, deleted)
+                out.views[post_id] = PostView(state, score, body)
+        return out

@@ -1,0 +1,35 @@
+"""Read-path metrics, registered in the API's registry (``ApiMetrics.registry``)."""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class FeedMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.snapshots = Counter("feed_snapshots_built_total", "First pages that ranked a snapshot",
+                                 ("reason",), registry=registry)
+        self.candidates = Counter("feed_candidates_total", "Candidates ranked into snapshots",
+                                  registry=registry)
+        self.source_failures = Counter("feed_partition_read_failures_total",
+                                       "Candidate reads that failed or timed out (page served "
+                                       "without them)", ("source",), registry=registry)
+        self.skipped = Counter("feed_items_skipped_total",
+                               "Snapshot entries not shown because they became ineligible",
+                               ("reason",), registry=registry)
+        self.partial_pages = Counter("feed_partial_pages_total",
+                                     "Pages ended early because post copies could not be read",
+                                     registry=registry)
+        self.snapshot_save_failures = Counter("feed_snapshot_save_failures_total",
+                                              "Snapshots that could not be stored",
+                                              registry=registry)
+        self.body_cache_hits = Counter("feed_body_cache_hits_total", "Post bodies from the cache",
+                                       registry=registry)
+        self.body_cache_misses = Counter("feed_body_cache_misses_total",
+                                         "Post bodies read from Cassandra", registry=registry)
+        self.streams = Gauge("feed_streams_open", "Open SSE streams in this process",
+                             registry=registry)
+        self.stream_events = Counter("feed_stream_events_total", "new_item events by outcome",
+                                     ("outcome",), registry=registry)
+        self.stream_consumer_errors = Counter("feed_stream_consumer_errors_total",
+                                              "Errors of the stream's Kafka consumer",
+                                              registry=registry)

@@ -1,0 +1,146 @@
+"""The read path's Cassandra calls: prepared statements, each with a timeout. Thin I/O.
+
+Statements run through the driver's own event loop (``execute_async``) and resolve an
+asyncio future, so a request never blocks the API's loop or a thread pool. Rows come
+back as plain tuples (a ``tuple_factory`` execution profile: the default named-tuple
+factory builds a class per result, which costs more than the query on this path).
+Every call carries ``timeout``; the caller decides what a failure means (the candidate
+reads log, count and carry on; the snapshot and post-state reads fail the request).
+"""
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from cassandra.cluster import ExecutionProfile, Session
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.query import PreparedStatement, tuple_factory
+
+PROFILE = "feed_read"
+# The tier store keeps every celebrity in one partition (services/fanout/tier_store.py).
+CELEBRITY_SHARD = 0
+# Extra time the asyncio side waits past the driver's own timeout before giving up:
+# the driver normally fails the future first; this only guards a lost callback.
+_GUARD_S = 0.05
+
+
+def install_profile(session: Session, timeout: float) -> None:
+    """Register the read path's execution profile (tuples, token-aware, ``timeout``)."""
+    profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+                               request_timeout=timeout, row_factory=tuple_factory)
+    if PROFILE not in session.cluster.profile_manager.profiles:
+        session.cluster.add_execution_profile(PROFILE, profile)
+
+
+def to_ms(ts: datetime | None) -> int | None:
+    if ts is None:
+        return None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=timezone.utc)
+    return int(ts.timestamp() * 1000)
+
+
+class FeedStore:
+    """Every Cassandra statement of the read path."""
+
+    def __init__(self, session: Session, timeout: float, max_following: int) -> None:
+        install_profile(session, timeout)
+        self._session = session
+        self._timeout = timeout
+        p = session.prepare
+        self._following = p("SELECT followed_id, following_since FROM following "
+                            "WHERE follower_id=? LIMIT ?")
+        self._following.fetch_size = max_following
+        self._following_one = p("SELECT following_since FROM following "
+                                "WHERE follower_id=? AND followed_id=?")
+        self._blocks = p("SELECT other_id FROM blocks WHERE user_id=?")
+        self._blocks.fetch_size = max_following
+        self._blocks_between = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
+        self._celebrities = p("SELECT author_id, until FROM celebrities WHERE shard=?")
+        self._celebrities.fetch_size = 100_000
+        self._inbox_head = p("SELECT post_id, author_id FROM inbox WHERE reader_id=? LIMIT ?")
+        self._author_bucket = p("SELECT post_id FROM author_posts "
+                                "WHERE author_id=? AND bucket=? LIMIT ?")
+        self._posts_full = p("SELECT post_id, author_id, created_at, visibility, deleted, score, "
+                             "text FROM posts WHERE post_id IN ?")
+        self._posts_state = p("SELECT post_id, author_id, created_at, visibility, deleted, score "
+                              "FROM posts WHERE post_id IN ?")
+        self._save_snapshot = p("INSERT INTO feed_snapshots (reader_id, feed_version, ranked, "
+                                "created_at) VALUES (?,?,?,?) USING TTL ?")
+        self._load_snapshot = p("SELECT ranked, created_at FROM feed_snapshots "
+                                "WHERE reader_id=? AND feed_version=?")
+
+    async def run(self, statement: PreparedStatement, params: Sequence[Any]) -> list[tuple]:
+        """Run a statement prepared by another read-path module (same profile, timeout)."""
+        return await self._rows(statement, params)
+
+    async def _rows(self, statement: PreparedStatement, params: Sequence[Any]) -> list[tuple]:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[tuple]] = loop.create_future()
+        response = self._session.execute_async(statement, params, timeout=self._timeout,
+                                               execution_profile=PROFILE)
+
+        def settle(value: Any, exc: BaseException | None) -> None:
+            if not done.done():
+                if exc is not None:
+                    done.set_exception(exc)
+                else:
+                    done.set_result(value)
+
+        response.add_callbacks(
+            lambda rows: loop.call_soon_threadsafe(settle, list(rows or ()), None),
+            lambda exc: loop.call_soon_threadsafe(settle, None, exc))
+        return await asyncio.wait_for(done, self._timeout + _GUARD_S)
+
+    # -- the reader's graph -----------------------------------------------------------------
+    async def following(self, reader_id: int, limit: int) -> dict[int, int]:
+        """Followed author -> following_since (Unix ms)."""
+        rows = await self._rows(self._following, (reader_id, limit))
+        return {author: to_ms(since) or 0 for author, since in rows}
+
+    async def following_since(self, reader_id: int, author_id: int) -> int | None:
+        rows = await self._rows(self._following_one, (reader_id, author_id))
+        return (to_ms(rows[0][0]) or 0) if rows else None
+
+    async def blocked(self, reader_id: int) -> frozenset[int]:
+        """Everyone the reader blocks or is blocked by (both directions share the partition)."""
+        return frozenset(r[0] for r in await self._rows(self._blocks, (reader_id,)))
+
+    async def blocked_between(self, reader_id: int, other_id: int) -> bool:
+        return bool(await self._rows(self._blocks_between, (reader_id, other_id)))
+
+    async def celebrities(self) -> list[tuple[int, int | None]]:
+        """``(author_id, until ms or None)``: current (None) and recently demoted authors."""
+        rows = await self._rows(self._celebrities, (CELEBRITY_SHARD,))
+        return [(author, to_ms(until)) for author, until in rows]
+
+    # -- candidates ---------------------------------------------------------------------------
+    async def inbox_head(self, reader_id: int, limit: int) -> list[tuple[int, int]]:
+        """The newest ``limit`` inbox rows as ``(post_id, author_id)``."""
+        return [(p, a) for p, a in await self._rows(self._inbox_head, (reader_id, limit))]
+
+    async def author_bucket(self, author_id: int, bucket: int, limit: int) -> list[int]:
+        """The newest ``limit`` post ids of one author's day bucket."""
+        return [r[0] for r in await self._rows(self._author_bucket, (author_id, bucket, limit))]
+
+    # -- post copies ------------------------------------------------------------------------
+    async def posts(self, post_ids: Sequence[int], *, with_text: bool) -> list[tuple]:
+        """Copies of ``post_ids`` (one IN query; the caller chunks):
+        ``(post_id, author_id, created_at, visibility, deleted, score[, text])``."""
+        statement = self._posts_full if with_text else self._posts_state
+        return await self._rows(statement, (list(post_ids),))
+
+    # -- snapshots ----------------------------------------------------------------------------
+    async def save_snapshot(self, reader_id: int, feed_version: str, blob: bytes,
+                            created_at: datetime, ttl_s: int) -> None:
+        await self._rows(self._save_snapshot, (reader_id, feed_version, blob, created_at, ttl_s))
+
+    async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None:
+        rows = await self._rows(self._load_snapshot, (reader_id, feed_version))
+        if not rows or rows[0][0] is None:
+            return None
+        created = rows[0][1]
+        if created is not None and created.tzinfo is None:
+            created = created.replace(tzinfo=timezone.utc)
+        return rows[0][0], created

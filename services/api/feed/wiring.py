@@ -1,0 +1,65 @@
+"""Opening and closing the read path's clients in the app's lifespan.
+
+``open_read_path(app)`` connects the Cassandra session and puts into ``app.state``:
+``cassandra`` (the session; ``app.py`` registers its readiness check), ``feed``
+(``FeedReader``), ``feed_metrics``, and the stream's ``stream_hub``, ``stream_gate`` and
+``stream_leases``; it registers the ``feed_stream`` readiness check (the hub's Kafka
+consumer has pinned its start offsets). The consumer itself runs as one of the app's
+``BACKGROUND_TASKS`` (``stream.consumer.run_stream_consumer``).
+"""
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import FastAPI
+
+from services.common import cql
+from services.common.settings import Settings
+
+from ..stream.gate import EligibilityGate
+from ..stream.hub import StreamHub
+from ..stream.leases import StreamLeases
+from .bodies import BodyCache, PostCopies
+from .metrics import FeedMetrics
+from .reader import FeedReader, utc_now
+from .store import FeedStore
+
+
+def _build(app: FastAPI, settings: Settings) -> None:
+    """Blocking part (connect, prepare statements): run in a thread."""
+    session = cql.session(settings)
+    store = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following)
+    metrics = FeedMetrics(app.state.metrics.registry)
+    app.state.cassandra = session
+    app.state.feed_metrics = metrics
+    app.state.feed_store = store
+    app.state.feed = FeedReader(store, PostCopies(store, BodyCache(settings.feed_body_cache_size)),
+                                settings, metrics, utc_now)
+    # A lease outlives two missed heartbeats, so one slow refresh does not free the slot.
+    app.state.stream_leases = StreamLeases(session, store, int(settings.stream_heartbeat_s * 2) + 5)
+
+
+async def open_read_path(app: FastAPI) -> None:
+    settings: Settings = app.state.settings
+    await asyncio.to_thread(_build, app, settings)
+    store: FeedStore = app.state.feed_store
+    gate = EligibilityGate(store)
+
+    async def followed(reader_id: int) -> frozenset[int]:
+        return frozenset(await store.following(reader_id, settings.feed_max_following))
+
+    hub = StreamHub(gate, followed, settings.stream_resume_buffer, settings.stream_resume_window_s)
+    app.state.stream_gate = gate
+    app.state.stream_hub = hub
+
+    async def stream_ready() -> None:
+        if not hub.ready.is_set():
+            raise RuntimeError("stream consumer has not pinned its offsets yet")
+
+    app.state.readiness.register("feed_stream", stream_ready)
+
+
+async def close_read_path(app: FastAPI) -> None:
+    session = getattr(app.state, "cassandra", None)
+    if session is not None:
+        await asyncio.to_thread(session.cluster.shutdown)

@@ -1,0 +1,88 @@
+"""``GET /v1/feed``: the reader's ranked home feed, paged over a snapshot (issue 6).
+
+The route only translates HTTP to ``FeedReader`` calls and back; the decisions live in
+``services/api/feed``. Cursor problems share one stable type (``invalid-cursor``): the
+only thing a client can do about any of them is to start again from the first page.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel
+
+from services.common.cursor import MAX_CURSOR_CHARS, CursorRejected
+
+from ..auth import CurrentUser
+from ..feed.reader import FeedPage, FeedReader, FeedUnavailable
+from ..problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
+
+router = APIRouter(tags=["feed"])
+
+INVALID_CURSOR = ProblemKind("invalid-cursor", 400, "Cursor is not valid")
+# The seed's page size and its hard cap.
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+
+
+class FeedItemOut(BaseModel):
+    post_id: str
+    author_id: str
+    text: str
+    created_at: str
+    rank: float
+
+
+class FeedPageOut(BaseModel):
+    items: list[FeedItemOut]
+    next_cursor: str | None
+    feed_version: str
+    generated_at: str
+    warnings: list[str] | None = None
+
+
+def iso_utc(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def page_out(page: FeedPage) -> FeedPageOut:
+    items = [FeedItemOut(post_id=str(i.entry.post_id), author_id=str(i.body.author_id),
+                         text=i.body.text,
+                         created_at=iso_utc(datetime.fromtimestamp(i.body.created_at_ms / 1000,
+                                                                   tz=timezone.utc)),
+                         rank=i.entry.rank) for i in page.items]
+    out = FeedPageOut(items=items, next_cursor=page.next_cursor, feed_version=page.feed_version,
+                      generated_at=iso_utc(page.generated_at))
+    if page.warnings:
+        out.warnings = page.warnings
+    return out
+
+
+def feed_reader(request: Request) -> FeedReader:
+    reader = getattr(request.app.state, "feed", None)
+    if reader is None:
+        raise ProblemError(UNAVAILABLE, "the feed store is not connected",
+                           headers={"Retry-After": "1"})
+    return reader
+
+
+@router.get("/v1/feed", response_model=FeedPageOut, response_model_exclude_unset=True,
+            responses=problem_responses(400, 401, 422, 503))
+async def get_feed(
+        request: Request, user: CurrentUser,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+        cursor: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR_CHARS)] = None,
+) -> FeedPageOut:
+    """One page of the caller's feed; pass ``next_cursor`` back for the next one."""
+    reader = feed_reader(request)
+    try:
+        if cursor is None:
+            page = await reader.first_page(user.user_id, limit)
+        else:
+            page = await reader.next_page(user.user_id, limit, cursor)
+    except CursorRejected as exc:
+        raise ProblemError(INVALID_CURSOR, str(exc)) from exc
+    except FeedUnavailable as exc:
+        raise ProblemError(UNAVAILABLE, str(exc), headers={"Retry-After": "1"}) from exc
+    return page_out(page)

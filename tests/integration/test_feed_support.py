@@ -1,0 +1,238 @@
+"""Helpers for the read-path tests (no tests here): seeding Cassandra the fan-out's way.
+
+``FeedWorld`` writes serving rows through the fan-out's own stores (``CopyStore``,
+``InboxStore``, ``TierStore``) and the ranker's ``RankStore``, each write with a fresh,
+increasing write timestamp, exactly what the workers do for a CDC event. It does not run
+the asynchronous clean-up, which is the point: the read path must filter deleted,
+removed, blocked and unfollowed content before that clean-up happens. ``SseReader``
+collects server-sent events from a real HTTP stream in a thread.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import queue
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Coroutine, TypeVar
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+
+from services.common import cql, ids
+from services.common.settings import Settings
+from services.common.topics import author_events_topic, inbox_events_topic
+from services.fanout.audience import PostFields
+from services.fanout.copies import CopyStore
+from services.fanout.cql_async import CqlRunner
+from services.fanout.events import celebrity_posted, post_landed_in_inbox
+from services.fanout.inbox import InboxStore
+from services.fanout.tier_store import TierStore
+from services.fanout.tiering import CapacityEstimate, TierPolicy
+from services.ranker.store import RankStore
+
+T = TypeVar("T")
+_SEQ = itertools.count(1)
+_TS = itertools.count(int(time.time() * 1_000_000))  # write timestamps (µs), increasing
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_post_id(at: datetime) -> int:
+    """A Snowflake id at ``at`` on a random node: unique across test runs and processes."""
+    node = secrets.randbelow(ids.MAX_NODE + 1)
+    return ids.compose(int(at.timestamp() * 1000), node, next(_SEQ) & ids.MAX_SEQUENCE)
+
+
+@dataclass
+class Post:
+    post_id: int
+    author_id: int
+    created_at: datetime
+    text: str
+
+
+class FeedWorld:
+    """Serving rows for the read-path tests, written through the workers' own stores."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.session = cql.session(settings)
+        self._loop = asyncio.new_event_loop()
+        runner = CqlRunner(self.session)
+        self.copies = CopyStore(self.session, runner, 500)
+        self.inbox = InboxStore(self.session, runner, max_in_flight=16, cap=500, trim_every=1_000_000)
+        # Pinned capacity of 1 row/s: any author with followers is "too expensive" and
+        # promotion is immediate (no dwell), so make_celebrity goes through the policy.
+        self.tiers = TierStore(self.session, runner, TierPolicy(min_dwell_s=0.0),
+                               CapacityEstimate(1.0, pinned_rows_per_s=1.0), utc_now)
+        self.ranks = RankStore(self.session)
+        self._producer: Producer | None = None
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(10)
+        self._loop.close()
+        self.session.cluster.shutdown()
+
+    # -- graph ----------------------------------------------------------------------------------
+    def follow(self, reader: int, author: int, since: datetime | None = None) -> None:
+        since = since or utc_now() - timedelta(days=3)
+        self.run(self.copies.add_follow(reader, author, since, next(_TS)))
+
+    def unfollow(self, reader: int, author: int) -> None:
+        self.run(self.copies.remove_follow(reader, author, next(_TS)))
+
+    def block(self, blocker: int, blocked: int) -> None:
+        self.run(self.copies.add_block(blocker, blocked, next(_TS)))
+
+    def make_celebrity(self, author: int) -> None:
+        decision = self.run(self.tiers.tier_for_post(author, 1_000_000))
+        assert decision.tier.value == "celebrity"
+
+    # -- posts ------------------------------------------------------------------------------------
+    def write(self, author: int, *, at: datetime | None = None, text: str = "hello",
+              inbox_of: list[int] = (), score: float | None = None) -> Post:  # type: ignore[assignment]
+        """A post copy and its author-partition row; inbox rows for ``inbox_of`` only."""
+        at = at or utc_now()
+        post = Post(new_post_id(at), author, at, text)
+        ts = next(_TS)
+        self.run(self.copies.write_post(self._fields(post), ts))
+        self.run(self.copies.add_author_post(author, post.post_id, ts))
+        if inbox_of:
+            self.run(self.copies.mark_fanned_out(post.post_id, True, ts))
+            self.run(self.inbox.push(list(inbox_of), post.post_id, author, ts))
+        if score is not None:
+            self.set_score(post.post_id, score)
+        return post
+
+    def delete(self, post: Post) -> None:
+        """The copy marked deleted (the inbox rows stay: clean-up is asynchronous)."""
+        self.run(self.copies.write_post(self._fields(post, deleted=True), next(_TS)))
+
+    def remove(self, post: Post) -> None:
+        """Moderation removal: visibility 0 on the copy."""
+        self.run(self.copies.write_post(self._fields(post, visibility=0), next(_TS)))
+
+    def set_score(self, post_id: int, score: float) -> None:
+        self.run(self.ranks.set_score(post_id, score))
+
+    @staticmethod
+    def _fields(post: Post, *, deleted: bool = False, visibility: int = 1) -> PostFields:
+        return PostFields(post.post_id, post.author_id, post.created_at, post.text, [],
+                          visibility, deleted)
+
+    # -- fan-out events ------------------------------------------------------------------------------
+    def _produce(self, topic: str, key: bytes, value: bytes) -> None:
+        if self._producer is None:
+            self._producer = Producer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                                       "partitioner": "murmur2_random"})
+        self._producer.produce(topic, key=key, value=value)
+        assert self._producer.flush(10) == 0
+
+    def announce_inbox(self, reader: int, post: Post) -> None:
+        key, value = post_landed_in_inbox(reader, post.post_id, post.author_id, post.created_at)
+        self._produce(inbox_events_topic(self.settings.topic_prefix), key, value)
+
+    def announce_celebrity(self, post: Post) -> None:
+        key, value = celebrity_posted(post.author_id, post.post_id, post.created_at)
+        self._produce(author_events_topic(self.settings.topic_prefix), key, value)
+
+
+@pytest.fixture(scope="module")
+def world(settings: Settings) -> Any:
+    w = FeedWorld(settings)
+    yield w
+    w.close()
+
+
+def feed_ids(page: dict[str, Any]) -> list[int]:
+    return [int(i["post_id"]) for i in page["items"]]
+
+
+def walk(client: httpx.Client, limit: int, between: Callable[[int], None] = lambda _: None,
+         max_pages: int = 200) -> list[dict[str, Any]]:
+    """Every page of one snapshot; ``between(page_number)`` runs before each next page."""
+    pages = []
+    response = client.get("/v1/feed", params={"limit": limit})
+    assert response.status_code == 200, response.text
+    pages.append(response.json())
+    while pages[-1]["next_cursor"] and len(pages) < max_pages:
+        between(len(pages))
+        response = client.get("/v1/feed", params={"limit": limit, "cursor": pages[-1]["next_cursor"]})
+        assert response.status_code == 200, response.text
+        pages.append(response.json())
+    return pages
+
+
+class SseReader:
+    """Reads one SSE stream in a thread; ``events`` yields parsed events."""
+
+    def __init__(self, client: httpx.Client, headers: dict[str, str] | None = None,
+                 params: dict[str, str] | None = None) -> None:
+        self.events: queue.Queue[dict[str, str]] = queue.Queue()
+        self.status: int | None = None
+        self.connected = threading.Event()
+        self._stop = threading.Event()
+        self._client = client
+        self._thread = threading.Thread(target=self._run, args=(client, headers or {}, params or {}),
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, client: httpx.Client, headers: dict[str, str], params: dict[str, str]) -> None:
+        try:
+            self._read(client, headers, params)
+        except (httpx.HTTPError, RuntimeError):
+            pass  # closed from the test thread
+        finally:
+            self.connected.set()
+
+    def _read(self, client: httpx.Client, headers: dict[str, str], params: dict[str, str]) -> None:
+        with client.stream("GET", "/v1/feed/stream", headers=headers, params=params) as response:
+            self.status = response.status_code
+            if response.status_code != 200:
+                response.read()
+                self.body = response.text
+                self.connected.set()
+                return
+            event: dict[str, str] = {}
+            for line in response.iter_lines():
+                if self._stop.is_set():
+                    return
+                if line.startswith(":"):
+                    if "connected" in line:
+                        self.connected.set()
+                    continue
+                if not line:
+                    if event:
+                        self.events.put(event)
+                    event = {}
+                    continue
+                name, _, value = line.partition(":")
+                event[name] = value.lstrip(" ")
+
+    def next_item(self, timeout: float) -> dict[str, str] | None:
+        """The next event, or None when none arrives within ``timeout``."""
+        try:
+            return self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._client.close()
+        self._thread.join(timeout=10)
+
+
+def new_item_post_ids(events: list[dict[str, str]]) -> list[int]:
+    return [int(json.loads(e["data"])["post_id"]) for e in events if e.get("event") == "new_item"]
