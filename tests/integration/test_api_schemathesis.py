@@ -29,7 +29,13 @@ EXAMPLES_PER_OPERATION = int(os.environ.get("FEED_FUZZ_EXAMPLES", "60"))
 # (schemathesis.pytest.from_fixture would load it from the server, but 4.32 breaks on
 # pytest 9: it reads the removed Function._nodeid.)
 OPENAPI_DOCUMENT = create_app(Settings()).openapi()
-schema = schemathesis.openapi.from_dict(OPENAPI_DOCUMENT)
+# Scope: the write path and liveness. /readyz may answer 503 by design while a store (or
+# the read path's stream consumer) is not ready, which schemathesis counts as a server
+# error; it has its own test. The read path's operations (/v1/feed...) belong to its
+# own suite.
+schema = (schemathesis.openapi.from_dict(OPENAPI_DOCUMENT)
+          .exclude(path="/readyz")
+          .exclude(path_regex="^/v1/feed"))
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
                                 max_examples=EXAMPLES_PER_OPERATION)
 
