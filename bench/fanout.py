@@ -1,0 +1,183 @@
+"""Fan-out benchmark: sustained fan-out rows/s against the raw insert rate of the same
+Cassandra in the same run, and commit-to-inbox latency p50/p95 under a steady post rate.
+
+    .venv/bin/python bench/fanout.py [--followers 5000] [--posts 10] [--rate 4] [--seconds 20]
+
+Runs on its own keyspace and topic prefix (dropped at the end) against the running
+stack, with a real ``python -m services.fanout`` worker subprocess.
+
+1. raw: the same INSERT the fan-out uses, prepared, 64 in flight, ``followers*posts`` rows.
+2. fan-out: one ordinary author with ``followers`` followers publishes ``posts`` posts at
+   once; rows/s from the first post produced to the worker's row counter reaching
+   followers*posts (scraped from its /metrics).
+3. latency: ``--rate`` posts/s for ``--seconds`` s by an author with 100 followers; per
+   post, from the CDC event's commit time (source.ts_ms = when produced) to its inbox
+   event arriving on ``<prefix>.inbox-events`` (published after the inbox rows are written).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+
+from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
+from services.common import cql  # noqa: E402
+from services.common.settings import Settings  # noqa: E402
+from services.common.topics import all_topics, inbox_events_topic  # noqa: E402
+from services.fanout.cql_async import CqlRunner  # noqa: E402
+from tests.integration.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def raw_insert_rate(session, rows: int, in_flight: int) -> float:
+    stmt = session.prepare("INSERT INTO inbox (reader_id, post_id, author_id) VALUES (?,?,?) USING TIMESTAMP ?")
+    runner = CqlRunner(session)
+    start = time.perf_counter()
+    await runner.run_bounded(((stmt, (10**12 + i % 5000, i, 1, 1)) for i in range(rows)), in_flight)
+    return rows / (time.perf_counter() - start)
+
+
+def scrape(port: int, name: str) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def wait(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not (result := cond()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: timed out waiting for {what}")
+        time.sleep(0.05)
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--followers", type=int, default=5000)
+    ap.add_argument("--posts", type=int, default=10)
+    ap.add_argument("--rate", type=float, default=4.0)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    args = ap.parse_args()
+
+    name = f"bench_{secrets.token_hex(3)}"
+    s = Settings(cassandra_keyspace=name, topic_prefix=name)
+    migrate_cassandra(s, name)
+    migrate_kafka(s, name)
+    cluster = cql.cluster(s, timeout=30)
+    session = cluster.connect(name)
+    port = free_port()
+    worker = None
+    try:
+        rows = args.followers * args.posts
+        raw = asyncio.run(raw_insert_rate(session, rows, s.fanout_max_in_flight))
+        session.execute("TRUNCATE inbox")
+        print(f"raw insert: {raw:,.0f} rows/s ({rows} rows, {s.fanout_max_in_flight} in flight)")
+
+        events = CdcEvents(name)
+        since = datetime.now(timezone.utc) - timedelta(hours=1)
+        big, small = 1, 2
+        follows = [m for f in range(10_000, 10_000 + args.followers) for m in events.followed(f, big, since)]
+        follows += [m for f in range(900_000, 900_100) for m in events.followed(f, small, since)]
+        send(s.kafka_bootstrap, follows)
+        env = {**os.environ, "FEED_TOPIC_PREFIX": name, "FEED_CASSANDRA_KEYSPACE": name,
+               "FEED_FANOUT_GROUP_ID": f"{name}.fanout", "FEED_FANOUT_METRICS_PORT": str(port),
+               "FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S": "1000000"}
+        log = open(f"/tmp/{name}-worker.log", "wb")
+        worker = subprocess.Popen([sys.executable, "-m", "services.fanout"], cwd=ROOT, env=env,
+                                  stdout=log, stderr=subprocess.STDOUT)
+        stat = session.prepare("SELECT followers FROM author_stats WHERE author_id=?")
+        wait(lambda: (r := list(session.execute(stat, (big,)))) and r[0].followers == args.followers
+             and (r2 := list(session.execute(stat, (small,)))) and r2[0].followers == 100,
+             300, "follows applied")
+
+        now = datetime.now(timezone.utc)
+        posts = [m for i in range(args.posts)
+                 for m in events.post_created(events.post_row(post_id_at(now, i), big, now))]
+        before = scrape(port, "feed_fanout_inbox_rows_total")
+        start = time.perf_counter()
+        send(s.kafka_bootstrap, posts)
+        wait(lambda: scrape(port, "feed_fanout_inbox_rows_total") - before >= rows, 600, "fan-out")
+        fan = rows / (time.perf_counter() - start)
+        print(f"fan-out:    {fan:,.0f} rows/s ({args.posts} posts x {args.followers} followers) "
+              f"= {fan / raw:.0%} of raw insert")
+
+        consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": f"{name}.bench",
+                             "auto.offset.reset": "latest", "enable.auto.commit": False})
+        consumer.subscribe([inbox_events_topic(name)])
+        wait(lambda: consumer.poll(0.2) is None and consumer.assignment(), 60, "bench consumer")
+        committed: dict[str, float] = {}
+        seen: dict[str, float] = {}
+        total = int(args.rate * args.seconds)
+        producer = Producer({"bootstrap.servers": s.kafka_bootstrap, "partitioner": "murmur2_random",
+                             "enable.idempotence": True, "linger.ms": 0})
+
+        def record(m) -> None:
+            # The inbox event's CreateTime: when the worker published it, right after the
+            # rows were written (same machine clock as the commit time).
+            seen.setdefault(json.loads(m.value())["post_id"], m.timestamp()[1] / 1000)
+        t0 = time.time()
+        for i in range(total):
+            target = t0 + i / args.rate
+            while time.time() < target:
+                m = consumer.poll(max(0.0, min(0.05, target - time.time())))
+                if m is not None and not m.error():
+                    record(m)
+            ts = datetime.now(timezone.utc)
+            pid = post_id_at(ts, 1000 + i)
+            committed[str(pid)] = time.time()
+            for c in events.post_created(events.post_row(pid, small, ts)):
+                producer.produce(c.topic, key=c.key, value=c.value)
+            producer.flush(10)
+        deadline = time.time() + 60
+        while len(seen.keys() & committed.keys()) < total and time.time() < deadline:
+            m = consumer.poll(0.2)
+            if m is not None and not m.error():
+                record(m)
+        consumer.close()
+        per_post = scrape(port, "feed_fanout_post_seconds_sum") / max(1, scrape(port, "feed_fanout_post_seconds_count"))
+        print(f"worker: {per_post * 1000:.0f} ms per post fan-out on average (all phases)")
+        lat = sorted((seen[p] - committed[p]) * 1000 for p in committed if p in seen)
+        p50 = statistics.median(lat)
+        p95 = lat[min(len(lat) - 1, int(0.95 * len(lat)))]
+        print(f"commit-to-inbox: p50 {p50:.0f} ms, p95 {p95:.0f} ms "
+              f"({len(lat)}/{total} posts at {args.rate}/s, 100 followers each)")
+        return 0
+    finally:
+        if worker is not None:
+            worker.terminate()
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=120)
+        cluster.shutdown()
+        AdminClient({"bootstrap.servers": s.kafka_bootstrap}).delete_topics(
+            [t.name for t in all_topics(name)], operation_timeout=30)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
