@@ -1,0 +1,1 @@
+"""Server-sent events for the feed: per-process Kafka consumer, routing hub, eligibility gate, leases."""

@@ -1,0 +1,59 @@
+"""The stream's authorization and eligibility check, on current Cassandra copies.
+
+The same rules as a feed page (``feed.eligibility.judge``) for one (reader, post): the
+post copy must be visible and not deleted, the reader must still follow the author
+(since before the post) and neither may block the other. One author event is checked
+for every connected follower, so the post copy is read once per event
+(``POST_STATE_TTL_S``) and the per-reader reads are two single-row lookups.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from typing import Callable
+
+from ..feed.eligibility import PostState, ReaderGraph, Verdict, judge
+from ..feed.store import FeedStore, to_ms
+
+# One author event fans out to its connected followers within a few milliseconds; a
+# half-second memo of the post's state covers that burst without serving a stale
+# deletion to a later event (a later event for the same post re-reads it).
+POST_STATE_TTL_S = 0.5
+POST_STATE_MEMO = 1024
+
+
+class EligibilityGate:
+    def __init__(self, store: FeedStore, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._monotonic = monotonic
+        self._posts: OrderedDict[int, tuple[float, asyncio.Future[PostState | None]]] = OrderedDict()
+
+    async def _post_state(self, post_id: int) -> PostState | None:
+        now = self._monotonic()
+        memo = self._posts.get(post_id)
+        if memo is not None and now - memo[0] < POST_STATE_TTL_S:
+            return await asyncio.shield(memo[1])
+        future: asyncio.Future[PostState | None] = asyncio.ensure_future(self._read_post(post_id))
+        self._posts[post_id] = (now, future)
+        while len(self._posts) > POST_STATE_MEMO:
+            self._posts.popitem(last=False)
+        return await asyncio.shield(future)
+
+    async def _read_post(self, post_id: int) -> PostState | None:
+        rows = await self._store.posts([post_id], with_text=False)
+        if not rows:
+            return None
+        pid, author_id, created_at, visibility, deleted, _score = rows[0]
+        return PostState(pid, author_id, to_ms(created_at), visibility, deleted)
+
+    async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
+        """Whether ``reader_id`` may be told about ``post_id`` now."""
+        post, since, blocked = await asyncio.gather(
+            self._post_state(post_id), self._store.following_since(reader_id, author_id),
+            self._store.blocked_between(reader_id, author_id))
+        if post is None or post.author_id != author_id:
+            return False
+        graph = ReaderGraph(reader_id, {} if since is None else {author_id: since},
+                            frozenset({author_id}) if blocked else frozenset())
+        return judge(post, graph) is Verdict.ELIGIBLE

@@ -1,0 +1,182 @@
+"""Routing of fan-out events to the SSE streams of this process, with a resume buffer.
+
+Every API process consumes ``<prefix>.inbox-events`` and ``<prefix>.author-events`` by
+itself (``consumer.py``), so a reader's stream gets its events whichever process it is
+connected to. ``StreamHub`` keeps one ``ReaderChannel`` per reader seen recently:
+
+* an inbox event goes to the channel of its reader; an author event to the channel of
+  every reader whose follows (loaded on connect, refreshed) contain the author;
+* before an event is buffered or sent it passes ``StreamGate.allows``: the same
+  eligibility rules as the feed (visible, not deleted, not blocked either way, still
+  followed, not older than following_since), on current Cassandra copies;
+* a channel keeps its last ``buffer_size`` events (ids ``<boot>-<seq>``, increasing in
+  this process) while a stream is open and ``window_s`` after the last one closed, so a
+  client reconnecting with ``Last-Event-ID`` gets what it missed. An id this process did
+  not issue (another process, or evicted) cannot be resumed: the client is told to
+  ``resync`` (refetch its first page), never silently given a gap.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Protocol
+
+log = logging.getLogger(__name__)
+
+# Events queued for one open stream before it counts as stuck and is dropped (a client
+# that reads nothing for that long reconnects and resumes from the buffer).
+QUEUE_LIMIT = 256
+# Concurrent eligibility checks for one author event (one per connected follower).
+CHECK_CONCURRENCY = 32
+
+
+class StreamGate(Protocol):
+    async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool: ...
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    event_id: str
+    post_id: int
+    author_id: int
+
+
+@dataclass
+class ReaderChannel:
+    reader_id: int
+    buffer: deque[StreamEvent]
+    followed: frozenset[int] = frozenset()
+    queues: set[asyncio.Queue[StreamEvent]] = field(default_factory=set)
+    idle_since: float = 0.0
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What a reconnect with ``Last-Event-ID`` gets: the missed events, or a resync."""
+
+    events: list[StreamEvent]
+    resync: bool
+
+
+class StreamHub:
+    def __init__(self, gate: StreamGate, load_followed: Callable[[int], Awaitable[frozenset[int]]],
+                 buffer_size: int, window_s: float,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._gate = gate
+        self._load_followed = load_followed
+        self._buffer_size = max(1, buffer_size)
+        self._window_s = window_s
+        self._monotonic = monotonic
+        self._boot = secrets.token_hex(4)
+        self._seq = itertools.count(1)
+        self._channels: dict[int, ReaderChannel] = {}
+        self._by_author: dict[int, set[int]] = {}
+        self.ready = asyncio.Event()
+
+    # -- connections --------------------------------------------------------------------------
+    async def connect(self, reader_id: int) -> asyncio.Queue[StreamEvent]:
+        """Open a stream for ``reader_id``; events arrive on the returned queue."""
+        channel = self._channels.get(reader_id)
+        if channel is None:
+            channel = ReaderChannel(reader_id, deque(maxlen=self._buffer_size))
+            self._channels[reader_id] = channel
+        await self.refresh_followed(reader_id)
+        queue: asyncio.Queue[StreamEvent] = asyncio.Queue(QUEUE_LIMIT)
+        channel.queues.add(queue)
+        return queue
+
+    def disconnect(self, reader_id: int, queue: asyncio.Queue[StreamEvent]) -> None:
+        channel = self._channels.get(reader_id)
+        if channel is None:
+            return
+        channel.queues.discard(queue)
+        if not channel.queues:
+            channel.idle_since = self._monotonic()
+        self.expire_idle()
+
+    async def refresh_followed(self, reader_id: int) -> None:
+        """Re-read whom the reader follows (routing of author events)."""
+        channel = self._channels.get(reader_id)
+        if channel is None:
+            return
+        followed = await self._load_followed(reader_id)
+        for author in channel.followed - followed:
+            self._by_author.get(author, set()).discard(reader_id)
+        for author in followed:
+            self._by_author.setdefault(author, set()).add(reader_id)
+        channel.followed = followed
+
+    def expire_idle(self) -> None:
+        """Forget channels with no stream for longer than the resume window."""
+        now = self._monotonic()
+        for reader_id, channel in list(self._channels.items()):
+            if not channel.queues and now - channel.idle_since > self._window_s:
+                for author in channel.followed:
+                    self._by_author.get(author, set()).discard(reader_id)
+                del self._channels[reader_id]
+
+    def resume(self, reader_id: int, last_event_id: str) -> Resume:
+        """Events after ``last_event_id`` in this reader's buffer, or a resync."""
+        channel = self._channels.get(reader_id)
+        if channel is None or not last_event_id.startswith(self._boot + "-"):
+            return Resume([], True)
+        ids = [e.event_id for e in channel.buffer]
+        if last_event_id not in ids:
+            return Resume([], True)
+        return Resume(list(channel.buffer)[ids.index(last_event_id) + 1:], False)
+
+    def is_open(self, reader_id: int, queue: asyncio.Queue[StreamEvent]) -> bool:
+        """False once the hub dropped the queue (the client stopped reading)."""
+        channel = self._channels.get(reader_id)
+        return channel is not None and queue in channel.queues
+
+    def open_streams(self) -> int:
+        return sum(len(c.queues) for c in self._channels.values())
+
+    # -- events ----------------------------------------------------------------------------------
+    async def post_landed(self, reader_id: int, post_id: int, author_id: int) -> int:
+        """An inbox event: deliver to the reader if connected (or resumable) and allowed."""
+        if reader_id not in self._channels:
+            return 0
+        return await self._deliver([reader_id], post_id, author_id)
+
+    async def author_posted(self, author_id: int, post_id: int) -> int:
+        """An author event: deliver to the known followers of the author who are allowed."""
+        readers = sorted(self._by_author.get(author_id, ()))
+        if not readers:
+            return 0
+        return await self._deliver(readers, post_id, author_id)
+
+    async def _deliver(self, readers: list[int], post_id: int, author_id: int) -> int:
+        limit = asyncio.Semaphore(CHECK_CONCURRENCY)
+
+        async def checked(reader_id: int) -> bool:
+            async with limit:
+                try:
+                    return await self._gate.allows(reader_id, post_id, author_id)
+                except Exception:  # noqa: BLE001 - unchecked means not sent
+                    log.warning("stream eligibility check failed", exc_info=True)
+                    return False
+
+        verdicts = await asyncio.gather(*(checked(r) for r in readers))
+        sent = 0
+        for reader_id, allowed in zip(readers, verdicts):
+            channel = self._channels.get(reader_id)
+            if not allowed or channel is None:
+                continue
+            if any(e.post_id == post_id for e in channel.buffer):
+                continue  # at-least-once upstream: one event per post per reader
+            event = StreamEvent(f"{self._boot}-{next(self._seq)}", post_id, author_id)
+            channel.buffer.append(event)
+            for queue in list(channel.queues):
+                try:
+                    queue.put_nowait(event)
+                except asyncio.QueueFull:
+                    channel.queues.discard(queue)  # stuck client: it resumes on reconnect
+            sent += 1
+        return sent

@@ -1,0 +1,113 @@
+"""``GET /v1/feed/stream``: server-sent ``new_item`` events for the caller's feed.
+
+Events are ``event: new_item``, ``id: <boot>-<seq>``, ``data: {"post_id", "feed_version"}``
+(``feed_version`` echoes the query parameter: the snapshot the client is showing, so it
+knows the item belongs above that list; ``live`` when not given). A comment heartbeat
+is sent every ``Settings.stream_heartbeat_s`` and refreshes the stream's lease. A client
+reconnecting with ``Last-Event-ID`` gets the events it missed from this process's
+buffer, re-checked, or an ``event: resync`` telling it to refetch its first page. More
+than ``Settings.stream_max_per_user`` open streams gives a 429 problem.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from ..auth import CurrentUser
+from ..problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
+from .hub import StreamEvent, StreamHub
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["feed"])
+
+TOO_MANY_STREAMS = ProblemKind("too-many-streams", 429, "Too many open streams")
+# Routing of author events follows the reader's follows; re-read them this often.
+FOLLOWED_REFRESH_HEARTBEATS = 2
+_background: set[asyncio.Task[Any]] = set()
+
+
+def _new_item(event: StreamEvent, feed_version: str) -> ServerSentEvent:
+    data = json.dumps({"post_id": str(event.post_id), "feed_version": feed_version},
+                      separators=(",", ":"))
+    return ServerSentEvent(data, event="new_item", id=event.event_id)
+
+
+def _later(coro: Any) -> None:
+    """Run clean-up outside the (cancelled) response scope; keep a reference until done."""
+    task = asyncio.ensure_future(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+@router.get("/v1/feed/stream", response_class=EventSourceResponse,
+            responses=problem_responses(401, 429, 503))
+async def feed_stream(
+        request: Request, user: CurrentUser,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
+        feed_version: Annotated[str | None, Query(max_length=40, pattern=r"^[A-Za-z0-9-]+$")] = None,
+) -> EventSourceResponse:
+    """Open the caller's stream of new feed items."""
+    state = request.app.state
+    hub: StreamHub | None = getattr(state, "stream_hub", None)
+    if hub is None:
+        raise ProblemError(UNAVAILABLE, "the stream is not available", headers={"Retry-After": "1"})
+    settings = state.settings
+    reader_id = user.user_id
+    try:
+        lease = await state.stream_leases.try_open(reader_id, settings.stream_max_per_user)
+    except Exception as exc:  # noqa: BLE001 - store down: no stream, say so
+        raise ProblemError(UNAVAILABLE, "the stream cap could not be checked",
+                           headers={"Retry-After": "1"}) from exc
+    if lease is None:
+        raise ProblemError(TOO_MANY_STREAMS,
+                           f"at most {settings.stream_max_per_user} open streams per user",
+                           headers={"Retry-After": str(int(settings.stream_heartbeat_s))})
+    try:
+        queue = await hub.connect(reader_id)
+    except Exception as exc:  # noqa: BLE001
+        _later(state.stream_leases.close(reader_id, lease))
+        raise ProblemError(UNAVAILABLE, "the stream could not be opened",
+                           headers={"Retry-After": "1"}) from exc
+    resume = hub.resume(reader_id, last_event_id) if last_event_id else None
+    version = feed_version or "live"
+    metrics = state.feed_metrics
+    metrics.streams.inc()
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        beats = 0
+        try:
+            yield ServerSentEvent(comment="connected")
+            if resume is not None and resume.resync:
+                yield ServerSentEvent("{}", event="resync")
+            for missed in resume.events if resume is not None else []:
+                if await state.stream_gate.allows(reader_id, missed.post_id, missed.author_id):
+                    yield _new_item(missed, version)
+            while True:
+                try:
+                    event = await asyncio.wait_for(queue.get(), settings.stream_heartbeat_s)
+                except asyncio.TimeoutError:
+                    if not hub.is_open(reader_id, queue):
+                        return
+                    beats += 1
+                    try:
+                        await state.stream_leases.refresh(reader_id, lease)
+                        if beats % FOLLOWED_REFRESH_HEARTBEATS == 0:
+                            await hub.refresh_followed(reader_id)
+                    except Exception:  # noqa: BLE001 - keep streaming; the lease has slack
+                        log.warning("stream heartbeat upkeep failed", exc_info=True)
+                    yield ServerSentEvent(comment="heartbeat")
+                    continue
+                yield _new_item(event, version)
+        finally:
+            hub.disconnect(reader_id, queue)
+            metrics.streams.dec()
+            _later(state.stream_leases.close(reader_id, lease))
+
+    return EventSourceResponse(events(), headers={"Cache-Control": "no-store",
+                                                  "X-Accel-Buffering": "no"})
