@@ -33,11 +33,16 @@ def test_likes_and_features_keep_counters_and_score_whatever_the_order(worker_en
              [CdcMessage(ftopic, b'"5005"', b'{"post_id": 5005}')])              # poison
     env.start("services.ranker", "ranker")
     expected = engagement_score(2, {"quality": 0.5})
-    wait_until(lambda: (rows := env.rows("SELECT score FROM posts WHERE post_id=%s", post))
-               and rows[0].score == pytest.approx(expected), timeout=90, message="score")
-    assert env.rows("SELECT likes FROM post_counters WHERE post_id=%s", post)[0].likes == 2
-    assert sorted(r.user_id for r in env.rows("SELECT user_id FROM post_likes WHERE post_id=%s", post)) == [1, 2]
-    assert env.rows("SELECT features FROM posts WHERE post_id=%s", post)[0].features == {"quality": 0.5}
+
+    def settled() -> bool:
+        likers = sorted(r.user_id for r in env.rows("SELECT user_id FROM post_likes WHERE post_id=%s", post))
+        counter = env.rows("SELECT likes FROM post_counters WHERE post_id=%s", post)
+        copy = env.rows("SELECT score, features FROM posts WHERE post_id=%s", post)
+        return (likers == [1, 2] and bool(counter) and counter[0].likes == 2 and bool(copy)
+                and copy[0].features == {"quality": 0.5} and copy[0].score == pytest.approx(expected))
+
+    # Duplicates did not count twice, the unlike counted once, the older feature lost.
+    wait_until(settled, timeout=90, message="likes, counter, features and score settled")
     letters = _read_all(env.settings.kafka_bootstrap, dlq_topic(ftopic), with_headers=True)
     assert len(letters) == 1 and dict(letters[0][2])["dlq.error.class"].endswith(b"MalformedEnvelope")
 
