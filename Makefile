@@ -62,6 +62,12 @@ test-integration: migrate
 test-e2e: migrate
 	$(PY) -m pytest tests/e2e
 
+bench: migrate
+	$(PY) -m bench.run --mode short
+
+bench-full: migrate
+	$(PY) -m bench.run --mode full
+
 token: venv
 	@$(PY) -m services.api.token $(USER_ID)
 

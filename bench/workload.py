@@ -144,17 +144,27 @@ def _copy(conn, sql: str, rows) -> None:
             copy.write(chunk)
 
 
-def load_postgres(conn, graph: Graph, now: datetime | None = None) -> dict[str, int]:
-    """COPY users, follows and the post history in one transaction."""
+def load_graph(conn, graph: Graph, now: datetime | None = None) -> dict[str, int]:
+    """COPY users and follows in one transaction."""
     now = now or datetime.now(timezone.utc)
     since = (now - timedelta(days=FOLLOW_SINCE_DAYS)).isoformat()
     with conn.transaction():
         _copy(conn, "COPY users (user_id) FROM STDIN", ((str(u),) for u in graph.user_ids.tolist()))
         _copy(conn, "COPY follows (follower_id, followed_id, following_since) FROM STDIN",
               ((str(a), str(b), since) for a, b in zip(graph.follower.tolist(), graph.followed.tolist())))
+    return {"users": len(graph.user_ids), "follows": len(graph.follower)}
+
+
+def load_history(conn, graph: Graph) -> dict[str, int]:
+    """COPY the post history and its likes in one transaction (after ``load_graph``)."""
+    with conn.transaction():
         _copy(conn, "COPY posts (post_id, author_id, created_at, text) FROM STDIN",
               ((str(p), str(a), c.isoformat(), t) for p, a, c, t in graph.posts))
         _copy(conn, "COPY likes (post_id, user_id) FROM STDIN",
               ((str(p), str(u)) for p, u in graph.likes))
-    return {"users": len(graph.user_ids), "follows": len(graph.follower),
-            "posts": len(graph.posts), "likes": len(graph.likes)}
+    return {"posts": len(graph.posts), "likes": len(graph.likes)}
+
+
+def load_postgres(conn, graph: Graph, now: datetime | None = None) -> dict[str, int]:
+    """Graph then history, each in its own transaction."""
+    return {**load_graph(conn, graph, now), **load_history(conn, graph)}

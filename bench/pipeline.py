@@ -1,0 +1,171 @@
+"""The pipeline as the benchmark runs it: its own database, keyspace, topic prefix and
+ports (so it never touches `make run`'s data), the four real services as subprocesses,
+and a sampler that records consumer lag, CDC lag and fan-out progress over the run."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from deploy.lag import kafka_lag, scrape, slot_lag
+from deploy.migrate import migrate_all
+from services.common import cql
+from services.common.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+# Ports apart from `make run`'s (8080, 9101-9103) so both can run at once.
+PORTS = {"api_port": 18080, "cdc_metrics_port": 19101, "fanout_metrics_port": 19102,
+         "ranker_metrics_port": 19103}
+
+
+def bench_settings(name: str = "bench") -> Settings:
+    return Settings(pg_database=name, cassandra_keyspace=name, topic_prefix=name, **PORTS)
+
+
+def env_for(settings: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ,
+           "FEED_PG_DATABASE": settings.pg_database, "FEED_CASSANDRA_KEYSPACE": settings.cassandra_keyspace,
+           "FEED_TOPIC_PREFIX": settings.topic_prefix, "FEED_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "FEED_PG_PORT": str(settings.pg_port), "FEED_CASSANDRA_HOSTS": settings.cassandra_hosts}
+    env.update({f"FEED_{k.upper()}": str(v) for k, v in PORTS.items()})
+    env.update(extra or {})
+    return env
+
+
+def fresh_stores(settings: Settings) -> None:
+    """Drop and recreate the bench database, keyspace and topics, then migrate."""
+    from confluent_kafka.admin import AdminClient
+
+    admin_dsn = Settings(pg_database="postgres", pg_user="postgres").pg_dsn
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database=%s",
+                                    (settings.pg_database,)).fetchall():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        conn.execute(f"DROP DATABASE IF EXISTS {settings.pg_database} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {settings.pg_database} OWNER feed")
+    cl = cql.cluster(settings, timeout=120)
+    try:
+        cl.connect().execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra_keyspace}")
+    finally:
+        cl.shutdown()
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    stale = [t for t in admin.list_topics(timeout=15).topics
+             if t.startswith(f"{settings.topic_prefix}.") or t.endswith(f".{settings.topic_prefix}")]
+    if stale:
+        for fut in admin.delete_topics(stale, operation_timeout=60).values():
+            fut.result()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and set(stale) & set(admin.list_topics(timeout=15).topics):
+            time.sleep(0.5)
+    migrate_all(settings, keyspace=settings.cassandra_keyspace, topic_prefix=settings.topic_prefix)
+
+
+@dataclass
+class Services:
+    """The four services for one bench run; ``stop()`` ends them all."""
+
+    settings: Settings
+    log_dir: Path
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self, name: str, extra_env: dict[str, str] | None = None) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", f"services.{name}"], cwd=REPO, stdout=log,
+            stderr=subprocess.STDOUT, env=env_for(self.settings, extra_env), start_new_session=True)
+        url = (f"http://127.0.0.1:{PORTS['api_port']}/readyz" if name == "api"
+               else f"http://127.0.0.1:{PORTS[name + '_metrics_port']}/metrics")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.procs[name].poll() is not None:
+                raise RuntimeError(f"bench: {name} exited; see {self.log_dir / (name + '.log')}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"bench: {name} not ready; see {self.log_dir / (name + '.log')}")
+
+    def stop(self, name: str | None = None) -> None:
+        for n in ([name] if name else list(self.procs)):
+            proc = self.procs.pop(n, None)
+            if proc and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+@dataclass
+class Sample:
+    t: float
+    fanout_lag: int
+    ranker_lag: int
+    cdc_lag_bytes: int
+    inbox_rows: float
+
+
+class Sampler(threading.Thread):
+    """Records lag and fan-out progress every ``interval`` seconds until stopped."""
+
+    def __init__(self, settings: Settings, interval: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.settings, self.interval = settings, interval
+        self.samples: list[Sample] = []
+        self.t0 = time.monotonic()
+        self._stop = threading.Event()
+
+    def snapshot(self) -> Sample:
+        s = self.settings
+        try:
+            rows = kafka_lag(s)
+        except Exception:  # noqa: BLE001 - a sample is best effort
+            rows = []
+        lag = {"fanout": 0, "ranker": 0}
+        for r in rows:
+            for kind in lag:
+                if r["group"] == f"{s.topic_prefix}.{kind}":
+                    lag[kind] += r["lag"]
+        try:
+            slot = sum(x["lag_bytes"] or 0 for x in slot_lag(s) if x["database"] == s.pg_database)
+        except Exception:  # noqa: BLE001
+            slot = 0
+        try:
+            inbox = sum(v for _l, v in scrape(s.fanout_metrics_port).get("feed_fanout_inbox_rows_total", []))
+        except Exception:  # noqa: BLE001
+            inbox = float("nan")
+        return Sample(time.monotonic() - self.t0, lag["fanout"], lag["ranker"], slot, inbox)
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(self.snapshot())
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(10)
+
+
+def wait_caught_up(sampler: Sampler, *, timeout: float, settle: int = 3) -> float:
+    """Wait until fan-out and ranker lag are zero for ``settle`` samples in a row."""
+    start = time.monotonic()
+    quiet = 0
+    while time.monotonic() - start < timeout:
+        s = sampler.snapshot()
+        quiet = quiet + 1 if (s.fanout_lag == 0 and s.ranker_lag == 0 and s.cdc_lag_bytes < 1 << 20) else 0
+        if quiet >= settle:
+            return time.monotonic() - start
+        time.sleep(1)
+    raise RuntimeError(f"bench: pipeline did not catch up within {timeout:.0f}s")

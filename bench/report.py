@@ -1,0 +1,128 @@
+"""Turn one benchmark result (a JSON-able dict) into a Markdown report and PNG plots."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if not a or not b:
+        return "n/a"
+    return f"{a / b:.3f}"
+
+
+def _ok(value: float | None, limit: float) -> str:
+    if value is None:
+        return "n/a"
+    return "met" if value <= limit else "**missed**"
+
+
+def markdown(r: dict[str, Any]) -> str:
+    m = r["meta"]
+    lines = [f"# Benchmark ({m['mode']}) — {m['date']}", "",
+             f"Machine: {m['machine']}. Graph: {m['graph']}. Everything below was measured in "
+             f"one run with the whole stack running; compare the ratios, not absolute times.", ""]
+    lines += ["## Headline", "", "| figure | ours | baseline | ratio | target |",
+              "| --- | --- | --- | --- | --- |"]
+    for row in r["headline"]:
+        lines.append(f"| {row['figure']} | {row['ours']} | {row['baseline']} | {row['ratio']} | "
+                     f"{row['target']} |")
+    lines += ["", "## Feed reads (client-side latency, ms)", "",
+              "| readers (avg follows) | page | concurrency | pages/s | p50 | p95 | p99 | errors |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for row in r["reads"]:
+        lines.append(f"| {row['group']} ({row['avg_follows']}) | {row['page']} | {row['concurrency']} | "
+                     f"{row['per_s']} | {row['p50_ms']} | {row['p95_ms']} | {row['p99_ms']} | "
+                     f"{row['errors']} |")
+    lines += ["", "## Baselines at the same concurrency (ms)", "",
+              "| baseline | concurrency | req/s | p50 | p95 | p99 |", "| --- | --- | --- | --- | --- | --- |"]
+    for row in r["baselines"]:
+        lines.append(f"| {row['name']} | {row['concurrency']} | {row['per_s']} | {row['p50_ms']} | "
+                     f"{row['p95_ms']} | {row['p99_ms']} |")
+    f = r["freshness"]
+    lines += ["", "## Freshness (commit → visible in a follower's first page via the API)", "",
+              f"{f['posts']} posts at {r['meta']['post_rate']}/s; observed {f['observed']}, "
+              f"missed within 30 s: {f['missed_30s']}. p50 {f['p50_s']} s, p95 {f['p95_s']} s, "
+              f"p99 {f['p99_s']} s (target p95 ≤ 1.5 s; the seed asks 30 s)."]
+    lines += ["", "## Fan-out and ingest", ""]
+    for k, v in r["fanout"].items():
+        lines.append(f"- {k}: {v}")
+    lines += ["", "## Raw rates measured in the same run", ""]
+    for k, v in r["raw"].items():
+        lines.append(f"- {k}: {v}")
+    if r.get("ids"):
+        lines += ["", "## Ids", ""]
+        for k, v in r["ids"].items():
+            lines.append(f"- {k}: {v}")
+    lines += ["", "Plots: " + ", ".join(f"`{p}`" for p in r.get("plots", [])), ""]
+    return "\n".join(lines)
+
+
+def plots(r: dict[str, Any], out: Path) -> list[str]:
+    names = []
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for group, series in r.get("latency_samples", {}).items():
+        data = sorted(series)
+        if data:
+            ax.plot([x * 1000 for x in data], [i / len(data) for i in range(len(data))], label=group)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (ms, log)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title("Feed page latency distribution vs baselines")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "latency_cdf.png", dpi=110)
+    plt.close(fig)
+    names.append("latency_cdf.png")
+
+    series = r["freshness"].get("series", [])
+    if series:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.scatter([t for t, _ in series], [v for _, v in series], s=8)
+        ax.axhline(1.5, color="red", linestyle="--", label="target p95 1.5 s")
+        ax.set_xlabel("seconds into the steady post phase")
+        ax.set_ylabel("commit → visible (s)")
+        ax.set_title("Freshness over time")
+        ax.legend()
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / "freshness.png", dpi=110)
+        plt.close(fig)
+        names.append("freshness.png")
+
+    samples = r.get("lag_samples", [])
+    if samples:
+        fig, ax1 = plt.subplots(figsize=(8, 4))
+        t = [s["t"] for s in samples]
+        ax1.plot(t, [s["fanout_lag"] for s in samples], label="fan-out consumer lag (msgs)")
+        ax1.plot(t, [s["ranker_lag"] for s in samples], label="ranker consumer lag (msgs)")
+        ax1.set_xlabel("seconds into the run")
+        ax1.set_ylabel("messages")
+        ax2 = ax1.twinx()
+        ax2.plot(t, [s["cdc_lag_bytes"] / 1e6 for s in samples], color="gray", linestyle=":",
+                 label="CDC slot lag (MB)")
+        ax2.set_ylabel("MB")
+        ax1.legend(loc="upper left", fontsize=8)
+        ax2.legend(loc="upper right", fontsize=8)
+        ax1.set_title("Lag over the run")
+        fig.tight_layout()
+        fig.savefig(out / "lag.png", dpi=110)
+        plt.close(fig)
+        names.append("lag.png")
+    return names
+
+
+def write(r: dict[str, Any], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    r["plots"] = plots(r, out)
+    slim = {k: v for k, v in r.items() if k != "latency_samples"}
+    (out / "result.json").write_text(json.dumps(slim, indent=2, default=str))
+    (out / "report.md").write_text(markdown(r))
+    return out / "report.md"
