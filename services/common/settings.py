@@ -139,8 +139,9 @@ class Settings(BaseSettings):
     # Follows read per request (following is a partition per reader); beyond this the
     # remaining follows are ignored for the page and a metric counts it.
     feed_max_following: int = 5000
-    # Per-call timeout for every read-path store call: well above a healthy read (~1 ms)
-    # and well under the page budget, so one slow partition is dropped, not waited on.
+    # Per-call timeout for every read-path store call: far above a healthy read (~1 ms,
+    # and tens of ms on a node shared with compactions and other tests) and under the
+    # seed's 300 ms page budget, so one stuck partition is dropped, not waited on.
     feed_store_timeout_s: float = 0.25
     # In-process cache of immutable post bodies (text, author, created_at): ~200 B each.
     feed_body_cache_size: int = 50_000

@@ -8,7 +8,7 @@ its first page. Next page: verify the cursor, load the snapshot and the graph
 concurrently, and fill a page strictly after the cursor's boundary.
 
 Failure rules (seed section 7): a candidate partition that cannot be read is skipped
-(logged, counted); the graph is a correctness input (blocks, unfollows), so without it
+(logged, counted, and the page says ``incomplete_candidates``); the graph is a correctness input (blocks, unfollows), so without it
 the request fails with 503 instead of showing what may be hidden; a post whose current
 state cannot be read ends the page before it (``partial_page``), so nothing is skipped
 and nothing unchecked is shown.
@@ -156,7 +156,8 @@ class FeedReader:
             self._metrics.snapshot_save_failures.inc()
         page = await self._fill(reader_id, version, entries, 0, limit, graph, known)
         page.generated_at = now
-        page.warnings = list(warnings) + page.warnings
+        degraded = ["incomplete_candidates"] if gathered.failed_sources else []
+        page.warnings = list(warnings) + degraded + page.warnings
         return page
 
     async def next_page(self, reader_id: int, limit: int, token: str) -> FeedPage:
