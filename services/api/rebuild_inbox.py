@@ -1,0 +1,106 @@
+"""``python -m services.api.rebuild_inbox <reader_id> [...]``: refill readers' inboxes.
+
+The inbox is an accelerator, not the source of truth: every post also lives in its
+author's partition (``author_posts``). This command re-derives a reader's inbox from the
+partitions of the authors they follow, with the fan-out's own code: ``CopyStore`` reads
+the follow, block and post copies, ``audience.backfill_posts`` applies the
+no-backfill bound, and ``InboxStore.push`` writes the rows, each ``USING TIMESTAMP`` the
+post's visibility write time, exactly like the fan-out's follow backfill, so a rebuild
+racing a delete can never resurrect the post (the delete's timestamp is newer).
+
+Posts of celebrity-period authors (``fanned_out`` false) stay out: readers merge them
+from the author partition. Only the newest ``inbox_cap`` posts over the inbox TTL are
+written. Safe to run any number of times (idempotent by write timestamp).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from services.common import cql, ids
+from services.common.settings import Settings, get_settings
+from services.fanout.audience import backfill_posts
+from services.fanout.copies import CopyStore
+from services.fanout.cql_async import CqlRunner
+from services.fanout.inbox import InboxStore
+
+log = logging.getLogger(__name__)
+
+# Inbox rows expire after 7 days (0001_serving.cql): nothing older is worth writing.
+INBOX_HORIZON = timedelta(days=7)
+# Clock skew allowance for the newest bucket read (same as the fan-out's backfill).
+SKEW = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    reader_id: int
+    authors: int
+    rows_written: int
+
+
+async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
+                        following: list[int], cap: int,
+                        clock: Callable[[], datetime]) -> RebuildReport:
+    """Push the newest ``cap`` eligible, fanned-out posts of ``following`` into the inbox."""
+    now = clock()
+    picked: list[tuple[int, int, int]] = []  # (post_id, author_id, write timestamp)
+    for author_id in following:
+        since = await copies.following_since(reader_id, author_id)
+        if since is None or await copies.blocked_either_way(author_id, reader_id):
+            continue
+        start = max(since, now - INBOX_HORIZON)
+        lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
+        newest = ids.lowest_id_at(int((now + SKEW).timestamp() * 1000))
+        for post_id in backfill_posts(await copies.author_posts_since(author_id, lowest, newest),
+                                      lowest):
+            copy = await copies.read_post(post_id)
+            if copy is None or not copy.alive or copy.fanned_out is not True:
+                continue
+            if copy.created_at is None or copy.created_at < since:
+                continue
+            picked.append((post_id, author_id, copy.visibility_ts or 0))
+    picked.sort(reverse=True)
+    written = 0
+    for post_id, author_id, ts in picked[:cap]:
+        written += await inbox.push([reader_id], post_id, author_id, ts)
+    return RebuildReport(reader_id, len(following), written)
+
+
+async def _main(reader_ids: list[int], settings: Settings) -> list[RebuildReport]:
+    session = cql.session(settings)
+    try:
+        runner = CqlRunner(session)
+        copies = CopyStore(session, runner, settings.fanout_follower_page)
+        inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
+                           cap=settings.inbox_cap, trim_every=settings.inbox_trim_every)
+        following = session.prepare("SELECT followed_id FROM following WHERE follower_id=?")
+        reports = []
+        for reader_id in reader_ids:
+            authors = [r.followed_id for r in session.execute(following, (reader_id,))]
+            reports.append(await rebuild_inbox(reader_id, copies, inbox, authors,
+                                               settings.inbox_cap,
+                                               lambda: datetime.now(timezone.utc)))
+        return reports
+    finally:
+        session.cluster.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reader_ids", nargs="+", type=int, help="readers whose inbox to rebuild")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for report in asyncio.run(_main(args.reader_ids, get_settings())):
+        print(f"reader {report.reader_id}: {report.rows_written} inbox rows from "
+              f"{report.authors} followed authors")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
