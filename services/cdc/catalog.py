@@ -41,12 +41,16 @@ def table_from_relation(conn: psycopg.Connection, relation: Relation) -> Capture
 
 
 def publication_tables(conn: psycopg.Connection, publication: str) -> list[CapturedTable]:
-    """Every table of the publication, as seen by this connection's snapshot."""
+    """Every table of the publication, as seen by this connection's snapshot.
+
+    In creation (oid) order: the order Debezium snapshots them in when its
+    table.include.list lists them that way, as deploy/debezium/check.py does.
+    """
     rows = conn.execute(
         "SELECT c.oid, n.nspname, c.relname FROM pg_publication_tables p "
         "JOIN pg_namespace n ON n.nspname = p.schemaname "
         "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
-        "WHERE p.pubname = %s ORDER BY n.nspname, c.relname", (publication,)).fetchall()
+        "WHERE p.pubname = %s ORDER BY c.oid", (publication,)).fetchall()
     if not rows:
         raise LookupError(f"publication {publication!r} does not exist or captures no table")
     tables = []

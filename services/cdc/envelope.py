@@ -112,6 +112,10 @@ def source_block(table: CapturedTable, pos: SourcePosition, options: MappingOpti
         "txId": pos.tx_id,
         "lsn": pos.lsn,
         "xmin": None,
+        # Replication origin of the change (pgoutput Origin message); Debezium 3.6 sends
+        # both as null for changes made directly on this server, as the relay does.
+        "origin": None,
+        "origin_lsn": None,
     }
 
 

@@ -30,15 +30,15 @@ class _TextOutput(Loader):
 
 
 def snapshot_mark(first_table: bool, last_table: bool, first_row: bool, last_row: bool) -> str:
-    """Debezium's source.snapshot value for one snapshot row."""
-    if first_row and first_table:
-        return "first"
-    if last_row and last_table:
-        return "last"
-    if first_row:
-        return "first_in_data_collection"
+    """Debezium's source.snapshot value for one snapshot row.
+
+    As Debezium 3.6 marks them (checked by deploy/debezium): the last row of a table wins
+    over its first row, so a one-row table's row is "last_in_data_collection" (or "last").
+    """
     if last_row:
-        return "last_in_data_collection"
+        return "last" if last_table else "last_in_data_collection"
+    if first_row:
+        return "first" if first_table else "first_in_data_collection"
     return "true"
 
 
@@ -59,11 +59,13 @@ def snapshot_records(conn: psycopg.Connection, snapshot_name: str, publication: 
                      ) -> Iterator[OutRecord]:
     """Read every captured table under the exported snapshot and yield its records."""
     conn.autocommit = False
-    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
     conn.execute(f"SET TRANSACTION SNAPSHOT '{snapshot_name}'")
     for setting in ("DateStyle = 'ISO'", "IntervalStyle = 'postgres'", "bytea_output = 'hex'",
                     "extra_float_digits = 1"):
         conn.execute(f"SET LOCAL {setting}")
+    # Debezium's snapshot records carry the snapshot transaction's id.
+    tx_id = conn.execute("SELECT txid_current()").fetchone()[0]
     tables = catalog.publication_tables(conn, publication)
     non_empty = [t for t in tables
                  if conn.execute(f'SELECT EXISTS (SELECT 1 FROM "{t.schema}"."{t.name}")')
@@ -77,7 +79,7 @@ def snapshot_records(conn: psycopg.Connection, snapshot_name: str, publication: 
             following = next(rows, None)
             mark = snapshot_mark(t_index == 0, t_index == len(non_empty) - 1, first,
                                  following is None)
-            pos = SourcePosition(ts_us=started_us, snapshot=mark, tx_id=None,
+            pos = SourcePosition(ts_us=started_us, snapshot=mark, tx_id=tx_id,
                                  lsn=consistent_lsn, last_commit_lsn=None)
             yield from row_change_records(table, "r", None, current, pos, options, clock_us())
             current, first = following, False

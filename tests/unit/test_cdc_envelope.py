@@ -38,7 +38,7 @@ def test_insert_envelope_has_debeziums_field_order_and_values() -> None:
                            "ts_ns"]
     assert list(value["source"]) == ["version", "connector", "name", "ts_ms", "snapshot", "db",
                                      "sequence", "ts_us", "ts_ns", "schema", "table", "txId",
-                                     "lsn", "xmin"]
+                                     "lsn", "xmin", "origin", "origin_lsn"]
     assert value["after"] == {"post_id": 42, "author_id": 7,
                               "created_at": "2026-03-01T12:00:00.500000Z", "text": "hi",
                               "media_ids": '["m1"]', "visibility": 1, "deleted_at": None}
@@ -139,8 +139,9 @@ def test_snapshot_marks_follow_debezium() -> None:
     assert snapshot_mark(False, False, True, False) == "first_in_data_collection"
     assert snapshot_mark(False, False, False, False) == "true"
     assert snapshot_mark(False, False, False, True) == "last_in_data_collection"
+    assert snapshot_mark(False, False, True, True) == "last_in_data_collection"
     assert snapshot_mark(False, True, False, True) == "last"
-    assert snapshot_mark(True, True, True, True) == "first"
+    assert snapshot_mark(True, True, True, True) == "last"
 
 
 def test_frontier_confirms_only_a_fully_acked_prefix() -> None:
