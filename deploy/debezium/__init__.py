@@ -1,0 +1,1 @@
+"""Interoperability check of the CDC relay against real Debezium (see check.py)."""
