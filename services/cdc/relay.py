@@ -174,7 +174,7 @@ class Relay:
                 metrics.HEARTBEATS.inc()
                 next_heartbeat = now + self.settings.cdc_heartbeat_interval_s
             if now >= next_lag:
-                self._refresh_lag(conn, frontier)
+                self._refresh_lag(conn)
                 next_lag = now + LAG_REFRESH_S
         # Graceful stop: let Kafka acknowledge what is in flight, then confirm it.
         publisher.flush(timeout=30)
@@ -203,7 +203,7 @@ class Relay:
             for tx in retired:
                 metrics.COMMIT_TO_ACK.observe(max(0, now_us - tx.commit_ts_us) / 1e6)
 
-    def _refresh_lag(self, conn: psycopg.Connection, frontier: AckFrontier) -> None:
+    def _refresh_lag(self, conn: psycopg.Connection) -> None:
         lag = slot.lag(conn, self.slot)
         if lag is not None:
             metrics.SLOT_LAG_BYTES.set(max(0, lag[0]))
