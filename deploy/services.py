@@ -4,7 +4,8 @@
     python -m deploy.services stop
     python -m deploy.services status
 
-Each runs as ``python -m services.<name>`` with a pid file in ``<stack>/run`` and its log
+Each runs as ``python -m services.<name>`` under ``deploy.supervise`` (restarted when
+it dies) with a pid file in ``<stack>/run`` and its log
 in ``<stack>/logs``, like the stack's servers. ``start`` waits until each one answers on
 its HTTP port (the API's /readyz, the workers' /metrics) and stops everything it started
 if one of them fails.
@@ -51,8 +52,8 @@ def start(layout: Layout, names: list[str]) -> list[str]:
             d = daemon(layout, name)
             if d.alive():
                 continue
-            spawn(d, [sys.executable, "-m", f"services.{name}"], env=layout.client_env(),
-                  cwd=REPO)
+            spawn(d, [sys.executable, "-m", "deploy.supervise", f"services.{name}"],
+                  env=layout.client_env(), cwd=REPO)
             started.append(d)
             wait_ready(d, f"service {name}", lambda n=name: _http_ok(_probe_url(n)),
                        timeout=90, log_file=d.log_file)

@@ -1,6 +1,8 @@
 """Cassandra sessions for the project's processes (cassandra-driver)."""
 from __future__ import annotations
 
+import socket
+
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
@@ -17,7 +19,10 @@ def cluster(settings: Settings | None = None, *, timeout: float = DEFAULT_TIMEOU
         request_timeout=timeout,
     )
     return Cluster(s.cassandra_contact_points, port=s.cassandra_port, protocol_version=5,
-                   execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=5)
+                   execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=5,
+                   # Nagle + delayed ACK held small request frames back ~40 ms (measured on
+                   # the feed's first page: p50 62 -> 9 ms); every process sends them at once.
+                   sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
 
 
 def session(settings: Settings | None = None, *, keyspace: str | None = None,

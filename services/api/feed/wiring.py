@@ -10,7 +10,6 @@ consumer has pinned its start offsets). The consumer itself runs as one of the a
 from __future__ import annotations
 
 import asyncio
-import socket
 
 from fastapi import FastAPI
 
@@ -28,11 +27,7 @@ from .store import FeedStore
 
 def _build(app: FastAPI, settings: Settings) -> None:
     """Blocking part (connect, prepare statements): run in a thread."""
-    cluster = cql.cluster(settings)
-    # Nagle + delayed ACK stalled ~40 ms on the multi-request first page (measured by
-    # bench/feed_read.py: first page p50 62 -> 9 ms); small request frames must go at once.
-    cluster.sockopts = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-    session = cluster.connect(settings.cassandra_keyspace)
+    session = cql.cluster(settings).connect(settings.cassandra_keyspace)  # TCP_NODELAY set there
     store = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following)
     metrics = FeedMetrics(app.state.metrics.registry)
     app.state.cassandra = session

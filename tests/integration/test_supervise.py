@@ -1,0 +1,35 @@
+"""The service supervisor restarts a dying service and stops with SIGTERM."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from deploy.stack.layout import REPO
+
+
+def test_supervisor_restarts_a_crashed_child_and_forwards_sigterm(tmp_path: Path) -> None:
+    marker = tmp_path / "starts"
+    pkg = tmp_path / "services" / "flaky"
+    pkg.mkdir(parents=True)
+    (tmp_path / "services" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    # Exits 75 twice (as a worker whose store is down), then keeps running.
+    (pkg / "__main__.py").write_text(
+        "import pathlib, sys, time\n"
+        f"p = pathlib.Path({str(marker)!r})\n"
+        "n = int(p.read_text()) + 1 if p.exists() else 1\n"
+        "p.write_text(str(n))\n"
+        "sys.exit(75) if n <= 2 else time.sleep(600)\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}"}
+    proc = subprocess.Popen([sys.executable, "-m", "deploy.supervise", "services.flaky"],
+                            cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (marker.exists() and marker.read_text() == "3"):
+        time.sleep(0.1)
+    assert marker.read_text() == "3"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 128 + signal.SIGTERM
+    assert proc.stderr.read().count("exited with 75") == 2
