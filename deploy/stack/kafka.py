@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from .layout import REPO, Layout
-from .process import (Daemon, ensure_ports_free, port_open, rss_mb, run_checked, spawn, stop_many,
+from .process import (Daemon, ensure_ports_free, port_open, run_checked, spawn, status_row, stop_many,
                       wait_ready)
 from .toolchain import java17, jars
 
@@ -149,13 +149,5 @@ def down(layout: Layout) -> bool:
 
 
 def status(layout: Layout) -> list[dict]:
-    rows = []
-    for i in range(1, layout.nodes + 1):
-        d = daemon(layout, i)
-        p = d.pid()
-        rows.append({"name": d.name, "pid": p,
-                     "address": f"{layout.hosts[i - 1]}:{layout.kafka_port}",
-                     "ready": p is not None, "rss_mb": round(rss_mb(p), 1) if p else 0,
-                     "log": str(d.log_file)})
-    return rows
-
+    return [status_row(daemon(layout, i), f"{layout.hosts[i - 1]}:{layout.kafka_port}")
+            for i in range(1, layout.nodes + 1)]

@@ -165,6 +165,13 @@ def stop_many(daemons: list[Daemon], grace: float = 30.0) -> list[str]:
     return [d.name for d in live]
 
 
+def status_row(daemon: Daemon, address: str) -> dict:
+    """One line of ``stack status`` for a server the manager runs itself."""
+    pid = daemon.pid()
+    return {"name": daemon.name, "pid": pid, "address": address, "ready": pid is not None,
+            "rss_mb": round(rss_mb(pid), 1) if pid else 0, "log": str(daemon.log_file)}
+
+
 def rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
