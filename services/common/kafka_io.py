@@ -9,6 +9,9 @@
   without committing; any other error is retried a bounded number of times and the
   message goes to ``<topic>.dlq`` with the error in headers, so the partition keeps
   flowing; a cap on the recent failure share stops the worker (``WorkerMustStop``).
+* ``consume_in_batches``: an agent's loop. Messages are taken in batches, split by key
+  (one key = one source row: its changes apply in order), keys run concurrently, and
+  the batch is acked in offset order once every message is applied or dead-lettered.
 * ``ConsumerLag``: consumer lag per topic/partition as a Prometheus gauge.
 """
 from __future__ import annotations
@@ -18,11 +21,12 @@ import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
+from typing import (Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Generic, Sequence,
+                    TypeVar)
 
 import faust
 from aiokafka import AIOKafkaProducer
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 from .settings import Settings
 from .topics import dlq_topic
@@ -33,6 +37,8 @@ T = TypeVar("T")
 MESSAGES = Counter("feed_consumer_messages_total", "Messages handled", ["topic", "outcome"])
 DEAD_LETTERS = Counter("feed_consumer_dlq_total", "Messages sent to a dead-letter topic", ["topic"])
 LAG = Gauge("feed_consumer_lag", "Messages behind the partition end", ["topic", "partition"])
+BATCH_SIZE = Histogram("feed_consumer_batch_messages", "Messages per applied batch",
+                       buckets=(1, 10, 50, 100, 250, 500, 1000, 2000))
 # Exit code of a worker stopped on purpose (sysexits EX_TEMPFAIL: a supervisor restarts it).
 EXIT_WORKER_STOPPED = 75
 
@@ -202,6 +208,19 @@ class GuardedProcessing:
                         f"of the last {self._s.consumer_failure_window} messages") from exc
                 return "dead_letter"
 
+    async def with_store_retries(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run work that belongs to no single message (a batch's shared step): transient
+        store errors are retried like a message's, then ``WorkerMustStop``."""
+        for delay in [*backoff_delays(self._s.store_retry_attempts, self._s.store_retry_base_s), None]:
+            try:
+                await work()
+                return
+            except self._transient as exc:
+                if delay is None:
+                    raise WorkerMustStop(f"store still failing after retries: {exc!r}") from exc
+                log.warning("transient store error in a batch step, retry in %.1fs: %r", delay, exc)
+                await self._sleep(delay)
+
     async def _dead_letter(self, msg: RawMessage, exc: BaseException, attempts: int) -> None:
         log.error("poison message %s[%d]@%d -> %s: %r", msg.topic, msg.partition, msg.offset,
                   dlq_topic(msg.topic), exc)
@@ -244,19 +263,105 @@ async def stop_worker_without_commit(app: faust.App, reason: BaseException) -> N
     os._exit(EXIT_WORKER_STOPPED)
 
 
-async def consume_with_manual_acks(app: faust.App, stream: faust.StreamT, guard: GuardedProcessing,
-                                   lag: ConsumerLag, handle: Handler) -> None:
-    """An agent's loop: each message is acked only after ``guard.process`` finished it
-    (applied or dead-lettered); ``WorkerMustStop`` stops the process before the ack."""
+def key_groups(msgs: Sequence[RawMessage]) -> list[list[RawMessage]]:
+    """A batch split by message key, each group in offset order. One key is one primary
+    key (one source row), so its changes must apply in order; different keys may not.
+    Messages without a key share one group per partition (kept in order)."""
+    groups: dict[tuple[str, int, bytes | None], list[RawMessage]] = {}
+    for msg in msgs:
+        groups.setdefault((msg.topic, msg.partition, msg.key), []).append(msg)
+    return list(groups.values())
+
+
+async def apply_batch(msgs: Sequence[RawMessage], guard: GuardedProcessing, handle: Handler,
+                      keys_in_flight: int) -> None:
+    """Apply a batch: keys concurrently (at most ``keys_in_flight``), each key's messages
+    one after another, each message through ``guard`` (a poison message is dead-lettered
+    alone). ``WorkerMustStop`` from any key cancels the rest and is raised."""
+    limit = asyncio.Semaphore(max(1, keys_in_flight))
+
+    async def one_key(group: list[RawMessage]) -> None:
+        async with limit:
+            for msg in group:
+                await guard.process(msg, handle)
+
+    tasks = [asyncio.ensure_future(one_key(g)) for g in key_groups(msgs)]
+    if not tasks:
+        return
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        if task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+
+async def batches(events: AsyncIterable[T], max_batch: int, within_s: float) -> AsyncIterator[list[T]]:
+    """Group an async stream into lists: whatever is buffered (at most ``max_batch``),
+    waiting up to ``within_s`` for more only while the batch is short. A background task
+    reads ahead into a queue of ``max_batch``, so under load the next batch is full as
+    soon as the previous one is done, and at low load a message waits ``within_s`` at most."""
+    queue: asyncio.Queue[T] = asyncio.Queue(maxsize=max(1, max_batch))
+
+    async def read_ahead() -> None:
+        async for item in events:
+            await queue.put(item)
+
+    reader = asyncio.ensure_future(read_ahead())
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            if queue.empty():
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    reader.result()  # the stream failed (raises) or ended
+                    return
+                batch = [getter.result()]
+            else:
+                batch = [queue.get_nowait()]
+            deadline = loop.time() + within_s
+            while len(batch) < max_batch:
+                if not queue.empty():
+                    batch.append(queue.get_nowait())
+                    continue
+                remaining = deadline - loop.time()
+                if remaining <= 0 or reader.done():
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(queue.get(), remaining))
+                except asyncio.TimeoutError:
+                    break
+            BATCH_SIZE.observe(len(batch))
+            yield batch
+    finally:
+        reader.cancel()
+
+
+async def consume_in_batches(app: faust.App, stream: faust.StreamT, guard: GuardedProcessing,
+                             lag: ConsumerLag, handle: Handler, *, max_batch: int, within_s: float,
+                             keys_in_flight: int,
+                             finish_batch: Callable[[], Awaitable[None]] | None = None) -> None:
+    """An agent's loop: batches of messages applied by ``apply_batch`` (order per key,
+    keys concurrent), then ``finish_batch`` (work shared by the batch, e.g. one rescore
+    per post), then every message of the batch is acked in offset order. Nothing of a
+    batch is acked before all of it is done: ``WorkerMustStop``, or any error outside
+    the per-message guard, stops the process without committing it (at-least-once; a
+    replayed batch is idempotent)."""
     manual = stream.noack()
-    async for event in manual.events():
-        msg = raw_message(event)
+    async for events in batches(manual.events(), max_batch, within_s):
+        msgs = [raw_message(e) for e in events]
         try:
-            await guard.process(msg, handle)
-        except WorkerMustStop as exc:
+            await apply_batch(msgs, guard, handle, keys_in_flight)
+            if finish_batch is not None:
+                await guard.with_store_retries(finish_batch)
+        except Exception as exc:  # noqa: BLE001 - WorkerMustStop or a bug: never ack past it
             await stop_worker_without_commit(app, exc)
-        lag.processed(msg)
-        await manual.ack(event)
+        for event, msg in zip(events, msgs):
+            lag.processed(msg)
+            await manual.ack(event)
 
 
 class OpenedOnce(Generic[T]):

@@ -78,6 +78,20 @@ class Settings(BaseSettings):
     # Kafka group timing for the faust workers: a killed worker's partitions move after this.
     kafka_session_timeout_s: float = 10.0
     kafka_commit_interval_s: float = 1.0
+    # Batches (services/common/kafka_io.py consume_in_batches): up to this many messages
+    # are taken at once and their keys applied concurrently. 1000 keeps a batch's replay
+    # after a crash to well under a second of work at the measured rates, and is enough
+    # to keep fanout_max_in_flight keys busy.
+    consumer_batch_max: int = 1000
+    # How long a short batch waits for more messages: at low load a change waits at most
+    # this (5 ms against a 1.5 s freshness target); under load batches are full anyway.
+    consumer_batch_within_s: float = 0.005
+    # Keys the ranker applies at once (each does 2-3 round trips): as for the fan-out.
+    ranker_keys_in_flight: int = 64
+    # Cassandra statements in flight per worker process, across all keys and fan-outs:
+    # a few times fanout_max_in_flight keeps the node busy; more only queues requests
+    # toward the 2 s driver timeout on a shared 2-core node.
+    store_max_in_flight: int = 256
     # Consumer group (= faust app id) of each worker; empty means "<topic_prefix>.fanout" /
     # "<topic_prefix>.ranker". Tests and replays use their own group.
     fanout_group_id: str = ""
@@ -111,6 +125,10 @@ class Settings(BaseSettings):
     api_port: int = 8080
     # Postgres connections per API process; 2 cores, so more would only queue in Postgres.
     api_pg_pool_max: int = 10
+    # uvicorn worker processes (python -m services.api). One Python process saturates one
+    # core at ~100-180 feed pages/s; two use both cores of the bench machine (measured in
+    # docs/read-path.md). More only add context switches next to Cassandra and Kafka.
+    api_workers: int = 2
     # Snowflake node-id lease (seconds). Renewed every third of it; long against the 1 s of
     # logical clock drift that ids may run ahead, short enough that a crashed process frees
     # its node id quickly.
@@ -146,6 +164,16 @@ class Settings(BaseSettings):
     feed_store_timeout_s: float = 0.25
     # In-process cache of immutable post bodies (text, author, created_at): ~200 B each.
     feed_body_cache_size: int = 50_000
+    # Scores trusted from the last read for this long when ranking a new snapshot (posts
+    # read within it skip the copy read). A snapshot keeps its ranks for
+    # feed_snapshot_ttl_s anyway; 10 s of score staleness is invisible next to that.
+    # Visibility and deletion are never cached. 0 reads every score on every first page.
+    feed_score_cache_s: float = 10.0
+    feed_score_cache_size: int = 200_000
+    # Snapshots kept in the process for next pages (<= 19 KB each: <= 20 MB). A reader's
+    # next page usually follows within seconds on the same keep-alive connection; a miss
+    # is one point read in Cassandra, which every process can do.
+    feed_snapshot_cache_size: int = 1024
     # Celebrity list cache: re-read after this long. Bounded staleness well under the
     # freshness target, so a promotion is merged by readers within a second.
     feed_celebrities_cache_s: float = 1.0
