@@ -1,9 +1,11 @@
 """The fan-out worker: faust agents over the CDC topics of posts, follows and blocks.
 
-One agent per topic (posts, follows, blocks), each processing its partitions in order;
-acks are manual: a message is acked only after its effects (Cassandra rows, output
-events, or a dead letter) are acknowledged, so the committed offset never passes work
-that was not done (at-least-once; every effect is idempotent by write timestamp).
+One agent per topic (posts, follows, blocks). Each takes messages in batches and
+applies a batch's keys concurrently (``fanout_max_in_flight`` keys), each key's changes
+in order (services/common/kafka_io.py ``consume_in_batches``). Acks are manual: a batch
+is acked only after every message's effects (Cassandra rows, output events, or a dead
+letter) are acknowledged, so the committed offset never passes work that was not done
+(at-least-once; every effect is idempotent by write timestamp).
 
 Moderation removal reaches the fan-out as a posts change (``visibility`` 0, written in
 the same transaction as ``moderation_actions``), so that topic is not consumed here.
@@ -19,8 +21,7 @@ import faust
 from services.common import cql
 from services.common.envelope import ChangeRecord, parse_change
 from services.common.kafka_io import (ConsumerLag, EventPublisher, GuardedProcessing, OpenedOnce,
-                                      RawMessage, build_faust_app, consume_with_manual_acks,
-                                      raw_topic)
+                                      RawMessage, build_faust_app, consume_in_batches, raw_topic)
 from services.common.settings import Settings
 from services.common.topics import cdc_topic
 
@@ -58,7 +59,7 @@ def tier_policy(settings: Settings) -> TierPolicy:
 
 async def open_ports(settings: Settings) -> FanoutPorts:
     session = cql.session(settings)
-    runner = CqlRunner(session)
+    runner = CqlRunner(session, settings.store_max_in_flight)
     copies = CopyStore(session, runner, settings.fanout_follower_page)
     inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
                        cap=settings.inbox_cap, trim_every=settings.inbox_trim_every)
@@ -90,7 +91,10 @@ def create_app(settings: Settings) -> faust.App:
             if change is not None:  # None: the tombstone after a delete
                 await apply(p)(change)
 
-        await consume_with_manual_acks(app, stream, p.guard, p.lag, handle)
+        await consume_in_batches(app, stream, p.guard, p.lag, handle,
+                                 max_batch=settings.consumer_batch_max,
+                                 within_s=settings.consumer_batch_within_s,
+                                 keys_in_flight=settings.fanout_max_in_flight)
 
     @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
     async def posts(stream: faust.StreamT) -> None:

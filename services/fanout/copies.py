@@ -2,20 +2,23 @@
 
 Every write of a CDC-derived row carries ``USING TIMESTAMP <lsn>`` (idempotent replay,
 deletes beat late creates). Follower counts are counters: they move only when the
-follows copy actually changed state (read, write, read back), see ``add_follow``.
+follow's state cell says the change is a transition (transitions.py): one read of
+``follow_state`` before the write, no read back.
 """
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import AsyncIterator
 
 from cassandra.cluster import Session
-from cassandra.query import PreparedStatement
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.common import ids
 
 from .audience import Follower, PostCopy, PostFields
 from .cql_async import CqlRunner
+from .transitions import EdgeState, EdgeStep, edge_step
 
 
 class CopyStore:
@@ -32,8 +35,10 @@ class CopyStore:
             "INSERT INTO author_posts (author_id, bucket, post_id) VALUES (?,?,?) USING TIMESTAMP ?")
         self._del_author_post = p(
             "DELETE FROM author_posts USING TIMESTAMP ? WHERE author_id=? AND bucket=? AND post_id=?")
+        # All day buckets of the window in one request (an IN on the last partition key
+        # column): one round trip instead of one per day.
         self._author_posts_since = p(
-            "SELECT post_id FROM author_posts WHERE author_id=? AND bucket=? AND post_id>=?")
+            "SELECT post_id FROM author_posts WHERE author_id=? AND bucket IN ? AND post_id>=?")
         self._add_follower = p("INSERT INTO followers (followed_id, follower_id, following_since) "
                                "VALUES (?,?,?) USING TIMESTAMP ?")
         self._add_following = p("INSERT INTO following (follower_id, followed_id, following_since) "
@@ -41,6 +46,10 @@ class CopyStore:
         self._del_follower = p("DELETE FROM followers USING TIMESTAMP ? WHERE followed_id=? AND follower_id=?")
         self._del_following = p("DELETE FROM following USING TIMESTAMP ? WHERE follower_id=? AND followed_id=?")
         self._read_follower = p("SELECT following_since FROM followers WHERE followed_id=? AND follower_id=?")
+        self._read_follow_state = p("SELECT following, WRITETIME(following) AS lsn FROM follow_state "
+                                    "WHERE followed_id=? AND follower_id=?")
+        self._write_follow_state = p("UPDATE follow_state USING TIMESTAMP ? SET following=? "
+                                     "WHERE followed_id=? AND follower_id=?")
         self._bump_followers = p("UPDATE author_stats SET followers = followers + ? WHERE author_id=?")
         self._read_followers_count = p("SELECT followers FROM author_stats WHERE author_id=?")
         self._page_followers = p("SELECT follower_id, following_since FROM followers WHERE followed_id=?")
@@ -89,35 +98,58 @@ class CopyStore:
 
     async def author_posts_since(self, author_id: int, lowest_id: int, newest_id: int) -> list[int]:
         """Post ids of an author from ``lowest_id`` on, over the day buckets up to ``newest_id``."""
-        out: list[int] = []
-        for bucket in range(ids.day_bucket(lowest_id), ids.day_bucket(newest_id) + 1):
-            rows = await self._run.execute(self._author_posts_since, (author_id, bucket, lowest_id))
-            out += [r.post_id for r in rows]
-        return out
+        buckets = list(range(ids.day_bucket(lowest_id), ids.day_bucket(newest_id) + 1))
+        rows = await self._run.execute(self._author_posts_since, (author_id, buckets, lowest_id))
+        return [r.post_id for r in rows]
 
     # -- follows -------------------------------------------------------------------------
-    async def _follows(self, follower_id: int, followed_id: int) -> bool:
-        return bool(await self._run.execute(self._read_follower, (followed_id, follower_id)))
+    async def follow_state(self, follower_id: int, followed_id: int) -> EdgeState | None:
+        """The follow's state cell: following or not, and the LSN that set it."""
+        rows = await self._run.execute(self._read_follow_state, (followed_id, follower_id))
+        if not rows or rows[0].following is None:
+            return None
+        return EdgeState(bool(rows[0].following), int(rows[0].lsn))
+
+    async def write_following_copy(self, follower_id: int, followed_id: int,
+                                   since: datetime | None, lsn: int) -> None:
+        """The reader-side copy (``following``): a row, or its tombstone when ``since`` is None."""
+        if since is None:
+            await self._run.execute(self._del_following, (lsn, follower_id, followed_id))
+        else:
+            await self._run.execute(self._add_following, (follower_id, followed_id, since, lsn))
+
+    async def write_follower_copy_and_state(self, follower_id: int, followed_id: int,
+                                            since: datetime | None, lsn: int) -> None:
+        """The author-side copy (``followers``) and the state cell, one partition, one batch:
+        the state never carries an LSN whose copy is not written."""
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        if since is None:
+            batch.add(self._del_follower, (lsn, followed_id, follower_id))
+        else:
+            batch.add(self._add_follower, (followed_id, follower_id, since, lsn))
+        batch.add(self._write_follow_state, (lsn, since is not None, followed_id, follower_id))
+        await self._run.execute(batch)
+
+    async def apply_follow(self, follower_id: int, followed_id: int, since: datetime | None,
+                           lsn: int) -> EdgeStep:
+        """Apply a follow (``since`` set) or an unfollow (None) to both copies and the state
+        cell: read the state while writing ``following``, then the ``followers`` copy with
+        the state unless the change is already applied or overtaken. The caller moves the
+        counter by ``step.delta`` (after this returned: never before the state is written)."""
+        stored, _ = await asyncio.gather(self.follow_state(follower_id, followed_id),
+                                         self.write_following_copy(follower_id, followed_id, since, lsn))
+        step = edge_step(stored, since is not None, lsn)
+        if step.write:
+            await self.write_follower_copy_and_state(follower_id, followed_id, since, lsn)
+        return step
 
     async def add_follow(self, follower_id: int, followed_id: int, since: datetime, lsn: int) -> int:
         """Write both directions; returns +1 when the follow appeared (count it), else 0."""
-        before = await self._follows(follower_id, followed_id)
-        await self._run.run_bounded([
-            (self._add_follower, (followed_id, follower_id, since, lsn)),
-            (self._add_following, (follower_id, followed_id, since, lsn)),
-        ], 2)
-        after = await self._follows(follower_id, followed_id)
-        return int(after) - int(before)
+        return (await self.apply_follow(follower_id, followed_id, since, lsn)).delta
 
     async def remove_follow(self, follower_id: int, followed_id: int, lsn: int) -> int:
         """Delete both directions; returns -1 when the follow disappeared, else 0."""
-        before = await self._follows(follower_id, followed_id)
-        await self._run.run_bounded([
-            (self._del_follower, (lsn, followed_id, follower_id)),
-            (self._del_following, (lsn, follower_id, followed_id)),
-        ], 2)
-        after = await self._follows(follower_id, followed_id)
-        return int(after) - int(before)
+        return (await self.apply_follow(follower_id, followed_id, None, lsn)).delta
 
     async def following_since(self, follower_id: int, followed_id: int) -> datetime | None:
         rows = await self._run.execute(self._read_follower, (followed_id, follower_id))

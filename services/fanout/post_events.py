@@ -2,10 +2,13 @@
 
 ``on_post_changed`` is the only entry: it writes the copy (last-write-wins by LSN), then
 decides from the *merged* copy, not from the event alone, so an old create arriving
-after its delete does nothing, and a replay re-derives exactly the same rows.
+after its delete does nothing, and a replay re-derives exactly the same rows. Reads and
+writes that do not depend on each other go out together. Posts of one batch fan out
+concurrently, so capacity is measured over their overlap (``OverlapMeter``).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import Callable
@@ -22,7 +25,7 @@ from .inbox import InboxStore
 from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
                       FANOUT_SECONDS, INBOX_ROWS, TRIMS)
 from .tier_store import TierStore
-from .tiering import Tier
+from .tiering import OverlapMeter, Tier
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,7 @@ class PostFanout:
         self._author_topic = author_events_topic(topic_prefix)
         self._now_ms = wall_clock_ms
         self._monotonic = monotonic
+        self._meter = OverlapMeter(tiers.capacity.min_sample_rows)
 
     async def on_post_changed(self, change: ChangeRecord) -> None:
         action = post_action(change)
@@ -51,9 +55,10 @@ class PostFanout:
             await self._materialize(post.post_id, change)
 
     async def _remove(self, author_id: int, post_id: int, lsn: int) -> None:
-        await self._copies.remove_author_post(author_id, post_id, lsn)
-        copy = await self._copies.read_post(post_id)
-        tier = (await self._tiers.state(author_id)).tier
+        _, copy, state = await asyncio.gather(self._copies.remove_author_post(author_id, post_id, lsn),
+                                              self._copies.read_post(post_id),
+                                              self._tiers.state(author_id))
+        tier = state.tier
         if copy is not None and copy.alive:
             return  # a newer change made it visible again; that change owns the rows
         if not post_removal_reaches_inboxes(copy.fanned_out if copy else None, tier):
@@ -68,8 +73,8 @@ class PostFanout:
             return  # deleted or removed by a change we already applied: nothing to push
         assert copy.author_id is not None and copy.created_at is not None
         lsn = max(change.lsn, copy.visibility_ts or 0)
-        await self._copies.add_author_post(copy.author_id, post_id, lsn)
-        followers = await self._copies.followers_count(copy.author_id)
+        _, followers = await asyncio.gather(self._copies.add_author_post(copy.author_id, post_id, lsn),
+                                            self._copies.followers_count(copy.author_id))
         decision = await self._tiers.tier_for_post(copy.author_id, followers)
         if decision.tier is Tier.CELEBRITY:
             await self._copies.mark_fanned_out(post_id, False, lsn)
@@ -79,22 +84,30 @@ class PostFanout:
             return
         # Marked before the first row: a crash mid-way leaves a post that clean-up
         # knows to look for in inboxes.
-        await self._copies.mark_fanned_out(post_id, True, lsn)
-        blocked = await self._copies.blocked_set(copy.author_id)
+        _, blocked = await asyncio.gather(self._copies.mark_fanned_out(post_id, True, lsn),
+                                          self._copies.blocked_set(copy.author_id))
         started = self._monotonic()
+        metered = followers >= self._meter.min_rows
+        if metered:
+            self._meter.started(started)
         rows = 0
         pending = []
-        async for page in self._copies.follower_pages(copy.author_id):
-            readers = readers_for_post(copy.author_id, copy.created_at, page, blocked)
-            if not readers:
-                continue
-            rows += await self._inbox.push(readers, post_id, copy.author_id, lsn)
-            for reader in readers:
-                key, value = post_landed_in_inbox(reader, post_id, copy.author_id, copy.created_at)
-                pending.append(await self._publisher.send(self._inbox_topic, key, value))
-            TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, lsn))
-        elapsed = self._monotonic() - started
-        self._tiers.capacity.observe(rows, elapsed)
+        try:
+            async for page in self._copies.follower_pages(copy.author_id):
+                readers = readers_for_post(copy.author_id, copy.created_at, page, blocked)
+                if not readers:
+                    continue
+                rows += await self._inbox.push(readers, post_id, copy.author_id, lsn)
+                for reader in readers:
+                    key, value = post_landed_in_inbox(reader, post_id, copy.author_id, copy.created_at)
+                    pending.append(await self._publisher.send(self._inbox_topic, key, value))
+                TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, lsn))
+        finally:
+            finished = self._monotonic()
+            sample = self._meter.finished(finished, rows) if metered else None
+        if sample is not None:
+            self._tiers.capacity.observe(*sample)
+        elapsed = finished - started
         FANOUT_CAPACITY.set(self._tiers.capacity.rows_per_s)
         INBOX_ROWS.inc(rows)
         FANOUT_SECONDS.observe(elapsed)

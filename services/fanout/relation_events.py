@@ -4,11 +4,21 @@ A follow (or the unblock of a followed author) brings the author's posts made si
 ``following_since`` that are not yet in the inbox: normally none; this is what makes
 the result independent of whether the post or the follow was processed first. Older
 posts never come back (no surprise backfill).
+
+Round trips of a follow change, each step's statements concurrent:
+1. read the follow's state cell, write the ``following`` copy;
+2. write the ``followers`` copy with the state cell (one single-partition batch), skipped
+   when the state shows the change already applied (replay) or overtaken;
+3. bump the follower count (only on a transition, after the state is written, so a
+   replay never counts twice), and read the author's posts of the window (after the
+   follow is written: see docs/fanout.md, post-before-follow);
+4. only when there are such posts: the block check and the posts' copies, then pushes.
 """
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
-from typing import Callable
+from typing import Awaitable, Callable
 
 from services.common import ids
 from services.common.envelope import ChangeRecord, parse_timestamp, require_int
@@ -24,6 +34,8 @@ from .metrics import CLEANUP_ROWS, INBOX_ROWS
 
 # Inbox rows expire after 7 days; a backfill never looks further back than that.
 BACKFILL_HORIZON = timedelta(days=7)
+# Posts stamped up to a minute ahead of this worker's clock (id generators' skew) count.
+CLOCK_SKEW = timedelta(minutes=1)
 
 
 class RelationChanges:
@@ -38,51 +50,59 @@ class RelationChanges:
     async def on_follow_changed(self, change: ChangeRecord) -> None:
         row = change.row
         follower, followed = require_int(row, "follower_id"), require_int(row, "followed_id")
+        since = None
+        if not change.is_delete:
+            since = parse_timestamp(row.get("following_since"))
+            if since is None:
+                raise ValueError("follows row without following_since")
+        step = await self._copies.apply_follow(follower, followed, since, change.lsn)
+        work: list[Awaitable[None]] = []
+        if step.delta:
+            work.append(self._copies.bump_followers(followed, step.delta))
         if change.is_delete:
-            delta = await self._copies.remove_follow(follower, followed, change.lsn)
-            if delta:
-                await self._copies.bump_followers(followed, delta)
-            for purge in purges_for_unfollow(change):
-                await self._purge(purge, "unfollow")
-            return
-        since = parse_timestamp(row.get("following_since"))
-        if since is None:
-            raise ValueError("follows row without following_since")
-        delta = await self._copies.add_follow(follower, followed, since, change.lsn)
-        if delta:
-            await self._copies.bump_followers(followed, delta)
-        await self._backfill(follower, followed)
+            work += [self._purge(p, "unfollow") for p in purges_for_unfollow(change)]
+        elif step.newest:
+            assert since is not None
+            work.append(self._backfill(follower, followed, since))
+        await _all(work)
 
     async def on_block_changed(self, change: ChangeRecord) -> None:
         row = change.row
         blocker, blocked = require_int(row, "blocker_id"), require_int(row, "blocked_id")
         if not change.is_delete:
             await self._copies.add_block(blocker, blocked, change.lsn)
-            for purge in purges_for_block(change):
-                await self._purge(purge, "block")
+            await _all([self._purge(p, "block") for p in purges_for_block(change)])
             return
         await self._copies.remove_block(blocker, blocked, change.lsn)
-        for reader, author in ((blocker, blocked), (blocked, blocker)):
-            await self._backfill(reader, author)
+        await _all([self._backfill_if_following(reader, author)
+                    for reader, author in ((blocker, blocked), (blocked, blocker))])
 
     async def _purge(self, purge: InboxPurge, reason: str) -> None:
         removed = await self._inbox.purge_author(purge.reader_id, purge.author_id, purge.lsn)
         CLEANUP_ROWS.labels(reason).inc(removed)
 
-    async def _backfill(self, reader_id: int, author_id: int) -> None:
-        """Push the author's visible, fanned-out posts made since the reader followed."""
+    async def _backfill_if_following(self, reader_id: int, author_id: int) -> None:
         since = await self._copies.following_since(reader_id, author_id)
-        if since is None or await self._copies.blocked_either_way(author_id, reader_id):
-            return
+        if since is not None:
+            await self._backfill(reader_id, author_id, since)
+
+    async def _backfill(self, reader_id: int, author_id: int, since: datetime) -> None:
+        """Push the author's visible, fanned-out posts made since the reader followed."""
         now = self._clock()
         start = max(since, now - BACKFILL_HORIZON)
         lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
-        newest = ids.lowest_id_at(int(now.timestamp() * 1000) + 60_000)  # a minute of skew
+        newest = ids.lowest_id_at(int((now + CLOCK_SKEW).timestamp() * 1000))
         candidates = backfill_posts(
             await self._copies.author_posts_since(author_id, lowest, newest), lowest)
+        if not candidates:
+            return  # the common case: one read, nothing to push
+        blocked, *copies = await asyncio.gather(
+            self._copies.blocked_either_way(author_id, reader_id),
+            *(self._copies.read_post(p) for p in candidates))
+        if blocked:
+            return
         pushed = []
-        for post_id in candidates:
-            copy = await self._copies.read_post(post_id)
+        for copy in copies:
             # Celebrity posts (fanned_out false) stay in the author partition; posts whose
             # own change is not processed yet (None) are pushed when it is.
             if copy is None or not copy.alive or copy.fanned_out is not True:
@@ -90,9 +110,20 @@ class RelationChanges:
             assert copy.created_at is not None
             if copy.created_at < since:
                 continue
-            await self._inbox.push([reader_id], post_id, author_id, copy.visibility_ts or 0)
-            key, value = post_landed_in_inbox(reader_id, post_id, author_id, copy.created_at)
-            pushed.append(await self._publisher.send(self._inbox_topic, key, value))
+            pushed.append(copy)
+        await _all([self._inbox.push([reader_id], c.post_id, author_id, c.visibility_ts or 0)
+                    for c in pushed])
+        events = [post_landed_in_inbox(reader_id, c.post_id, author_id, c.created_at) for c in pushed]
+        futures = [await self._publisher.send(self._inbox_topic, k, v) for k, v in events]
         INBOX_ROWS.inc(len(pushed))
-        for future in pushed:
-            await future
+        await _all(futures)
+
+
+async def _all(work: list) -> None:
+    """Await independent steps together; the first error is raised after all settled."""
+    if not work:
+        return
+    results = await asyncio.gather(*work, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result

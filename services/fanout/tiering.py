@@ -121,3 +121,38 @@ class CapacityEstimate:
         if self.pinned_rows_per_s > 0:
             return self.pinned_rows_per_s
         return max(self.floor_rows_per_s, self.ewma_rows_per_s or 0.0)
+
+
+@dataclass
+class OverlapMeter:
+    """Rows/s of fan-outs that run at the same time (a batch's posts run concurrently).
+
+    Each fan-out alone would see only its share of the store, so the sample is the
+    rows of all metered fan-outs over the time at least one of them was running, taken
+    each time ``min_rows`` rows have accumulated. Callers meter only fan-outs big enough
+    to be throughput-bound (``CapacityEstimate.min_sample_rows``).
+    """
+
+    min_rows: int = 200
+    running: int = 0
+    _busy_since: float = 0.0
+    _busy_s: float = 0.0
+    _rows: int = 0
+
+    def started(self, now: float) -> None:
+        if self.running == 0:
+            self._busy_since = now
+        self.running += 1
+
+    def finished(self, now: float, rows: int) -> tuple[int, float] | None:
+        """Record a finished fan-out; returns a ``(rows, seconds)`` sample when one is due."""
+        self.running -= 1
+        self._rows += rows
+        busy = self._busy_s + (now - self._busy_since)
+        if self.running == 0:
+            self._busy_s, self._busy_since = busy, now
+        if self._rows < self.min_rows:
+            return None
+        sample = (self._rows, busy)
+        self._rows, self._busy_s, self._busy_since = 0, 0.0, now
+        return sample
