@@ -1,8 +1,9 @@
 """The ranker worker: likes (CDC) and rank-feature events into per-post rank keys.
 
-Same delivery rules as the fan-out (services/common/kafka_io.py): manual acks after
-effects, bounded retries then ``<topic>.dlq``, transient store errors retried then the
-worker stops without committing.
+Same delivery rules as the fan-out (services/common/kafka_io.py): batches with keys
+applied concurrently and each key in order, manual acks after effects, bounded retries
+then ``<topic>.dlq``, transient store errors retried then the worker stops without
+committing. Each agent rescores the posts its batch touched once, before the ack.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from cassandra.cluster import NoHostAvailable
 
 from services.common import cql
 from services.common.envelope import parse_change
-from services.common.kafka_io import (ConsumerLag, EventPublisher, GuardedProcessing, OpenedOnce,
-                                      RawMessage, build_faust_app, consume_with_manual_acks,
+from services.common.kafka_io import (ConsumerLag, EventPublisher, GuardedProcessing, Handler,
+                                      OpenedOnce, RawMessage, build_faust_app, consume_in_batches,
                                       raw_topic)
 from services.common.settings import Settings
 from services.common.topics import cdc_topic, rank_features_topic
@@ -31,7 +32,7 @@ TRANSIENT_STORE_ERRORS = (OperationTimedOut, ReadTimeout, WriteTimeout, Unavaila
 
 @dataclass
 class RankerPorts:
-    rank_keys: RankKeys
+    store: RankStore
     guard: GuardedProcessing
     lag: ConsumerLag
 
@@ -40,7 +41,7 @@ async def open_ports(settings: Settings) -> RankerPorts:
     session = await asyncio.get_running_loop().run_in_executor(None, cql.session, settings)
     publisher = EventPublisher(settings)
     await publisher.start()
-    return RankerPorts(RankKeys(RankStore(session)),
+    return RankerPorts(RankStore(session, settings.store_max_in_flight),
                        GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS), ConsumerLag())
 
 
@@ -48,27 +49,36 @@ def create_app(settings: Settings) -> faust.App:
     app = build_faust_app(settings, settings.ranker_group_id or f"{settings.topic_prefix}.ranker")
     ports = OpenedOnce(lambda: open_ports(settings))
 
+    async def consume(stream: faust.StreamT, p: RankerPorts, keys: RankKeys, handle: Handler) -> None:
+        await consume_in_batches(app, stream, p.guard, p.lag, handle,
+                                 max_batch=settings.consumer_batch_max,
+                                 within_s=settings.consumer_batch_within_s,
+                                 keys_in_flight=settings.ranker_keys_in_flight,
+                                 finish_batch=keys.rescore_pending)
+
     @app.agent(raw_topic(app, cdc_topic("likes", settings.topic_prefix)), name="likes")
     async def likes(stream: faust.StreamT) -> None:
         p = await ports.get()
+        keys = RankKeys(p.store)
 
         async def handle(msg: RawMessage) -> None:
             change = parse_change(msg.key, msg.value)
             if change is not None:
-                await p.rank_keys.on_like_changed(change)
+                await keys.on_like_changed(change)
 
-        await consume_with_manual_acks(app, stream, p.guard, p.lag, handle)
+        await consume(stream, p, keys, handle)
 
     @app.agent(raw_topic(app, rank_features_topic(settings.topic_prefix)), name="rank_features")
     async def rank_features(stream: faust.StreamT) -> None:
         p = await ports.get()
+        keys = RankKeys(p.store)
 
         async def handle(msg: RawMessage) -> None:
             update = parse_feature_event(msg.value)
             if update is not None:
-                await p.rank_keys.on_features_observed(update)
+                await keys.on_features_observed(update)
 
-        await consume_with_manual_acks(app, stream, p.guard, p.lag, handle)
+        await consume(stream, p, keys, handle)
 
     @app.timer(interval=LAG_REFRESH_S)
     async def refresh_lag() -> None:
