@@ -14,7 +14,7 @@ from typing import Mapping
 VISIBLE = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PostState:
     """The mutable part of a post copy, as read for this request."""
 

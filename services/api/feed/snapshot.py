@@ -4,15 +4,19 @@ One first-page request ranks the reader's candidates once and stores the result 
 ``feed_snapshots`` (Cassandra, TTL = ``Settings.feed_snapshot_ttl_s``); later pages read
 it back by ``(reader_id, feed_version)``. The list is packed as fixed-width records
 (rank float64, post_id int64, author_id int64: 24 bytes each, so 800 entries are 19 KB)
-behind a one-byte format tag: no JSON parsing on the next-page path. Pure functions.
+behind a one-byte format tag. ``PackedEntries`` reads records in place, so a next page
+bisects and decodes only the ~10 records of its search and the window it returns, not
+the whole list. ``SnapshotCache`` keeps recent blobs in the process (a snapshot never
+changes once written; Cassandra stays the copy every process reads). Pure, no I/O.
 """
 from __future__ import annotations
 
 import secrets
 import struct
+from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Iterable, Sequence, overload
 
 from services.common.ranking import Ranked
 
@@ -42,15 +46,87 @@ def new_feed_version(now: datetime) -> str:
 
 def pack(entries: Sequence[Ranked]) -> bytes:
     """The ``ranked`` blob for ``entries`` (order kept)."""
-    out = bytearray([FORMAT_V1])
-    for e in entries:
-        out += _RECORD.pack(e.rank, e.post_id, e.author_id or 0)
-    return bytes(out)
+    return pack_tuples((e.rank, e.post_id, e.author_id) for e in entries)
+
+
+def pack_tuples(entries: Iterable[tuple[float, int, int | None]]) -> bytes:
+    """The ``ranked`` blob for ``(rank, post_id, author_id)`` tuples already in feed order."""
+    record = _RECORD.pack
+    return bytes([FORMAT_V1]) + b"".join([record(r, p, a or 0) for r, p, a in entries])
+
+
+class PackedEntries(Sequence[Ranked]):
+    """A v1 blob as a read-only sequence of ``Ranked``, decoded one record at a time."""
+
+    __slots__ = ("_view", "_count")
+
+    def __init__(self, blob: bytes) -> None:
+        if not blob or blob[0] != FORMAT_V1 or (len(blob) - 1) % _RECORD.size:
+            raise ValueError("not a v1 snapshot blob")
+        self._view = memoryview(blob)[1:]
+        self._count = len(self._view) // _RECORD.size
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> Ranked: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Ranked]: ...
+
+    def __getitem__(self, index: int | slice) -> Ranked | list[Ranked]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self._count)
+            return [self[i] for i in range(start, stop, step)]
+        if index < 0:
+            index += self._count
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        rank, post_id, author_id = _RECORD.unpack_from(self._view, index * _RECORD.size)
+        return Ranked(rank, post_id, author_id or None)
 
 
 def unpack(blob: bytes) -> list[Ranked]:
     """Inverse of ``pack``; a blob in another format raises ``ValueError``."""
-    if not blob or blob[0] != FORMAT_V1 or (len(blob) - 1) % _RECORD.size:
-        raise ValueError("not a v1 snapshot blob")
-    return [Ranked(rank, post_id, author_id or None)
-            for rank, post_id, author_id in _RECORD.iter_unpack(memoryview(blob)[1:])]
+    return list(PackedEntries(blob))
+
+
+@dataclass(frozen=True)
+class CachedSnapshot:
+    blob: bytes
+    generated_at: datetime
+    expires_at: datetime
+
+
+class SnapshotCache:
+    """The newest ``capacity`` snapshots of this process, each until its TTL runs out.
+
+    An entry expires at ``generated_at + ttl``, never later than the Cassandra row (whose
+    TTL starts when it is written, after ``generated_at``), so a cached snapshot is never
+    served after the stored one has gone: expiry looks the same in every process.
+    """
+
+    def __init__(self, capacity: int, ttl_s: float) -> None:
+        self._capacity = max(0, capacity)
+        self._ttl = timedelta(seconds=ttl_s)
+        self._items: OrderedDict[tuple[int, str], CachedSnapshot] = OrderedDict()
+
+    def put(self, reader_id: int, feed_version: str, blob: bytes, generated_at: datetime) -> None:
+        if self._capacity == 0:
+            return
+        key = (reader_id, feed_version)
+        self._items[key] = CachedSnapshot(blob, generated_at, generated_at + self._ttl)
+        self._items.move_to_end(key)
+        while len(self._items) > self._capacity:
+            self._items.popitem(last=False)
+
+    def get(self, reader_id: int, feed_version: str, now: datetime) -> CachedSnapshot | None:
+        key = (reader_id, feed_version)
+        hit = self._items.get(key)
+        if hit is None:
+            return None
+        if now >= hit.expires_at:
+            del self._items[key]
+            return None
+        self._items.move_to_end(key)
+        return hit

@@ -6,6 +6,8 @@ back as plain tuples (a ``tuple_factory`` execution profile: the default named-t
 factory builds a class per result, which costs more than the query on this path).
 Every call carries ``timeout``; the caller decides what a failure means (the candidate
 reads log, count and carry on; the snapshot and post-state reads fail the request).
+Timestamps are selected as ``toUnixTimestamp(...)`` (Unix ms, a bigint): the driver then
+builds no ``datetime`` per row, and the read path works in milliseconds anyway.
 """
 from __future__ import annotations
 
@@ -49,23 +51,29 @@ class FeedStore:
         self._session = session
         self._timeout = timeout
         p = session.prepare
-        self._following = p("SELECT followed_id, following_since FROM following "
+        self._following = p("SELECT followed_id, toUnixTimestamp(following_since) FROM following "
                             "WHERE follower_id=? LIMIT ?")
         self._following.fetch_size = max_following
-        self._following_one = p("SELECT following_since FROM following "
+        self._following_among = p("SELECT followed_id, toUnixTimestamp(following_since) "
+                                  "FROM following WHERE follower_id=? AND followed_id IN ?")
+        self._following_one = p("SELECT toUnixTimestamp(following_since) FROM following "
                                 "WHERE follower_id=? AND followed_id=?")
         self._blocks = p("SELECT other_id FROM blocks WHERE user_id=?")
         self._blocks.fetch_size = max_following
         self._blocks_between = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
-        self._celebrities = p("SELECT author_id, until FROM celebrities WHERE shard=?")
+        self._celebrities = p("SELECT author_id, toUnixTimestamp(until) FROM celebrities "
+                              "WHERE shard=?")
         self._celebrities.fetch_size = 100_000
         self._inbox_head = p("SELECT post_id, author_id FROM inbox WHERE reader_id=? LIMIT ?")
         self._author_bucket = p("SELECT post_id FROM author_posts "
                                 "WHERE author_id=? AND bucket=? LIMIT ?")
-        self._posts_full = p("SELECT post_id, author_id, created_at, visibility, deleted, score, "
-                             "text FROM posts WHERE post_id IN ?")
-        self._posts_state = p("SELECT post_id, author_id, created_at, visibility, deleted, score "
-                              "FROM posts WHERE post_id IN ?")
+        self._author_buckets = p("SELECT author_id, post_id FROM author_posts "
+                                 "WHERE author_id IN ? AND bucket IN ? PER PARTITION LIMIT ?")
+        self._author_buckets.fetch_size = 5000
+        self._posts_full = p("SELECT post_id, author_id, toUnixTimestamp(created_at), visibility, "
+                             "deleted, score, text FROM posts WHERE post_id IN ?")
+        self._posts_state = p("SELECT post_id, author_id, toUnixTimestamp(created_at), visibility, "
+                              "deleted, score FROM posts WHERE post_id IN ?")
         self._save_snapshot = p("INSERT INTO feed_snapshots (reader_id, feed_version, ranked, "
                                 "created_at) VALUES (?,?,?,?) USING TTL ?")
         self._load_snapshot = p("SELECT ranked, created_at FROM feed_snapshots "
@@ -97,11 +105,19 @@ class FeedStore:
     async def following(self, reader_id: int, limit: int) -> dict[int, int]:
         """Followed author -> following_since (Unix ms)."""
         rows = await self._rows(self._following, (reader_id, limit))
-        return {author: to_ms(since) or 0 for author, since in rows}
+        return {author: since or 0 for author, since in rows}
+
+    async def following_among(self, reader_id: int, authors: Sequence[int]) -> dict[int, int]:
+        """Which of ``authors`` the reader follows, with following_since (Unix ms):
+        one single-partition read, for a page that only needs its own items' authors."""
+        if not authors:
+            return {}
+        rows = await self._rows(self._following_among, (reader_id, list(authors)))
+        return {author: since or 0 for author, since in rows}
 
     async def following_since(self, reader_id: int, author_id: int) -> int | None:
         rows = await self._rows(self._following_one, (reader_id, author_id))
-        return (to_ms(rows[0][0]) or 0) if rows else None
+        return (rows[0][0] or 0) if rows else None
 
     async def blocked(self, reader_id: int) -> frozenset[int]:
         """Everyone the reader blocks or is blocked by (both directions share the partition)."""
@@ -112,8 +128,7 @@ class FeedStore:
 
     async def celebrities(self) -> list[tuple[int, int | None]]:
         """``(author_id, until ms or None)``: current (None) and recently demoted authors."""
-        rows = await self._rows(self._celebrities, (CELEBRITY_SHARD,))
-        return [(author, to_ms(until)) for author, until in rows]
+        return await self._rows(self._celebrities, (CELEBRITY_SHARD,))
 
     # -- candidates ---------------------------------------------------------------------------
     async def inbox_head(self, reader_id: int, limit: int) -> list[tuple[int, int]]:
@@ -124,10 +139,16 @@ class FeedStore:
         """The newest ``limit`` post ids of one author's day bucket."""
         return [r[0] for r in await self._rows(self._author_bucket, (author_id, bucket, limit))]
 
+    async def author_buckets(self, authors: Sequence[int], buckets: Sequence[int],
+                             per_partition: int) -> list[tuple[int, int]]:
+        """The newest ``per_partition`` post ids of every (author, bucket) partition, as
+        ``(author_id, post_id)``: one multi-partition read instead of one per partition."""
+        return await self._rows(self._author_buckets, (list(authors), list(buckets), per_partition))
+
     # -- post copies ------------------------------------------------------------------------
     async def posts(self, post_ids: Sequence[int], *, with_text: bool) -> list[tuple]:
         """Copies of ``post_ids`` (one IN query; the caller chunks):
-        ``(post_id, author_id, created_at, visibility, deleted, score[, text])``."""
+        ``(post_id, author_id, created_at_ms, visibility, deleted, score[, text])``."""
         statement = self._posts_full if with_text else self._posts_state
         return await self._rows(statement, (list(post_ids),))
 

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from ..feed.eligibility import PostState, ReaderGraph, Verdict, judge
-from ..feed.store import FeedStore, to_ms
+from ..feed.store import FeedStore
 
 # One author event fans out to its connected followers within a few milliseconds; a
 # half-second memo of the post's state covers that burst without serving a stale
@@ -44,8 +44,8 @@ class EligibilityGate:
         rows = await self._store.posts([post_id], with_text=False)
         if not rows:
             return None
-        pid, author_id, created_at, visibility, deleted, _score = rows[0]
-        return PostState(pid, author_id, to_ms(created_at), visibility, deleted)
+        pid, author_id, created_at_ms, visibility, deleted, _score = rows[0]
+        return PostState(pid, author_id, created_at_ms, visibility, deleted)
 
     async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
         """Whether ``reader_id`` may be told about ``post_id`` now."""
