@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -154,6 +155,13 @@ def install_problem_handlers(app: FastAPI) -> None:
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(allowed_methods(request))
         return problem_response(kind, detail, request=request, headers=headers)
+
+    @app.exception_handler(psycopg.OperationalError)
+    async def _store_down(request: Request, exc: psycopg.OperationalError) -> JSONResponse:
+        # The source of truth is unreachable or restarting: a retryable 503, not a bug.
+        log.warning("postgres unavailable: %s", exc, extra={"path": request.url.path})
+        return problem_response(UNAVAILABLE, "the database is unavailable; retry shortly",
+                                request=request, headers={"Retry-After": "1"})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -18,6 +18,10 @@ def pool(settings: Settings | None = None, *, min_size: int = 1, max_size: int =
 
 def async_pool(settings: Settings | None = None, *, min_size: int = 1,
                max_size: int = 10) -> AsyncConnectionPool:
-    """Create (not open) an async pool; open it inside the running event loop."""
+    """Create (not open) an async pool; open it inside the running event loop.
+
+    Connections are checked when handed out, so after a Postgres restart the pool
+    replaces its dead connections instead of failing one request per connection."""
     return AsyncConnectionPool((settings or get_settings()).pg_dsn, min_size=min_size,
-                               max_size=max_size, open=False)
+                               max_size=max_size, open=False,
+                               check=AsyncConnectionPool.check_connection)
