@@ -191,30 +191,38 @@ async def seed(s: Settings, readers_per_class: int, rng: secrets.SystemRandom) -
 
 
 async def api_walks(base_url: str, s: Settings, readers: list[int], requests: int,
-                    concurrency: int) -> tuple[list[float], list[float], float]:
+                    concurrency: int) -> tuple[list[float], list[float], float, int]:
+    """Latencies of first and next pages, pages/s, and how many requests failed (any
+    status but 200: a 503 is a store timeout on this shared machine; the walk goes on)."""
     secret = s.jwt_secret.get_secret_value()
     tokens = {r: mint_token(r, secret) for r in readers}
     first: list[float] = []
     nxt: list[float] = []
+    errors = 0
     todo = list(range(requests))
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=30) as client:
+        async def get(params: dict[str, str], headers: dict[str, str], into: list[float]) -> dict | None:
+            nonlocal errors
+            t0 = time.perf_counter()
+            response = await client.get("/v1/feed", headers=headers, params=params)
+            if response.status_code != 200:
+                errors += 1
+                return None
+            into.append(time.perf_counter() - t0)
+            return response.json()
+
         async def worker() -> None:
             while todo:
                 i = todo.pop()
                 headers = {"Authorization": f"Bearer {tokens[readers[i % len(readers)]]}"}
-                t0 = time.perf_counter()
-                page = (await client.get("/v1/feed", headers=headers)).raise_for_status().json()
-                first.append(time.perf_counter() - t0)
-                if page["next_cursor"]:
-                    t0 = time.perf_counter()
-                    (await client.get("/v1/feed", headers=headers,
-                                      params={"cursor": page["next_cursor"]})).raise_for_status()
-                    nxt.append(time.perf_counter() - t0)
+                page = await get({}, headers, first)
+                if page and page["next_cursor"]:
+                    await get({"cursor": page["next_cursor"]}, headers, nxt)
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - started
-    return first, nxt, (len(first) + len(nxt)) / wall
+    return first, nxt, (len(first) + len(nxt)) / wall, errors
 
 
 async def pull_walks(pool: AsyncConnectionPool, readers: list[int], requests: int,
@@ -251,7 +259,7 @@ async def measure(args: argparse.Namespace, s: Settings, readers: dict[str, list
     await pool.open(wait=True)
     levels = [int(c) for c in args.concurrency.split(",")]
     print(f"{'class':7} {'conc':>4} {'api':10} {'kind':5} {'first/next page':40} {'pages/s':>7} | "
-          f"ratio of p95 to the pull baseline's")
+          f"p95 / pull p95")
     try:
         for name, group in readers.items():
             for api in apis:
@@ -261,12 +269,13 @@ async def measure(args: argparse.Namespace, s: Settings, readers: dict[str, list
                 results = [(api.name, *await api_walks(api.url, s, group, args.requests, conc))
                            for api in apis]
                 pf, pn, prate = await pull_walks(pool, group, args.requests, conc)
-                results.append(("pull-pg", pf, pn, prate))
-                for label, f, n, rate in results:
+                results.append(("pull-pg", pf, pn, prate, 0))
+                for label, f, n, rate, errors in results:
                     for kind, a, b in (("first", f, pf), ("next", n, pn)):
                         ratio = pct(a, .95) / pct(b, .95) if b and a else float("nan")
+                        failed = f"  {errors} failed" if errors and kind == "first" else ""
                         print(f"{name:7} {conc:4} {label:10} {kind:5} {summary(a):40} "
-                              f"{rate:7.1f} | {ratio:5.2f}", flush=True)
+                              f"{rate:7.1f} | {ratio:5.2f}{failed}", flush=True)
     finally:
         await pool.close()
 
