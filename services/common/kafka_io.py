@@ -278,14 +278,14 @@ async def apply_batch(msgs: Sequence[RawMessage], guard: GuardedProcessing, hand
     """Apply a batch: keys concurrently (at most ``keys_in_flight``), each key's messages
     one after another, each message through ``guard`` (a poison message is dead-lettered
     alone). ``WorkerMustStop`` from any key cancels the rest and is raised."""
-    limit = asyncio.Semaphore(max(1, keys_in_flight))
+    waiting = deque(key_groups(msgs))
 
-    async def one_key(group: list[RawMessage]) -> None:
-        async with limit:
-            for msg in group:
+    async def worker() -> None:  # a pool of workers, not a task per key behind a semaphore
+        while waiting:
+            for msg in waiting.popleft():
                 await guard.process(msg, handle)
 
-    tasks = [asyncio.ensure_future(one_key(g)) for g in key_groups(msgs)]
+    tasks = [asyncio.ensure_future(worker()) for _ in range(min(max(1, keys_in_flight), len(waiting)))]
     if not tasks:
         return
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)

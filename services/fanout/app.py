@@ -26,7 +26,7 @@ from services.common.settings import Settings
 from services.common.topics import cdc_topic
 
 from .copies import CopyStore
-from .cql_async import TRANSIENT_STORE_ERRORS, CqlRunner
+from .cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, use_cached_rows
 from .inbox import InboxStore
 from .post_events import PostFanout
 from .relation_events import RelationChanges
@@ -59,6 +59,7 @@ def tier_policy(settings: Settings) -> TierPolicy:
 
 async def open_ports(settings: Settings) -> FanoutPorts:
     session = cql.session(settings)
+    use_cached_rows(session)
     runner = CqlRunner(session, settings.store_max_in_flight)
     copies = CopyStore(session, runner, settings.fanout_follower_page)
     inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,

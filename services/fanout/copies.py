@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -19,6 +19,11 @@ from services.common import ids
 from .audience import Follower, PostCopy, PostFields
 from .cql_async import CqlRunner
 from .transitions import EdgeState, EdgeStep, edge_step
+
+
+# Post ids per multi-partition read: the backfill's candidates are a few posts; a bound
+# keeps one request from fanning out to hundreds of partitions on the coordinator.
+READ_POSTS_PER_QUERY = 50
 
 
 class CopyStore:
@@ -31,6 +36,9 @@ class CopyStore:
         self._read_post = p(
             "SELECT author_id, created_at, visibility, deleted, WRITETIME(visibility) AS vis_ts, "
             "fanned_out FROM posts WHERE post_id=?")
+        self._read_posts = p(
+            "SELECT post_id, author_id, created_at, visibility, deleted, WRITETIME(visibility) AS vis_ts, "
+            "fanned_out FROM posts WHERE post_id IN ?")
         self._add_author_post = p(
             "INSERT INTO author_posts (author_id, bucket, post_id) VALUES (?,?,?) USING TIMESTAMP ?")
         self._del_author_post = p(
@@ -86,6 +94,13 @@ class CopyStore:
         created = r.created_at
         return PostCopy(post_id, r.author_id, _utc(created), r.visibility, r.deleted,
                         r.vis_ts, r.fanned_out)
+
+    async def read_posts(self, post_ids: Sequence[int]) -> list[PostCopy]:
+        """Copies of several posts (those that exist), ``READ_POSTS_PER_QUERY`` per request."""
+        chunks = [post_ids[i:i + READ_POSTS_PER_QUERY] for i in range(0, len(post_ids), READ_POSTS_PER_QUERY)]
+        results = await asyncio.gather(*(self._run.execute(self._read_posts, (list(c),)) for c in chunks))
+        return [PostCopy(r.post_id, r.author_id, _utc(r.created_at), r.visibility, r.deleted,
+                         r.vis_ts, r.fanned_out) for rows in results for r in rows]
 
     async def mark_fanned_out(self, post_id: int, fanned_out: bool, lsn: int) -> None:
         await self._run.execute(self._mark_fanned_out, (lsn, fanned_out, post_id))

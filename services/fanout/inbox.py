@@ -7,13 +7,19 @@ ONE range tombstone at the tail, so a first page (read from the head) never walk
 from __future__ import annotations
 
 import asyncio
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from cassandra.cluster import Session
+from cassandra.query import BatchStatement, BatchType
 
 from .audience import should_check_cap, trim_boundary
 from .cleanup import rows_to_purge
 from .cql_async import CqlRunner
+
+
+# Rows per single-partition batch: 50 inbox rows are ~2 KB, under Cassandra's 5 KB batch
+# warning threshold.
+PUSH_BATCH_ROWS = 50
 
 
 class InboxStore:
@@ -26,6 +32,7 @@ class InboxStore:
         p = session.prepare
         self._push = p("INSERT INTO inbox (reader_id, post_id, author_id) VALUES (?,?,?) USING TIMESTAMP ?")
         self._unpush = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id=?")
+        self._unpush_many = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id IN ?")
         self._head = p("SELECT post_id FROM inbox WHERE reader_id=? LIMIT ?")
         self._rows = p("SELECT post_id, author_id FROM inbox WHERE reader_id=?")
         self._rows.fetch_size = 1000
@@ -36,23 +43,40 @@ class InboxStore:
         return await self._run.run_bounded(
             ((self._push, (r, post_id, author_id, lsn)) for r in reader_ids), self._max_in_flight)
 
+    async def push_posts(self, reader_id: int, posts: Sequence[tuple[int, int, int]]) -> int:
+        """Write ``(post_id, author_id, lsn)`` rows into one reader's inbox: one partition,
+        so one unlogged batch per ``PUSH_BATCH_ROWS`` instead of a request per row."""
+        batches = []
+        for start in range(0, len(posts), PUSH_BATCH_ROWS):
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for post_id, author_id, lsn in posts[start:start + PUSH_BATCH_ROWS]:
+                batch.add(self._push, (reader_id, post_id, author_id, lsn))
+            batches.append((batch, ()))
+        await self._run.run_bounded(batches, self._max_in_flight)
+        return len(posts)
+
     async def unpush(self, reader_ids: Iterable[int], post_id: int, lsn: int) -> int:
         """Remove the post from each reader's inbox (row tombstones at ``lsn``)."""
         return await self._run.run_bounded(
             ((self._unpush, (lsn, r, post_id)) for r in reader_ids), self._max_in_flight)
 
-    async def purge_author(self, reader_id: int, author_id: int, lsn: int) -> int:
-        """Remove every row of ``author_id`` from one reader's inbox (unfollow, block)."""
-        doomed: list[int] = []
+    async def purge_author(self, reader_id: int, author_id: int, lsn: int,
+                           in_flight: Iterable[int] = ()) -> int:
+        """Remove every row of ``author_id`` from one reader's inbox (unfollow, block),
+        and tombstone ``in_flight`` posts (ones a concurrent fan-out may still push: the
+        tombstone at ``lsn`` shadows their older rows whenever they land)."""
+        doomed: set[int] = set(in_flight)
         state: bytes | None = None
         while True:
             rows, state = await self._run.page(self._rows, (reader_id,), state)
-            doomed += rows_to_purge(((r.post_id, r.author_id) for r in rows), author_id)
+            doomed.update(rows_to_purge(((r.post_id, r.author_id) for r in rows), author_id))
             if state is None:
                 break
-        await self._run.run_bounded(((self._unpush, (lsn, reader_id, p)) for p in doomed),
-                                    self._max_in_flight)
-        return len(doomed)
+        ordered = sorted(doomed)
+        await self._run.run_bounded(
+            ((self._unpush_many, (lsn, reader_id, ordered[i:i + PUSH_BATCH_ROWS]))
+             for i in range(0, len(ordered), PUSH_BATCH_ROWS)), self._max_in_flight)
+        return len(ordered)
 
     async def enforce_cap(self, reader_ids: Iterable[int], post_id: int, lsn: int) -> int:
         """Trim sampled readers' inboxes to the cap; returns how many were trimmed."""

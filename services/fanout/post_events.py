@@ -83,9 +83,10 @@ class PostFanout:
             CELEBRITY_POSTS.inc()
             return
         # Marked before the first row: a crash mid-way leaves a post that clean-up
-        # knows to look for in inboxes.
-        _, blocked = await asyncio.gather(self._copies.mark_fanned_out(post_id, True, lsn),
-                                          self._copies.blocked_set(copy.author_id))
+        # knows to look for in inboxes. Marked before blocks and followers are read, too:
+        # an unfollow or block that does not see the mark is seen by those reads.
+        await self._copies.mark_fanned_out(post_id, True, lsn)
+        blocked = await self._copies.blocked_set(copy.author_id)
         started = self._monotonic()
         metered = followers >= self._meter.min_rows
         if metered:

@@ -27,6 +27,7 @@ from services.common.topics import inbox_events_topic
 
 from .audience import backfill_posts
 from .cleanup import InboxPurge, purges_for_block, purges_for_unfollow
+from .audience import PostCopy
 from .copies import CopyStore
 from .events import post_landed_in_inbox
 from .inbox import InboxStore
@@ -60,7 +61,8 @@ class RelationChanges:
         if step.delta:
             work.append(self._copies.bump_followers(followed, step.delta))
         if change.is_delete:
-            work += [self._purge(p, "unfollow") for p in purges_for_unfollow(change)]
+            old_since = parse_timestamp(row.get("following_since"))
+            work += [self._purge(p, "unfollow", old_since) for p in purges_for_unfollow(change)]
         elif step.newest:
             assert since is not None
             work.append(self._backfill(follower, followed, since))
@@ -71,15 +73,34 @@ class RelationChanges:
         blocker, blocked = require_int(row, "blocker_id"), require_int(row, "blocked_id")
         if not change.is_delete:
             await self._copies.add_block(blocker, blocked, change.lsn)
-            await _all([self._purge(p, "block") for p in purges_for_block(change)])
+            await _all([self._purge(p, "block", None) for p in purges_for_block(change)])
             return
         await self._copies.remove_block(blocker, blocked, change.lsn)
         await _all([self._backfill_if_following(reader, author)
                     for reader, author in ((blocker, blocked), (blocked, blocker))])
 
-    async def _purge(self, purge: InboxPurge, reason: str) -> None:
-        removed = await self._inbox.purge_author(purge.reader_id, purge.author_id, purge.lsn)
+    async def _purge(self, purge: InboxPurge, reason: str, since: datetime | None) -> None:
+        """Remove the author's rows from the reader's inbox. A fan-out that read the
+        follow (or no block) before this change may push after the inbox is scanned, so
+        the author's fanned-out posts of the window (the ones a fan-out may be pushing)
+        get a tombstone at this change's LSN too: a late push is shadowed (the post
+        handler marks fanned_out before it reads followers, so it is seen here)."""
+        window = await self._window_posts(purge.author_id, since)
+        removed = await self._inbox.purge_author(purge.reader_id, purge.author_id, purge.lsn,
+                                                 in_flight=[c.post_id for c in window])
         CLEANUP_ROWS.labels(reason).inc(removed)
+
+    async def _window_posts(self, author_id: int, since: datetime | None) -> list[PostCopy]:
+        """The author's fanned-out, visible posts made since ``since`` (within the horizon)."""
+        now = self._clock()
+        start = max(since, now - BACKFILL_HORIZON) if since is not None else now - BACKFILL_HORIZON
+        lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
+        newest = ids.lowest_id_at(int((now + CLOCK_SKEW).timestamp() * 1000))
+        candidates = backfill_posts(await self._copies.author_posts_since(author_id, lowest, newest), lowest)
+        if not candidates:
+            return []
+        return [c for c in await self._copies.read_posts(candidates)
+                if c.alive and c.fanned_out is True and (since is None or c.created_at >= since)]
 
     async def _backfill_if_following(self, reader_id: int, author_id: int) -> None:
         since = await self._copies.following_since(reader_id, author_id)
@@ -88,31 +109,12 @@ class RelationChanges:
 
     async def _backfill(self, reader_id: int, author_id: int, since: datetime) -> None:
         """Push the author's visible, fanned-out posts made since the reader followed."""
-        now = self._clock()
-        start = max(since, now - BACKFILL_HORIZON)
-        lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
-        newest = ids.lowest_id_at(int((now + CLOCK_SKEW).timestamp() * 1000))
-        candidates = backfill_posts(
-            await self._copies.author_posts_since(author_id, lowest, newest), lowest)
-        if not candidates:
-            return  # the common case: one read, nothing to push
-        blocked, *copies = await asyncio.gather(
-            self._copies.blocked_either_way(author_id, reader_id),
-            *(self._copies.read_post(p) for p in candidates))
-        if blocked:
-            return
-        pushed = []
-        for copy in copies:
-            # Celebrity posts (fanned_out false) stay in the author partition; posts whose
-            # own change is not processed yet (None) are pushed when it is.
-            if copy is None or not copy.alive or copy.fanned_out is not True:
-                continue
-            assert copy.created_at is not None
-            if copy.created_at < since:
-                continue
-            pushed.append(copy)
-        await _all([self._inbox.push([reader_id], c.post_id, author_id, c.visibility_ts or 0)
-                    for c in pushed])
+        # Celebrity posts (fanned_out false) stay in the author partition; posts whose
+        # own change is not processed yet (no copy) are pushed when it is.
+        pushed = await self._window_posts(author_id, since)
+        if not pushed or await self._copies.blocked_either_way(author_id, reader_id):
+            return  # the common case: one read (no posts in the window), nothing to push
+        await self._inbox.push_posts(reader_id, [(c.post_id, author_id, c.visibility_ts or 0) for c in pushed])
         events = [post_landed_in_inbox(reader_id, c.post_id, author_id, c.created_at) for c in pushed]
         futures = [await self._publisher.send(self._inbox_topic, k, v) for k, v in events]
         INBOX_ROWS.inc(len(pushed))
