@@ -24,7 +24,7 @@ from services.common.topics import cdc_topic, rank_features_topic
 
 from .features import parse_feature_event
 from .rank_keys import RankKeys
-from .store import RankStore
+from .store import RankStore, use_plain_tuples
 
 LAG_REFRESH_S = 5.0
 TRANSIENT_STORE_ERRORS = (OperationTimedOut, ReadTimeout, WriteTimeout, Unavailable, NoHostAvailable)
@@ -39,6 +39,7 @@ class RankerPorts:
 
 async def open_ports(settings: Settings) -> RankerPorts:
     session = await asyncio.get_running_loop().run_in_executor(None, cql.session, settings)
+    use_plain_tuples(session)
     publisher = EventPublisher(settings)
     await publisher.start()
     return RankerPorts(RankStore(session, settings.store_max_in_flight),

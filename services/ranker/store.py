@@ -12,8 +12,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from cassandra.cluster import Session
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Session
+from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 # Statements in flight per ranker process: see Settings.store_max_in_flight.
 DEFAULT_MAX_IN_FLIGHT = 256
@@ -41,6 +41,13 @@ def like_step(stored: LikeState | None, liked: bool, lsn: int) -> LikeStep:
     if lsn > stored.lsn:
         return LikeStep(int(liked) - int(stored.liked), True)
     return LikeStep(0, False)  # a replay (same LSN) or an overtaken change
+
+
+def use_plain_tuples(session: Session) -> None:
+    """Rows as plain tuples for this process's session: the driver's default defines a
+    namedtuple class per response, a large share of a busy worker's CPU. RankStore reads
+    columns by position, so it works with either."""
+    session.cluster.profile_manager.profiles[EXEC_PROFILE_DEFAULT].row_factory = tuple_factory
 
 
 class RankStore:
@@ -77,9 +84,9 @@ class RankStore:
 
     async def like_state(self, post_id: int, user_id: int) -> LikeState | None:
         rows = await self._exec(self._read_state, (post_id, user_id))
-        if not rows or rows[0].liked is None:
+        if not rows or rows[0][0] is None:
             return None
-        return LikeState(bool(rows[0].liked), int(rows[0].lsn))
+        return LikeState(bool(rows[0][0]), int(rows[0][1]))
 
     async def write_like(self, post_id: int, user_id: int, liked: bool, lsn: int) -> None:
         """The like copy and its state cell: one partition (post_id), one batch."""
@@ -104,11 +111,11 @@ class RankStore:
 
     async def likes(self, post_id: int) -> int:
         rows = await self._exec(self._likes, (post_id,))
-        return int(rows[0].likes or 0) if rows else 0
+        return int(rows[0][0] or 0) if rows else 0
 
     async def features(self, post_id: int) -> dict[str, float]:
         rows = await self._exec(self._features, (post_id,))
-        return dict(rows[0].features or {}) if rows else {}
+        return dict(rows[0][0] or {}) if rows else {}
 
     async def merge_features(self, post_id: int, features: dict[str, float], timestamp_us: int) -> None:
         await self._exec(self._set_features, (timestamp_us, features, post_id))
