@@ -2,6 +2,7 @@
 Cassandra in the same run, and commit-to-inbox latency p50/p95 under a steady post rate.
 
     .venv/bin/python bench/fanout.py [--followers 5000] [--posts 10] [--rate 4] [--seconds 20]
+        [--worker-root DIR]
 
 Runs on its own keyspace and topic prefix (dropped at the end) against the running
 stack, with a real ``python -m services.fanout`` worker subprocess.
@@ -81,6 +82,8 @@ def main() -> int:
     ap.add_argument("--posts", type=int, default=10)
     ap.add_argument("--rate", type=float, default=4.0)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--worker-root", type=Path, default=ROOT,
+                    help="run the worker from another checkout of services/ (a baseline)")
     args = ap.parse_args()
 
     name = f"bench_{secrets.token_hex(3)}"
@@ -107,7 +110,7 @@ def main() -> int:
                "FEED_FANOUT_GROUP_ID": f"{name}.fanout", "FEED_FANOUT_METRICS_PORT": str(port),
                "FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S": "1000000"}
         log = open(f"/tmp/{name}-worker.log", "wb")
-        worker = subprocess.Popen([sys.executable, "-m", "services.fanout"], cwd=ROOT, env=env,
+        worker = subprocess.Popen([sys.executable, "-m", "services.fanout"], cwd=args.worker_root, env=env,
                                   stdout=log, stderr=subprocess.STDOUT)
         stat = session.prepare("SELECT followers FROM author_stats WHERE author_id=?")
         wait(lambda: (r := list(session.execute(stat, (big,)))) and r[0].followers == args.followers
