@@ -261,10 +261,10 @@ async def measure(args: argparse.Namespace, s: Settings, readers: dict[str, list
     print(f"{'class':7} {'conc':>4} {'api':10} {'kind':5} {'first/next page':40} {'pages/s':>7} | "
           f"p95 / pull p95")
     try:
+        for api in apis:  # warm every process (statements, users, caches) on every class
+            for group in readers.values():
+                await api_walks(api.url, s, group, 8 * len(group), 4)
         for name, group in readers.items():
-            for api in apis:
-                for r in group:  # warm each process's caches of users and statements
-                    await api_walks(api.url, s, [r], 2, 2)
             for conc in levels:
                 results = [(api.name, *await api_walks(api.url, s, group, args.requests, conc))
                            for api in apis]

@@ -1,6 +1,7 @@
 """``python -m services.api``: serve the API with uvicorn on FEED_API_HOST:FEED_API_PORT.
 
-``FEED_API_WORKERS`` (``Settings.api_workers``) processes share the listening socket.
+``FEED_API_WORKERS`` (``Settings.api_workers``, default 1) processes share the
+listening socket.
 Each builds its own app through ``worker_app`` (uvicorn imports it by name in every
 worker): its own Postgres pool, Snowflake node lease, Cassandra session, caches and
 stream consumer. Nothing in a process is the only copy of anything: snapshots live in

@@ -125,10 +125,11 @@ class Settings(BaseSettings):
     api_port: int = 8080
     # Postgres connections per API process; 2 cores, so more would only queue in Postgres.
     api_pg_pool_max: int = 10
-    # uvicorn worker processes (python -m services.api). One Python process saturates one
-    # core at ~100-180 feed pages/s; two use both cores of the bench machine (measured in
-    # docs/read-path.md). More only add context switches next to Cassandra and Kafka.
-    api_workers: int = 2
+    # uvicorn worker processes (python -m services.api). Set it to the cores the API has
+    # to itself. On the 2-core bench machine Cassandra, Kafka and the load generator
+    # already use the second core: 2 workers measured no faster than 1 (pages/s within
+    # noise at c4 and c16, docs/read-path.md) and cost a second stream consumer, so 1.
+    api_workers: int = 1
     # Snowflake node-id lease (seconds). Renewed every third of it; long against the 1 s of
     # logical clock drift that ids may run ahead, short enough that a crashed process frees
     # its node id quickly.
