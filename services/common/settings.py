@@ -78,7 +78,7 @@ class Settings(BaseSettings):
     # Kafka group timing for the faust workers: a killed worker's partitions move after this.
     kafka_session_timeout_s: float = 10.0
     kafka_commit_interval_s: float = 1.0
-    # Batches (services/common/kafka_io.py consume_in_batches): up to this many messages
+    # Batches (services/common/batch_consumer.py consume_in_batches): up to this many messages
     # are taken at once and their keys applied concurrently. 1000 keeps a batch's replay
     # after a crash to well under a second of work at the measured rates, and is enough
     # to keep fanout_max_in_flight keys busy.

@@ -2,7 +2,7 @@
 
 One agent per topic (posts, follows, blocks). Each takes messages in batches and
 applies a batch's keys concurrently (``fanout_max_in_flight`` keys), each key's changes
-in order (services/common/kafka_io.py ``consume_in_batches``). Acks are manual: a batch
+in order (services/common/batch_consumer.py ``consume_in_batches``). Acks are manual: a batch
 is acked only after every message's effects (Cassandra rows, output events, or a dead
 letter) are acknowledged, so the committed offset never passes work that was not done
 (at-least-once; every effect is idempotent by write timestamp).
@@ -20,8 +20,10 @@ import faust
 
 from services.common import cql
 from services.common.envelope import ChangeRecord, parse_change
-from services.common.kafka_io import (ConsumerLag, EventPublisher, GuardedProcessing, OpenedOnce,
-                                      RawMessage, build_faust_app, consume_in_batches, raw_topic)
+from services.common.batch_consumer import ConsumerLag, consume_in_batches
+from services.common.event_publisher import EventPublisher
+from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
+from services.common.poison_guard import GuardedProcessing
 from services.common.settings import Settings
 from services.common.topics import cdc_topic
 

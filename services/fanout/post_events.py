@@ -14,7 +14,7 @@ import time
 from typing import Callable
 
 from services.common.envelope import ChangeRecord
-from services.common.kafka_io import EventPublisher
+from services.common.event_publisher import EventPublisher
 from services.common.topics import author_events_topic, inbox_events_topic
 
 from .audience import PostAction, post_action, post_fields, readers_for_post

@@ -22,7 +22,7 @@ from typing import Awaitable, Callable
 
 from services.common import ids
 from services.common.envelope import ChangeRecord, parse_timestamp, require_int
-from services.common.kafka_io import EventPublisher
+from services.common.event_publisher import EventPublisher
 from services.common.topics import inbox_events_topic
 
 from .audience import backfill_posts

@@ -1,6 +1,6 @@
 """The ranker worker: likes (CDC) and rank-feature events into per-post rank keys.
 
-Same delivery rules as the fan-out (services/common/kafka_io.py): batches with keys
+Same delivery rules as the fan-out (services/common/batch_consumer.py, poison_guard.py): batches with keys
 applied concurrently and each key in order, manual acks after effects, bounded retries
 then ``<topic>.dlq``, transient store errors retried then the worker stops without
 committing. Each agent rescores the posts its batch touched once, before the ack.
@@ -16,9 +16,10 @@ from cassandra.cluster import NoHostAvailable
 
 from services.common import cql
 from services.common.envelope import parse_change
-from services.common.kafka_io import (ConsumerLag, EventPublisher, GuardedProcessing, Handler,
-                                      OpenedOnce, RawMessage, build_faust_app, consume_in_batches,
-                                      raw_topic)
+from services.common.batch_consumer import ConsumerLag, consume_in_batches
+from services.common.event_publisher import EventPublisher
+from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
+from services.common.poison_guard import GuardedProcessing, Handler
 from services.common.settings import Settings
 from services.common.topics import cdc_topic, rank_features_topic
 

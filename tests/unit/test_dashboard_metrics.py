@@ -13,7 +13,8 @@ SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 
 def exported_names() -> set[str]:
     import services.cdc.metrics  # noqa: F401 - registers the relay's collectors
-    import services.common.kafka_io  # noqa: F401
+    import services.common.batch_consumer  # noqa: F401
+    import services.common.poison_guard  # noqa: F401
     import services.fanout.metrics  # noqa: F401
     from services.api.feed.metrics import FeedMetrics
     from services.api.metrics import ApiMetrics

@@ -1,4 +1,4 @@
-"""Batches (services/common/kafka_io.py) and the one-read transitions of follows and likes."""
+"""Batches (services/common/batch_consumer.py) and the one-read transitions of follows and likes."""
 from __future__ import annotations
 
 import asyncio
@@ -6,8 +6,9 @@ import asyncio
 import pytest
 
 from services.common.envelope import MalformedEnvelope
-from services.common.kafka_io import (GuardedProcessing, RawMessage, WorkerMustStop, apply_batch,
-                                      batches, key_groups)
+from services.common.batch_consumer import apply_batch, batches, key_groups
+from services.common.faust_app import RawMessage
+from services.common.poison_guard import GuardedProcessing, WorkerMustStop
 from services.common.settings import Settings
 from services.fanout.tiering import OverlapMeter
 from services.fanout.transitions import EdgeState, EdgeStep, edge_step

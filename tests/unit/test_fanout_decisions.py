@@ -8,8 +8,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from services.common.envelope import MalformedEnvelope, parse_change
-from services.common.kafka_io import (FailureBudget, GuardedProcessing, RawMessage, WorkerMustStop,
-                                      backoff_delays, dead_letter_headers)
+from services.common.faust_app import RawMessage
+from services.common.poison_guard import (FailureBudget, GuardedProcessing, WorkerMustStop,
+                                          backoff_delays, dead_letter_headers)
 from services.common.settings import Settings
 from services.fanout.audience import (Follower, PostAction, backfill_posts, post_action,
                                       readers_for_post, should_check_cap, trim_boundary)

@@ -1,0 +1,88 @@
+"""The faust side of a worker: the app, raw topics, our view of a message, and the
+resources its agents open once.
+
+* ``build_faust_app``: a faust app configured for this project (at-least-once, manual
+  acks, no web server, internal leader topic disabled: the broker refuses auto-create).
+* ``raw_topic`` / ``raw_message``: topics read as bytes and the ``RawMessage`` the rest of
+  the pipeline sees (``poison_guard``, ``batch_consumer``).
+* ``OpenedOnce``: sessions and producers opened on the worker's loop by the first agent.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
+
+import faust
+
+from .settings import Settings
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]] = ()
+    timestamp_ms: int | None = None
+
+
+def build_faust_app(settings: Settings, app_id: str) -> faust.App:
+    """A faust app for one worker role. Offsets are acked manually by the agents."""
+    return faust.App(
+        app_id,
+        broker=[f"kafka://{h}" for h in settings.kafka_bootstrap.split(",")],
+        web_enabled=False,
+        topic_disable_leader=True,
+        topic_replication_factor=1 if settings.kafka_bootstrap.count(",") == 0 else 3,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.kafka_session_timeout_s,
+        broker_heartbeat_interval=max(1.0, settings.kafka_session_timeout_s / 4),
+        broker_commit_interval=settings.kafka_commit_interval_s,
+        stream_wait_empty=False,
+        producer_acks=-1,
+    )
+
+
+def raw_topic(app: faust.App, name: str) -> faust.TopicT:
+    """A topic read as raw bytes: envelopes are parsed by our code, so a malformed
+    message reaches the poison path instead of failing inside faust's deserializer."""
+    return app.topic(name, key_type=bytes, value_type=bytes,
+                     key_serializer="raw", value_serializer="raw")
+
+
+def raw_message(event: Any) -> RawMessage:
+    """Our view of a faust event (tolerates faust's header forms)."""
+    m = event.message
+    headers = m.headers or ()
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    return RawMessage(m.topic, m.partition, m.offset, m.key, m.value,
+                      tuple(headers), getattr(m, "timestamp", None) and int(m.timestamp * 1000))
+
+
+class OpenedOnce(Generic[T]):
+    """Resources (sessions, producers) opened once on the worker's loop by whichever
+    agent needs them first; agents start concurrently."""
+
+    def __init__(self, opener: Callable[[], Awaitable[T]]) -> None:
+        self._opener = opener
+        self._value: T | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def get(self) -> T:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._value is None:
+                self._value = await self._opener()
+        return self._value
+
+    @property
+    def opened(self) -> T | None:
+        return self._value
+

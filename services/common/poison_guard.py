@@ -1,0 +1,136 @@
+"""``GuardedProcessing``: one message through a handler with the project's failure rules.
+
+Transient store errors are retried with backoff and then stop the worker without
+committing; any other error is retried a bounded number of times and the message goes
+to ``<topic>.dlq`` with the error in headers, so the partition keeps flowing; a cap on
+the recent failure share stops the worker (``WorkerMustStop``).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from prometheus_client import Counter
+
+from .event_publisher import EventPublisher
+from .faust_app import RawMessage
+from .settings import Settings
+from .topics import dlq_topic
+
+log = logging.getLogger(__name__)
+
+MESSAGES = Counter("feed_consumer_messages_total", "Messages handled", ["topic", "outcome"])
+DEAD_LETTERS = Counter("feed_consumer_dlq_total", "Messages sent to a dead-letter topic", ["topic"])
+
+Handler = Callable[[RawMessage], Awaitable[None]]
+
+
+class WorkerMustStop(RuntimeError):
+    """Processing cannot go on safely: stop the worker without committing this offset."""
+
+
+def dead_letter_headers(msg: RawMessage, error: BaseException, attempts: int) -> list[tuple[str, bytes]]:
+    """The error and the original position, in the headers of the dead letter."""
+    return list(msg.headers) + [
+        ("dlq.error.class", f"{type(error).__module__}.{type(error).__qualname__}".encode()),
+        ("dlq.error.message", str(error)[:2000].encode("utf-8", "replace")),
+        ("dlq.original.topic", msg.topic.encode()),
+        ("dlq.original.partition", str(msg.partition).encode()),
+        ("dlq.original.offset", str(msg.offset).encode()),
+        ("dlq.attempts", str(attempts).encode()),
+    ]
+
+
+@dataclass
+class FailureBudget:
+    """The share of failures among the last ``window`` messages; too many stops the worker."""
+
+    window: int
+    max_share: float
+    # Below this many samples, a couple of bad messages is not yet a pattern.
+    min_samples: int = 20
+    _outcomes: deque[bool] = field(default_factory=deque)
+
+    def record(self, failed: bool) -> None:
+        self._outcomes.append(failed)
+        while len(self._outcomes) > self.window:
+            self._outcomes.popleft()
+
+    @property
+    def exhausted(self) -> bool:
+        n = len(self._outcomes)
+        return n >= min(self.min_samples, self.window) and sum(self._outcomes) / n > self.max_share
+
+
+def backoff_delays(attempts: int, base_s: float, cap_s: float = 5.0) -> list[float]:
+    """Exponential backoff between ``attempts`` tries: base, 2*base, ... capped."""
+    return [min(cap_s, base_s * (2 ** i)) for i in range(max(0, attempts - 1))]
+
+
+class GuardedProcessing:
+    """Applies one message with the project's retry / dead-letter / stop rules."""
+
+    def __init__(self, settings: Settings, publisher: EventPublisher,
+                 transient_errors: tuple[type[BaseException], ...],
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self._s = settings
+        self._publisher = publisher
+        self._transient = transient_errors
+        self._sleep = sleep
+        self.budget = FailureBudget(settings.consumer_failure_window,
+                                    settings.consumer_max_failure_share)
+
+    async def process(self, msg: RawMessage, handle: Handler) -> str:
+        """Returns the outcome ("ok" or "dead_letter"); raises ``WorkerMustStop``."""
+        poison_attempts = 0
+        transient_delays = iter(backoff_delays(self._s.store_retry_attempts, self._s.store_retry_base_s))
+        while True:
+            try:
+                await handle(msg)
+                self.budget.record(False)
+                MESSAGES.labels(msg.topic, "ok").inc()
+                return "ok"
+            except self._transient as exc:
+                delay = next(transient_delays, None)
+                if delay is None:
+                    MESSAGES.labels(msg.topic, "stopped").inc()
+                    raise WorkerMustStop(f"store still failing after retries: {exc!r}") from exc
+                log.warning("transient store error on %s[%d]@%d, retry in %.1fs: %r",
+                            msg.topic, msg.partition, msg.offset, delay, exc)
+                await self._sleep(delay)
+            except Exception as exc:  # noqa: BLE001 - anything else is treated as poison
+                poison_attempts += 1
+                if poison_attempts < self._s.consumer_max_attempts:
+                    continue
+                await self._dead_letter(msg, exc, poison_attempts)
+                self.budget.record(True)
+                if self.budget.exhausted:
+                    raise WorkerMustStop(
+                        f"failure share over {self._s.consumer_max_failure_share:.0%} "
+                        f"of the last {self._s.consumer_failure_window} messages") from exc
+                return "dead_letter"
+
+    async def with_store_retries(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run work that belongs to no single message (a batch's shared step): transient
+        store errors are retried like a message's, then ``WorkerMustStop``."""
+        for delay in [*backoff_delays(self._s.store_retry_attempts, self._s.store_retry_base_s), None]:
+            try:
+                await work()
+                return
+            except self._transient as exc:
+                if delay is None:
+                    raise WorkerMustStop(f"store still failing after retries: {exc!r}") from exc
+                log.warning("transient store error in a batch step, retry in %.1fs: %r", delay, exc)
+                await self._sleep(delay)
+
+    async def _dead_letter(self, msg: RawMessage, exc: BaseException, attempts: int) -> None:
+        log.error("poison message %s[%d]@%d -> %s: %r", msg.topic, msg.partition, msg.offset,
+                  dlq_topic(msg.topic), exc)
+        future = await self._publisher.send(dlq_topic(msg.topic), msg.key, msg.value,
+                                            dead_letter_headers(msg, exc, attempts))
+        await future
+        DEAD_LETTERS.labels(msg.topic).inc()
+        MESSAGES.labels(msg.topic, "dead_letter").inc()
