@@ -39,9 +39,9 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.common import cql  # noqa: E402
+from services.common.cql_async import CqlRunner  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.common.topics import all_topics, inbox_events_topic  # noqa: E402
-from services.fanout.cql_async import CqlRunner  # noqa: E402
 from tests.integration.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 

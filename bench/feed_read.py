@@ -50,10 +50,10 @@ from psycopg_pool import AsyncConnectionPool  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_postgres  # noqa: E402
 from services.api.auth import mint_token  # noqa: E402
 from services.common import cql, ids  # noqa: E402
+from services.common.cql_async import CqlRunner  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.fanout.audience import PostFields  # noqa: E402
 from services.fanout.copies import CopyStore  # noqa: E402
-from services.fanout.cql_async import CqlRunner  # noqa: E402
 from services.fanout.inbox import InboxStore  # noqa: E402
 from services.fanout.tier_store import TierStore  # noqa: E402
 from services.fanout.tiering import CapacityEstimate, TierPolicy  # noqa: E402

@@ -23,10 +23,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from services.common import cql, ids
+from services.common.cql_async import CqlRunner
 from services.common.settings import Settings, get_settings
 from services.fanout.audience import backfill_posts
 from services.fanout.copies import CopyStore
-from services.fanout.cql_async import CqlRunner
 from services.fanout.inbox import InboxStore
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,9 @@ from typing import Awaitable, Callable
 import faust
 
 from services.common import cql
-from services.common.envelope import ChangeRecord, parse_change
 from services.common.batch_consumer import ConsumerLag, consume_in_batches
+from services.common.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, use_cached_rows
+from services.common.envelope import ChangeRecord, parse_change
 from services.common.event_publisher import EventPublisher
 from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
 from services.common.poison_guard import GuardedProcessing
@@ -28,7 +29,6 @@ from services.common.settings import Settings
 from services.common.topics import cdc_topic
 
 from .copies import CopyStore
-from .cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, use_cached_rows
 from .inbox import InboxStore
 from .post_events import PostFanout
 from .relation_events import RelationChanges

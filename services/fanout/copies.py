@@ -2,7 +2,7 @@
 
 Every write of a CDC-derived row carries ``USING TIMESTAMP <lsn>`` (idempotent replay,
 deletes beat late creates). Follower counts are counters: they move only when the
-follow's state cell says the change is a transition (transitions.py): one read of
+follow's state cell says the change is a transition (services/common/edge_transitions.py): one read of
 ``follow_state`` before the write, no read back.
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.common import ids
+from services.common.cql_async import CqlRunner
+from services.common.edge_transitions import EdgeState, EdgeStep, edge_step
 
 from .audience import Follower, PostCopy, PostFields
-from .cql_async import CqlRunner
-from .transitions import EdgeState, EdgeStep, edge_step
 
 
 # Post ids per multi-partition read: the backfill's candidates are a few posts; a bound

@@ -12,9 +12,10 @@ from typing import Iterable, Sequence
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType
 
+from services.common.cql_async import CqlRunner
+
 from .audience import should_check_cap, trim_boundary
 from .cleanup import rows_to_purge
-from .cql_async import CqlRunner
 
 
 # Rows per single-partition batch: 50 inbox rows are ~2 KB, under Cassandra's 5 KB batch

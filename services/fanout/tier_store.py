@@ -18,7 +18,8 @@ from typing import Callable
 
 from cassandra.cluster import Session
 
-from .cql_async import CqlRunner
+from services.common.cql_async import CqlRunner
+
 from .metrics import TIER_CHANGES
 from .tiering import CapacityEstimate, Tier, TierDecision, TierPolicy, TierState, decide_tier
 

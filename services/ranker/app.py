@@ -15,8 +15,9 @@ from cassandra import OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
 from cassandra.cluster import NoHostAvailable
 
 from services.common import cql
-from services.common.envelope import parse_change
 from services.common.batch_consumer import ConsumerLag, consume_in_batches
+from services.common.cql_async import use_plain_tuples
+from services.common.envelope import parse_change
 from services.common.event_publisher import EventPublisher
 from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
 from services.common.poison_guard import GuardedProcessing, Handler
@@ -25,7 +26,7 @@ from services.common.topics import cdc_topic, rank_features_topic
 
 from .features import parse_feature_event
 from .rank_keys import RankKeys
-from .store import RankStore, use_plain_tuples
+from .store import RankStore
 
 LAG_REFRESH_S = 5.0
 TRANSIENT_STORE_ERRORS = (OperationTimedOut, ReadTimeout, WriteTimeout, Unavailable, NoHostAvailable)

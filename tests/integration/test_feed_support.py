@@ -25,11 +25,11 @@ import pytest
 from confluent_kafka import Producer
 
 from services.common import cql, ids
+from services.common.cql_async import CqlRunner
 from services.common.settings import Settings
 from services.common.topics import author_events_topic, inbox_events_topic
 from services.fanout.audience import PostFields
 from services.fanout.copies import CopyStore
-from services.fanout.cql_async import CqlRunner
 from services.fanout.events import celebrity_posted, post_landed_in_inbox
 from services.fanout.inbox import InboxStore
 from services.fanout.tier_store import TierStore

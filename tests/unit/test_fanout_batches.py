@@ -5,13 +5,13 @@ import asyncio
 
 import pytest
 
-from services.common.envelope import MalformedEnvelope
 from services.common.batch_consumer import apply_batch, batches, key_groups
+from services.common.edge_transitions import EdgeState, EdgeStep, edge_step
+from services.common.envelope import MalformedEnvelope
 from services.common.faust_app import RawMessage
 from services.common.poison_guard import GuardedProcessing, WorkerMustStop
 from services.common.settings import Settings
 from services.fanout.tiering import OverlapMeter
-from services.fanout.transitions import EdgeState, EdgeStep, edge_step
 from services.ranker.store import LikeState, LikeStep, like_step
 
 from .test_fanout_decisions import _Publisher, _Transient

@@ -1,7 +1,8 @@
 """Counter transitions decided from one read: the edge's stored state and its LSN. Pure.
 
-An edge (a follow) keeps a state cell written ``USING TIMESTAMP <lsn>`` with the edge's
-state as its value (``follow_state``, 0004_edge_state.cql). Reading it before applying a
+An edge (a follow, a like) keeps a state cell written ``USING TIMESTAMP <lsn>`` with the
+edge's state as its value (``follow_state``, ``like_state``, 0004_edge_state.cql). The
+fan-out (follower counts) and the ranker (like counts) both decide with ``edge_step``. Reading it before applying a
 change tells, without writing and reading back, what last-write-wins will make of it:
 
 * a change newer than the stored one sets the state; the counter moves by the
