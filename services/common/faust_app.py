@@ -6,16 +6,19 @@ resources its agents open once.
 * ``raw_topic`` / ``raw_message``: topics read as bytes and the ``RawMessage`` the rest of
   the pipeline sees (``poison_guard``, ``batch_consumer``).
 * ``OpenedOnce``: sessions and producers opened on the worker's loop by the first agent.
+* ``run_worker``: a worker process's entry point (``python -m services.<role>``).
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
 
 import faust
+from prometheus_client import start_http_server
 
-from .settings import Settings
+from .settings import Settings, get_settings
 
 T = TypeVar("T")
 
@@ -86,3 +89,13 @@ class OpenedOnce(Generic[T]):
     def opened(self) -> T | None:
         return self._value
 
+
+def run_worker(create_app: Callable[[Settings], faust.App],
+               metrics_port: Callable[[Settings], int]) -> None:
+    """Run one worker role in this process: logging, Prometheus metrics on
+    ``metrics_port(settings)`` (localhost), then faust's worker until it stops."""
+    settings = get_settings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    start_http_server(metrics_port(settings), addr="127.0.0.1")
+    app = create_app(settings)
+    faust.Worker(app, loglevel="INFO").execute_from_commandline()
