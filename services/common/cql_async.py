@@ -2,8 +2,8 @@
 
 ``CqlRunner.execute`` awaits one statement (the driver's own I/O thread does the work);
 ``run_bounded`` keeps at most ``max_in_flight`` statements of one caller outstanding,
-which is how a fan-out writes thousands of rows concurrently; ``page`` reads one page of
-a large partition (bounded memory). Every statement also takes one of the runner's
+which is how a fan-out writes thousands of rows concurrently; ``page`` / ``pages`` read a
+large partition a page at a time (bounded memory). Every statement also takes one of the runner's
 ``max_in_flight`` permits, so the many keys of a batch together never queue more than
 that in the driver or the node (requests would time out waiting, not run faster).
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from typing import Any, Iterable, Sequence
+from typing import Any, AsyncIterator, Iterable, Sequence
 
 from cassandra import OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, NoHostAvailable, Session
@@ -156,6 +156,16 @@ class CqlRunner:
                    paging_state: bytes | None) -> tuple[list[Any], bytes | None]:
         """One page of a paged read (page size = the statement's fetch_size)."""
         return await self._call(statement, params, paging_state)
+
+    async def pages(self, statement: PreparedStatement, params: Sequence[Any]) -> AsyncIterator[list[Any]]:
+        """Every page of a paged read in turn (bounded memory for any partition); the last
+        page may be empty."""
+        state: bytes | None = None
+        while True:
+            rows, state = await self.page(statement, params, state)
+            yield rows
+            if state is None:
+                return
 
 
 def _resolve(fut: asyncio.Future, value: Any, exc: BaseException | None) -> None:

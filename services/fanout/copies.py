@@ -8,8 +8,8 @@ follow's state cell says the change is a transition (services/common/edge_transi
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
-from typing import AsyncIterator, Sequence
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator, Sequence
 
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -88,19 +88,13 @@ class CopyStore:
 
     async def read_post(self, post_id: int) -> PostCopy | None:
         rows = await self._run.execute(self._read_post, (post_id,))
-        if not rows:
-            return None
-        r = rows[0]
-        created = r.created_at
-        return PostCopy(post_id, r.author_id, _utc(created), r.visibility, r.deleted,
-                        r.vis_ts, r.fanned_out)
+        return _post_copy(post_id, rows[0]) if rows else None
 
     async def read_posts(self, post_ids: Sequence[int]) -> list[PostCopy]:
         """Copies of several posts (those that exist), ``READ_POSTS_PER_QUERY`` per request."""
         chunks = [post_ids[i:i + READ_POSTS_PER_QUERY] for i in range(0, len(post_ids), READ_POSTS_PER_QUERY)]
         results = await asyncio.gather(*(self._run.execute(self._read_posts, (list(c),)) for c in chunks))
-        return [PostCopy(r.post_id, r.author_id, _utc(r.created_at), r.visibility, r.deleted,
-                         r.vis_ts, r.fanned_out) for rows in results for r in rows]
+        return [_post_copy(r.post_id, r) for rows in results for r in rows]
 
     async def mark_fanned_out(self, post_id: int, fanned_out: bool, lsn: int) -> None:
         await self._run.execute(self._mark_fanned_out, (lsn, fanned_out, post_id))
@@ -179,13 +173,9 @@ class CopyStore:
 
     async def follower_pages(self, author_id: int) -> AsyncIterator[list[Follower]]:
         """The author's followers, one page at a time (bounded memory for any author)."""
-        state: bytes | None = None
-        while True:
-            rows, state = await self._run.page(self._page_followers, (author_id,), state)
+        async for rows in self._run.pages(self._page_followers, (author_id,)):
             if rows:
                 yield [Follower(r.follower_id, _utc(r.following_since)) for r in rows]
-            if state is None:
-                return
 
     # -- blocks --------------------------------------------------------------------------
     async def add_block(self, blocker_id: int, blocked_id: int, lsn: int) -> None:
@@ -206,14 +196,16 @@ class CopyStore:
     async def blocked_set(self, user_id: int) -> frozenset[int]:
         """Everyone ``user_id`` blocks or is blocked by (small for ordinary authors)."""
         out: set[int] = set()
-        state: bytes | None = None
-        while True:
-            rows, state = await self._run.page(self._blocks_of, (user_id,), state)
+        async for rows in self._run.pages(self._blocks_of, (user_id,)):
             out.update(r.other_id for r in rows)
-            if state is None:
-                return frozenset(out)
+        return frozenset(out)
+
+
+def _post_copy(post_id: int, r: Any) -> PostCopy:
+    """A ``posts`` row read by ``read_post`` / ``read_posts`` as the decisions' copy."""
+    return PostCopy(post_id, r.author_id, _utc(r.created_at), r.visibility, r.deleted,
+                    r.vis_ts, r.fanned_out)
 
 
 def _utc(ts: datetime | None) -> datetime | None:
-    from datetime import timezone
     return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts

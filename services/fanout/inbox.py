@@ -67,12 +67,8 @@ class InboxStore:
         and tombstone ``in_flight`` posts (ones a concurrent fan-out may still push: the
         tombstone at ``lsn`` shadows their older rows whenever they land)."""
         doomed: set[int] = set(in_flight)
-        state: bytes | None = None
-        while True:
-            rows, state = await self._run.page(self._rows, (reader_id,), state)
+        async for rows in self._run.pages(self._rows, (reader_id,)):
             doomed.update(rows_to_purge(((r.post_id, r.author_id) for r in rows), author_id))
-            if state is None:
-                break
         ordered = sorted(doomed)
         await self._run.run_bounded(
             ((self._unpush_many, (lsn, reader_id, ordered[i:i + PUSH_BATCH_ROWS]))
