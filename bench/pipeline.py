@@ -14,12 +14,15 @@ from pathlib import Path
 
 import psycopg
 
-from deploy.lag import kafka_lag, scrape, slot_lag
+from deploy.lag import group_lag, scrape, slot_lag
 from deploy.migrate import migrate_all
 from services.common import cql
 from services.common.settings import Settings
+from services.common.topics import cdc_topic
 
 REPO = Path(__file__).resolve().parents[1]
+# What each worker group consumes (CDC tables; the ranker also reads rank-features).
+CONSUMED = {"fanout": ("posts", "follows", "blocks"), "ranker": ("likes",)}
 # Ports apart from `make run`'s (8080, 9101-9103) so both can run at once.
 PORTS = {"api_port": 18080, "cdc_metrics_port": 19101, "fanout_metrics_port": 19102,
          "ranker_metrics_port": 19103}
@@ -129,15 +132,13 @@ class Sampler(threading.Thread):
 
     def snapshot(self) -> Sample:
         s = self.settings
-        try:
-            rows = kafka_lag(s)
-        except Exception:  # noqa: BLE001 - a sample is best effort
-            rows = []
-        lag = {"fanout": 0, "ranker": 0}
-        for r in rows:
-            for kind in lag:
-                if r["group"] == f"{s.topic_prefix}.{kind}":
-                    lag[kind] += r["lag"]
+        lag = {}
+        for kind, tables in CONSUMED.items():
+            try:
+                lag[kind] = group_lag(s, f"{s.topic_prefix}.{kind}",
+                                      [cdc_topic(t, s.topic_prefix) for t in tables])
+            except Exception:  # noqa: BLE001 - a sample is best effort; unknown = not caught up
+                lag[kind] = -1
         try:
             slot = sum(x["lag_bytes"] or 0 for x in slot_lag(s) if x["database"] == s.pg_database)
         except Exception:  # noqa: BLE001
@@ -164,7 +165,10 @@ def wait_caught_up(sampler: Sampler, *, timeout: float, settle: int = 3) -> floa
     quiet = 0
     while time.monotonic() - start < timeout:
         s = sampler.snapshot()
-        quiet = quiet + 1 if (s.fanout_lag == 0 and s.ranker_lag == 0 and s.cdc_lag_bytes < 1 << 20) else 0
+        # Slot lag covers changes the relay has not produced yet; group lag what the
+        # workers have not applied. Both must stay at rest for a few samples.
+        quiet = quiet + 1 if (s.fanout_lag == 0 and s.ranker_lag == 0
+                              and s.cdc_lag_bytes < 1 << 20) else 0
         if quiet >= settle:
             return time.monotonic() - start
         time.sleep(1)

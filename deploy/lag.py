@@ -47,6 +47,32 @@ def kafka_lag(settings: Settings) -> list[dict[str, Any]]:
     return rows
 
 
+def group_lag(settings: Settings, group: str, topics: list[str]) -> int:
+    """Total lag of ``group`` on ``topics``, counting a partition the group never committed
+    from its log start (``kafka_lag`` lists only committed partitions)."""
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    meta = admin.list_topics(timeout=10)
+    wanted = [TopicPartition(t, p) for t in topics if t in meta.topics
+              for p in meta.topics[t].partitions]
+    committed = {(tp.topic, tp.partition): tp.offset for tp in
+                 admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, wanted)])[group]
+                 .result().topic_partitions or []}
+    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "feed-lag-probe",
+                      "enable.auto.commit": False})
+    try:
+        total = 0
+        for tp in wanted:
+            low, high = probe.get_watermark_offsets(tp, timeout=5)
+            done = committed.get((tp.topic, tp.partition), -1)
+            total += max(0, high - (done if done >= 0 else low))
+        return total
+    finally:
+        probe.close()
+
+
 def slot_lag(settings: Settings) -> list[dict[str, Any]]:
     with pg.connect(settings) as conn:
         rows = conn.execute(

@@ -189,7 +189,13 @@ def restart(layout: Layout) -> None:
 
 def wipe(layout: Layout) -> None:
     """Remove the data folder wherever it lives (``reset``)."""
-    shutil.rmtree(_base(layout), ignore_errors=True)
+    base = _base(layout)
+    shutil.rmtree(base, ignore_errors=True)
+    if base.parent != layout.data("postgres").parent:
+        try:
+            base.parent.rmdir()  # the per-stack folder under /var/lib/postgresql, once empty
+        except OSError:
+            pass
 
 
 def status(layout: Layout) -> list[dict]:

@@ -11,12 +11,11 @@ import asyncio
 from dataclasses import dataclass
 
 import faust
-from cassandra import OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
-from cassandra.cluster import NoHostAvailable
 
 from services.common import cql
 from services.common.batch_consumer import ConsumerLag, consume_in_batches
 from services.common.cql_async import use_plain_tuples
+from services.common.cql_async import TRANSIENT_STORE_ERRORS
 from services.common.envelope import parse_change
 from services.common.event_publisher import EventPublisher
 from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
@@ -29,7 +28,6 @@ from .rank_keys import RankKeys
 from .store import RankStore
 
 LAG_REFRESH_S = 5.0
-TRANSIENT_STORE_ERRORS = (OperationTimedOut, ReadTimeout, WriteTimeout, Unavailable, NoHostAvailable)
 
 
 @dataclass

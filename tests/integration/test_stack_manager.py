@@ -19,9 +19,24 @@ import pytest
 from deploy.stack.layout import REPO, Layout
 from tests.conftest import require
 
-PORTS = {"FEED_PG_PORT": "55532", "FEED_KAFKA_PORT": "19092", "FEED_KAFKA_CONTROLLER_PORT": "19093",
-         "FEED_CASSANDRA_PORT": "19042", "FEED_CASSANDRA_STORAGE_PORT": "17000",
-         "FEED_CASSANDRA_JMX_PORT": "17199"}
+PORT_NAMES = ("FEED_PG_PORT", "FEED_KAFKA_PORT", "FEED_KAFKA_CONTROLLER_PORT", "FEED_CASSANDRA_PORT",
+              "FEED_CASSANDRA_STORAGE_PORT", "FEED_CASSANDRA_JMX_PORT")
+
+
+def _free_ports() -> dict[str, str]:
+    """Ports nobody listens on now, so the private stack never meets another one's."""
+    socks, ports = [], {}
+    for name in PORT_NAMES:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        socks.append(sock)
+        ports[name] = str(sock.getsockname()[1])
+    for sock in socks:
+        sock.close()
+    return ports
+
+
+PORTS = _free_ports()
 
 
 @pytest.fixture()
@@ -34,7 +49,8 @@ def private_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         env.pop(name, None)
     os.chmod(tmp_path, 0o755)  # the postgres user must reach its data folder
     yield env
-    subprocess.run([sys.executable, "-m", "deploy.stack", "down"], env=env, cwd=REPO,
+    # reset, not down: a Postgres folder that fell back to /var/lib/postgresql goes too.
+    subprocess.run([sys.executable, "-m", "deploy.stack", "reset"], env=env, cwd=REPO,
                    capture_output=True, timeout=180)
 
 
