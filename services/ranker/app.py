@@ -14,8 +14,7 @@ import faust
 
 from services.common import cql
 from services.common.batch_consumer import ConsumerLag, consume_in_batches
-from services.common.cql_async import use_plain_tuples
-from services.common.cql_async import TRANSIENT_STORE_ERRORS
+from services.common.cql_async import TRANSIENT_STORE_ERRORS, use_plain_tuples
 from services.common.envelope import parse_change
 from services.common.event_publisher import EventPublisher
 from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
