@@ -128,7 +128,7 @@ class Sampler(threading.Thread):
         self.settings, self.interval = settings, interval
         self.samples: list[Sample] = []
         self.t0 = time.monotonic()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def snapshot(self) -> Sample:
         s = self.settings
@@ -150,12 +150,12 @@ class Sampler(threading.Thread):
         return Sample(time.monotonic() - self.t0, lag["fanout"], lag["ranker"], slot, inbox)
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             self.samples.append(self.snapshot())
-            self._stop.wait(self.interval)
+            self._halt.wait(self.interval)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(10)
 
 

@@ -46,7 +46,7 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append(f"| {row['name']} | {row['concurrency']} | {row['per_s']} | {row['p50_ms']} | "
                      f"{row['p95_ms']} | {row['p99_ms']} |")
     f = r["freshness"]
-    lines += ["", "## Freshness (commit → visible in a follower's first page via the API)", "",
+    lines += ["", "## Freshness (commit → `new_item` on a follower's open stream, via the API)", "",
               f"{f['posts']} posts at {r['meta']['post_rate']}/s; observed {f['observed']}, "
               f"missed within 30 s: {f['missed_30s']}. p50 {f['p50_s']} s, p95 {f['p95_s']} s, "
               f"p99 {f['p99_s']} s (target p95 ≤ 1.5 s; the seed asks 30 s)."]
