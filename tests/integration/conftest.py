@@ -86,7 +86,9 @@ def stop_server(server: _ThreadedServer, thread: threading.Thread) -> None:
     thread.join(timeout=30)
 
 
-@pytest.fixture(scope="session")
+# Module scope: some modules restart Postgres on purpose; a fresh server per module keeps
+# one module's outage (and the pool's reconnect back-off) out of the next module.
+@pytest.fixture(scope="module")
 def api_server(settings: Settings) -> Iterator[RunningApi]:
     app = create_app(settings)
     server, thread, base_url = serve_in_thread(app)
