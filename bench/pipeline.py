@@ -159,16 +159,38 @@ class Sampler(threading.Thread):
         self.join(10)
 
 
-def wait_caught_up(sampler: Sampler, *, timeout: float, settle: int = 3) -> float:
-    """Wait until fan-out and ranker lag are zero for ``settle`` samples in a row."""
+def topic_sizes(settings: Settings, tables: list[str]) -> dict[str, int]:
+    """Records ever written to each table's CDC topic (sum of partition end offsets)."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=10)
+    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "feed-bench-probe"})
+    try:
+        sizes = {}
+        for table in tables:
+            topic = cdc_topic(table, settings.topic_prefix)
+            parts = meta.topics[topic].partitions if topic in meta.topics else {}
+            sizes[table] = sum(probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                               for p in parts)
+        return sizes
+    finally:
+        probe.close()
+
+
+def wait_caught_up(sampler: Sampler, expected: dict[str, int], *, timeout: float,
+                   settle: int = 3) -> float:
+    """Wait until each table's topic holds at least ``expected[table]`` records (the relay
+    has produced every committed row: slot lag alone cannot tell, as a large transaction
+    is buffered by Postgres until its commit is decoded) and the workers' lag is zero for
+    ``settle`` samples in a row."""
     start = time.monotonic()
     quiet = 0
     while time.monotonic() - start < timeout:
+        sizes = topic_sizes(sampler.settings, list(expected))
         s = sampler.snapshot()
-        # Slot lag covers changes the relay has not produced yet; group lag what the
-        # workers have not applied. Both must stay at rest for a few samples.
-        quiet = quiet + 1 if (s.fanout_lag == 0 and s.ranker_lag == 0
-                              and s.cdc_lag_bytes < 1 << 20) else 0
+        produced = all(sizes[t] >= n for t, n in expected.items())
+        quiet = quiet + 1 if produced and s.fanout_lag == 0 and s.ranker_lag == 0 else 0
         if quiet >= settle:
             return time.monotonic() - start
         time.sleep(1)
