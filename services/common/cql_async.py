@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from typing import Any, AsyncIterator, Iterable, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 from cassandra import OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, NoHostAvailable, Session
@@ -32,6 +32,42 @@ TRANSIENT_STORE_ERRORS: tuple[type[BaseException], ...] = (
     OperationTimedOut, ReadTimeout, WriteTimeout, Unavailable, NoHostAvailable,
     ConnectionException,
 )
+
+T = TypeVar("T")
+
+
+def backoff_delays(attempts: int, base_s: float, cap_s: float = 5.0) -> list[float]:
+    """Exponential backoff between ``attempts`` tries: base, 2*base, ... capped."""
+    return [min(cap_s, base_s * (2 ** i)) for i in range(max(0, attempts - 1))]
+
+
+class StoreRetry:
+    """Retries one idempotent step on a transient store error, with backoff.
+
+    For a step inside a long message (a page of a large fan-out): without it, one timed
+    out row fails the message and the guard redoes every row of it, which under load
+    multiplies the work exactly when the store is slowest. ``on_retry`` is told of each
+    failure (the fan-out lowers its capacity estimate).
+    """
+
+    def __init__(self, attempts: int = 1, base_s: float = 0.2,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self._delays = backoff_delays(attempts, base_s)
+        self._sleep = sleep
+
+    async def __call__(self, work: Callable[[], Awaitable[T]],
+                       on_retry: Callable[[BaseException], None] | None = None) -> T:
+        for delay in [*self._delays, None]:
+            try:
+                return await work()
+            except TRANSIENT_STORE_ERRORS as exc:
+                if on_retry is not None:
+                    on_retry(exc)
+                if delay is None:
+                    raise
+                await self._sleep(delay)
+        raise AssertionError("unreachable")
+
 
 Executable = PreparedStatement | BatchStatement
 Statement = tuple[Executable, Sequence[Any]]

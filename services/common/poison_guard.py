@@ -15,12 +15,16 @@ from typing import Awaitable, Callable
 
 from prometheus_client import Counter
 
+from .cql_async import backoff_delays
 from .event_publisher import EventPublisher
 from .faust_app import RawMessage
 from .settings import Settings
 from .topics import dlq_topic
 
 log = logging.getLogger(__name__)
+
+__all__ = ["GuardedProcessing", "WorkerMustStop", "FailureBudget", "backoff_delays",
+           "dead_letter_headers"]
 
 MESSAGES = Counter("feed_consumer_messages_total", "Messages handled", ["topic", "outcome"])
 DEAD_LETTERS = Counter("feed_consumer_dlq_total", "Messages sent to a dead-letter topic", ["topic"])
@@ -63,11 +67,6 @@ class FailureBudget:
     def exhausted(self) -> bool:
         n = len(self._outcomes)
         return n >= min(self.min_samples, self.window) and sum(self._outcomes) / n > self.max_share
-
-
-def backoff_delays(attempts: int, base_s: float, cap_s: float = 5.0) -> list[float]:
-    """Exponential backoff between ``attempts`` tries: base, 2*base, ... capped."""
-    return [min(cap_s, base_s * (2 ** i)) for i in range(max(0, attempts - 1))]
 
 
 class GuardedProcessing:

@@ -92,6 +92,10 @@ class Settings(BaseSettings):
     # a few times fanout_max_in_flight keeps the node busy; more only queues requests
     # toward the 2 s driver timeout on a shared 2-core node.
     store_max_in_flight: int = 256
+    # Request timeout of the workers' Cassandra sessions (the API keeps cql's 2 s read
+    # budget). Above the node's own write timeout (2 s) so that an overloaded node answers
+    # with its WriteTimeout instead of the client giving up on work the node still does.
+    worker_store_timeout_s: float = 6.0
     # Consumer group (= faust app id) of each worker; empty means "<topic_prefix>.fanout" /
     # "<topic_prefix>.ranker". Tests and replays use their own group.
     fanout_group_id: str = ""

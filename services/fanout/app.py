@@ -20,7 +20,7 @@ import faust
 
 from services.common import cql
 from services.common.batch_consumer import ConsumerLag, consume_in_batches
-from services.common.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, use_cached_rows
+from services.common.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry, use_cached_rows
 from services.common.envelope import ChangeRecord, parse_change
 from services.common.event_publisher import EventPublisher
 from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
@@ -60,7 +60,7 @@ def tier_policy(settings: Settings) -> TierPolicy:
 
 
 async def open_ports(settings: Settings) -> FanoutPorts:
-    session = cql.session(settings)
+    session = cql.session(settings, timeout=settings.worker_store_timeout_s)
     use_cached_rows(session)
     runner = CqlRunner(session, settings.store_max_in_flight)
     copies = CopyStore(session, runner, settings.fanout_follower_page)
@@ -72,7 +72,8 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     publisher = EventPublisher(settings)
     await publisher.start()
     return FanoutPorts(
-        posts=PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix),
+        posts=PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
+                         retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s)),
         relations=RelationChanges(copies, inbox, publisher, settings.topic_prefix, _utc_now),
         guard=GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS),
         publisher=publisher, lag=ConsumerLag())

@@ -15,6 +15,9 @@ FANOUT_SECONDS = Histogram("feed_fanout_post_seconds", "Time to fan one post out
 EVENT_TO_INBOX = Histogram("feed_fanout_commit_to_inbox_seconds",
                            "Postgres commit (source.ts_ms) to the post's inbox rows written",
                            buckets=(0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 5, 10, 30, 60))
+STORE_RETRIES = Counter("feed_fanout_store_retries_total",
+                        "Pages of a fan-out retried after a store timeout (each halves the "
+                        "capacity estimate)")
 TIER_CHANGES = Counter("feed_fanout_tier_changes_total", "Author tier changes", ["to"])
 CLEANUP_ROWS = Counter("feed_fanout_cleanup_rows_total", "Inbox rows removed", ["reason"])
 TRIMS = Counter("feed_fanout_inbox_trims_total", "Inboxes trimmed to the length cap")

@@ -4,15 +4,20 @@
 decides from the *merged* copy, not from the event alone, so an old create arriving
 after its delete does nothing, and a replay re-derives exactly the same rows. Reads and
 writes that do not depend on each other go out together. Posts of one batch fan out
-concurrently, so capacity is measured over their overlap (``OverlapMeter``).
+concurrently, so capacity is measured over their overlap (``OverlapMeter``). A page of
+inbox rows that times out is retried on its own (``StoreRetry``), not the whole post,
+and each timeout halves the capacity estimate, so the tier policy sheds the largest
+audiences while the store is overloaded.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from functools import partial
 from typing import Callable
 
+from services.common.cql_async import StoreRetry
 from services.common.envelope import ChangeRecord
 from services.common.event_publisher import EventPublisher
 from services.common.topics import author_events_topic, inbox_events_topic
@@ -23,7 +28,7 @@ from .copies import CopyStore
 from .events import celebrity_posted, post_landed_in_inbox
 from .inbox import InboxStore
 from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
-                      FANOUT_SECONDS, INBOX_ROWS, TRIMS)
+                      FANOUT_SECONDS, INBOX_ROWS, STORE_RETRIES, TRIMS)
 from .tier_store import TierStore
 from .tiering import OverlapMeter, Tier
 
@@ -33,6 +38,7 @@ log = logging.getLogger(__name__)
 class PostFanout:
     def __init__(self, copies: CopyStore, inbox: InboxStore, tiers: TierStore,
                  publisher: EventPublisher, topic_prefix: str,
+                 retry: StoreRetry | None = None,
                  wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._copies = copies
@@ -44,6 +50,13 @@ class PostFanout:
         self._now_ms = wall_clock_ms
         self._monotonic = monotonic
         self._meter = OverlapMeter(tiers.capacity.min_sample_rows)
+        self._retry = retry or StoreRetry()
+
+    def _store_timed_out(self, exc: BaseException) -> None:
+        STORE_RETRIES.inc()
+        self._tiers.capacity.overloaded()
+        log.warning("fan-out page timed out (capacity estimate now %.0f rows/s): %r",
+                    self._tiers.capacity.rows_per_s, exc)
 
     async def on_post_changed(self, change: ChangeRecord) -> None:
         action = post_action(change)
@@ -98,16 +111,21 @@ class PostFanout:
                 readers = readers_for_post(copy.author_id, copy.created_at, page, blocked)
                 if not readers:
                     continue
-                rows += await self._inbox.push(readers, post_id, copy.author_id, lsn)
+                written = await self._retry(partial(self._inbox.push, readers, post_id,
+                                                    copy.author_id, lsn), self._store_timed_out)
+                rows += written
+                if metered:
+                    sample = self._meter.wrote(self._monotonic(), written)
+                    if sample is not None:
+                        self._tiers.capacity.observe(*sample)
                 for reader in readers:
                     key, value = post_landed_in_inbox(reader, post_id, copy.author_id, copy.created_at)
                     pending.append(await self._publisher.send(self._inbox_topic, key, value))
                 TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, lsn))
         finally:
             finished = self._monotonic()
-            sample = self._meter.finished(finished, rows) if metered else None
-        if sample is not None:
-            self._tiers.capacity.observe(*sample)
+            if metered:
+                self._meter.finished(finished)
         elapsed = finished - started
         FANOUT_CAPACITY.set(self._tiers.capacity.rows_per_s)
         INBOX_ROWS.inc(rows)

@@ -107,6 +107,17 @@ class CapacityEstimate:
     min_sample_rows: int = 200
     ewma_rows_per_s: float | None = None
 
+    # On an overload signal (a store timeout during a fan-out) the estimate drops by this
+    # factor at once: the tier policy then sheds the largest audiences within a batch,
+    # instead of waiting for slow samples to pull the average down.
+    overload_factor: float = 0.5
+
+    def overloaded(self) -> None:
+        """The store timed out under fan-out load: assume half the capacity (never below
+        the floor); later samples move the estimate back up."""
+        current = self.ewma_rows_per_s if self.ewma_rows_per_s is not None else self.floor_rows_per_s
+        self.ewma_rows_per_s = max(self.floor_rows_per_s, current * self.overload_factor)
+
     def observe(self, rows: int, seconds: float) -> None:
         if rows < self.min_sample_rows or seconds <= 0:
             return
@@ -127,13 +138,19 @@ class CapacityEstimate:
 class OverlapMeter:
     """Rows/s of fan-outs that run at the same time (a batch's posts run concurrently).
 
-    Each fan-out alone would see only its share of the store, so the sample is the
-    rows of all metered fan-outs over the time at least one of them was running, taken
-    each time ``min_rows`` rows have accumulated. Callers meter only fan-outs big enough
-    to be throughput-bound (``CapacityEstimate.min_sample_rows``).
+    Rows are counted when they are written (``wrote``, a page at a time), and time only
+    while at least one metered fan-out is running (``started`` / ``finished``); a sample
+    is the rows written over that busy time, taken once it holds ``min_rows`` rows and
+    ``min_busy_s`` seconds. Counting rows as they land, not when a fan-out ends, keeps a
+    long fan-out that began before the previous sample from crediting all its rows to a
+    short window (that over-estimated capacity about threefold under a burst of large
+    audiences). Callers meter only fan-outs big enough to be throughput-bound
+    (``CapacityEstimate.min_sample_rows``).
     """
 
     min_rows: int = 200
+    # A window shorter than a few round trips measures latency, not throughput.
+    min_busy_s: float = 0.2
     running: int = 0
     _busy_since: float = 0.0
     _busy_s: float = 0.0
@@ -144,15 +161,19 @@ class OverlapMeter:
             self._busy_since = now
         self.running += 1
 
-    def finished(self, now: float, rows: int) -> tuple[int, float] | None:
-        """Record a finished fan-out; returns a ``(rows, seconds)`` sample when one is due."""
-        self.running -= 1
+    def wrote(self, now: float, rows: int) -> tuple[int, float] | None:
+        """Rows a running fan-out just wrote; returns a ``(rows, seconds)`` sample when due."""
         self._rows += rows
-        busy = self._busy_s + (now - self._busy_since)
-        if self.running == 0:
-            self._busy_s, self._busy_since = busy, now
-        if self._rows < self.min_rows:
+        busy = self._busy_s + (now - self._busy_since if self.running else 0.0)
+        if self._rows < self.min_rows or busy < self.min_busy_s:
             return None
         sample = (self._rows, busy)
         self._rows, self._busy_s, self._busy_since = 0, 0.0, now
         return sample
+
+    def finished(self, now: float) -> None:
+        """A metered fan-out ended (done or failed); idle time after it is not counted."""
+        self.running -= 1
+        if self.running == 0:
+            self._busy_s += now - self._busy_since
+            self._busy_since = now

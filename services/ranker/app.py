@@ -8,6 +8,7 @@ committing. Each agent rescores the posts its batch touched once, before the ack
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 
 import faust
@@ -37,7 +38,8 @@ class RankerPorts:
 
 
 async def open_ports(settings: Settings) -> RankerPorts:
-    session = await asyncio.get_running_loop().run_in_executor(None, cql.session, settings)
+    session = await asyncio.get_running_loop().run_in_executor(
+        None, functools.partial(cql.session, settings, timeout=settings.worker_store_timeout_s))
     use_plain_tuples(session)
     publisher = EventPublisher(settings)
     await publisher.start()

@@ -125,10 +125,74 @@ def test_like_transitions_follow_the_same_rule():
 
 
 def test_overlapping_fanouts_are_measured_over_their_union():
-    meter = OverlapMeter(min_rows=200)
+    meter = OverlapMeter(min_rows=200, min_busy_s=0.1)
     meter.started(0.0)
     meter.started(0.0)
-    assert meter.finished(1.0, 100) is None
-    assert meter.finished(1.0, 100) == (200, 1.0)  # 200 rows/s together, not 100 each
+    assert meter.wrote(0.5, 100) is None
+    assert meter.wrote(1.0, 100) == (200, 1.0)  # 200 rows/s together, not 100 each
+    meter.finished(1.0)
+    meter.finished(1.0)
     meter.started(5.0)
-    assert meter.finished(5.5, 300) == (300, 0.5)  # idle time between is not counted
+    assert meter.wrote(5.5, 300) == (300, 0.5)  # idle time between is not counted
+    meter.finished(5.5)
+
+
+def test_a_long_fanout_does_not_credit_its_rows_to_the_last_short_window():
+    # Two 10 s fan-outs of 5,000 rows each, overlapping: the store did 1,000 rows/s.
+    # Counting rows only when a fan-out ends gave (5000 rows, 0.2 s) for the second one.
+    meter = OverlapMeter(min_rows=200, min_busy_s=0.1)
+    meter.started(0.0)
+    meter.started(0.2)
+    samples = []
+    for tick in range(1, 101):
+        now = tick * 0.1
+        for _ in range(2):
+            sample = meter.wrote(now, 50)
+            if sample:
+                samples.append(sample)
+    meter.finished(10.0)
+    meter.finished(10.2)
+    rates = [rows / seconds for rows, seconds in samples]
+    assert rates and all(900 <= r <= 1100 for r in rates), rates
+
+
+def test_a_short_window_is_not_a_sample():
+    meter = OverlapMeter(min_rows=200, min_busy_s=0.2)
+    meter.started(0.0)
+    assert meter.wrote(0.01, 500) is None  # 50,000 rows/s over 10 ms: latency, not throughput
+    assert meter.wrote(0.25, 100) == (600, 0.25)
+
+
+def test_store_retry_retries_one_step_and_reports_each_timeout():
+    from cassandra import OperationTimedOut
+
+    from services.common.cql_async import StoreRetry
+
+    slept: list[float] = []
+
+    async def sleep(s: float) -> None:
+        slept.append(s)
+
+    calls: list[int] = []
+    seen: list[BaseException] = []
+
+    async def page() -> int:
+        calls.append(1)
+        if len(calls) < 3:
+            raise OperationTimedOut("slow node")
+        return 500
+
+    retry = StoreRetry(attempts=4, base_s=0.1, sleep=sleep)
+    assert asyncio.run(retry(page, seen.append)) == 500
+    assert len(calls) == 3 and len(seen) == 2 and slept == [0.1, 0.2]
+
+    async def broken() -> int:
+        raise ValueError("not a store outage")
+    with pytest.raises(ValueError):
+        asyncio.run(retry(broken, seen.append))
+    assert len(seen) == 2  # only store timeouts are retried
+
+    async def down() -> int:
+        raise OperationTimedOut("still slow")
+    with pytest.raises(OperationTimedOut):
+        asyncio.run(StoreRetry(attempts=2, base_s=0.1, sleep=sleep)(down))

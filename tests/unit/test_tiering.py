@@ -83,3 +83,24 @@ def test_pinned_capacity_overrides_the_measurement():
     cap = CapacityEstimate(floor_rows_per_s=1000, pinned_rows_per_s=10)
     cap.observe(rows=10_000, seconds=1.0)
     assert cap.rows_per_s == 10
+
+
+def test_a_store_timeout_halves_the_estimate_down_to_the_floor():
+    cap = CapacityEstimate(floor_rows_per_s=1000)
+    cap.observe(rows=8_000, seconds=1.0)
+    cap.overloaded()
+    assert cap.rows_per_s == 4_000
+    cap.overloaded()
+    cap.overloaded()
+    assert cap.rows_per_s == 1000  # never below the floor
+    cap.observe(rows=5_000, seconds=1.0)
+    assert cap.rows_per_s == pytest.approx(1000 + 0.2 * 4000)  # samples move it back up
+
+
+def test_an_overloaded_store_sheds_the_largest_audiences():
+    cap = CapacityEstimate(floor_rows_per_s=1000)
+    cap.observe(rows=10_000, seconds=1.0)
+    before = decide_tier(TierState(), 5_000, cap.rows_per_s, T0, POLICY)
+    cap.overloaded()
+    after = decide_tier(TierState(), 5_000, cap.rows_per_s, T0, POLICY)
+    assert before.tier is Tier.ORDINARY and after.tier is Tier.CELEBRITY

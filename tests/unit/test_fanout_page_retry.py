@@ -1,0 +1,89 @@
+"""A large fan-out whose store times out mid-way: the page is retried alone, the post is
+not redone from its first follower, and each timeout halves the capacity estimate."""
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+from cassandra import OperationTimedOut
+
+from services.common.cql_async import StoreRetry
+from services.common.envelope import ChangeRecord
+from services.fanout.audience import Follower, PostCopy
+from services.fanout.post_events import PostFanout
+from services.fanout.tiering import CapacityEstimate, Tier, TierDecision
+
+from .test_fanout_decisions import _Publisher
+
+T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+AUTHOR, POST, PAGE, PAGES = 7, 1_000_001, 500, 6
+
+
+class _Copies:
+    def __init__(self) -> None:
+        self.pages_read = 0
+
+    async def write_post(self, post, lsn): ...
+    async def add_author_post(self, author_id, post_id, lsn): ...
+    async def mark_fanned_out(self, post_id, fanned_out, lsn): ...
+
+    async def read_post(self, post_id):
+        return PostCopy(post_id, AUTHOR, T0, 1, False, 10, None)
+
+    async def followers_count(self, author_id):
+        return PAGE * PAGES
+
+    async def blocked_set(self, author_id):
+        return frozenset()
+
+    async def follower_pages(self, author_id):
+        for p in range(PAGES):
+            self.pages_read += 1
+            yield [Follower(100 + p * PAGE + i, T0 - timedelta(days=1)) for i in range(PAGE)]
+
+
+class _Inbox:
+    """Times out on the third page's first two attempts."""
+
+    def __init__(self) -> None:
+        self.pushes: list[int] = []  # first reader of each attempted page
+        self.rows: set[int] = set()
+
+    async def push(self, readers, post_id, author_id, lsn):
+        self.pushes.append(readers[0])
+        if readers[0] == 100 + 2 * PAGE and self.pushes.count(readers[0]) <= 2:
+            raise OperationTimedOut("node overloaded")
+        self.rows.update(readers)
+        return len(readers)
+
+    async def enforce_cap(self, readers, post_id, lsn):
+        return 0
+
+
+class _Tiers:
+    def __init__(self) -> None:
+        self.capacity = CapacityEstimate(floor_rows_per_s=1000)
+        self.capacity.observe(16_000, 1.0)
+
+    async def tier_for_post(self, author_id, followers):
+        return TierDecision(Tier.ORDINARY, False, 0.0, "test")
+
+
+def test_a_timed_out_page_is_retried_alone_and_lowers_the_capacity_estimate():
+    copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), _Publisher()
+
+    async def no_sleep(_s: float) -> None:
+        return None
+
+    fanout = PostFanout(copies, inbox, tiers, publisher, "t",  # type: ignore[arg-type]
+                        retry=StoreRetry(attempts=3, base_s=0.01, sleep=no_sleep))
+    change = ChangeRecord(op="c", table="posts", lsn=10, before=None,
+                          after={"post_id": POST, "author_id": AUTHOR, "created_at": T0.isoformat(),
+                                 "text": "hi", "media_ids": "[]", "visibility": 1, "deleted_at": None})
+    asyncio.run(fanout.on_post_changed(change))
+
+    assert len(inbox.rows) == PAGE * PAGES            # every follower got the post once
+    assert copies.pages_read == PAGES                  # followers were read once, not again
+    assert len(inbox.pushes) == PAGES + 2              # only the failing page was redone
+    assert tiers.capacity.rows_per_s == 4_000          # halved twice: 16,000 -> 4,000
+    assert len(publisher.sent) == PAGE * PAGES         # one new-item event per row
