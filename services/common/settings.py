@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     # Concurrent Cassandra writes per fan-out: enough to hide round trips, few enough
     # not to queue requests on a shared 2-core node.
     fanout_max_in_flight: int = 64
+    # Inbox batches (up to 50 rows of one replica set) in flight per fan-out process: about
+    # 800 rows, enough to keep a shared 2-core node busy; more only queues on the node.
+    fanout_push_batches_in_flight: int = 16
     # Followers read per page: bounded memory for authors of any size.
     fanout_follower_page: int = 500
     # Inbox length cap (soft): ranking candidates for several pages; older rows are
