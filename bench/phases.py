@@ -12,7 +12,7 @@ import json
 import random
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 from psycopg_pool import AsyncConnectionPool
@@ -179,3 +179,86 @@ def fanout_on_write_rows(graph: Graph) -> dict[str, float]:
     return {"posts": total, "push_rows": push, "hybrid_rows_static_tiers": hybrid,
             "push_rows_per_post": round(push / total, 1),
             "largest_author_followers": max(counts.values())}
+
+
+async def largest_author_posts(base_url: str, settings: Settings, graph: Graph, authors: list[int],
+                               inbox_rows: Callable[[], float] | None = None,
+                               timeout_s: float = 300.0) -> list[dict[str, Any]]:
+    """One post by each author in turn, alone, while the author's last follower by id
+    (the last page the fan-out reaches) holds the realtime stream open. Per post: the
+    201 of POST /v1/posts to ``new_item`` at that follower (``visible_s``), and, given
+    ``inbox_rows`` (the fan-out worker's row counter), to the counter having grown by
+    the author's follower count (``fanout_s``: every follower's row written)."""
+    followers: dict[int, list[int]] = defaultdict(list)
+    wanted = set(authors)
+    for a, b in zip(graph.follower.tolist(), graph.followed.tolist()):
+        if b in wanted:
+            followers[b].append(a)
+    secret = settings.jwt_secret.get_secret_value()
+    out: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=base_url, timeout=None) as client:
+        for n, author in enumerate(authors):
+            watcher = max(followers[author])
+            seen: dict[str, float] = {}
+            ready = asyncio.Event()
+
+            async def watch() -> None:
+                token = mint_token(watcher, secret, ttl_seconds=3600)
+                async with client.stream("GET", "/v1/feed/stream",
+                                         headers={"Authorization": f"Bearer {token}"}) as resp:
+                    ready.set()
+                    event = None
+                    async for line in resp.aiter_lines():
+                        if line.startswith("event:"):
+                            event = line.split(":", 1)[1].strip()
+                        elif line.startswith("data:") and event == "new_item":
+                            seen.setdefault(json.loads(line.split(":", 1)[1])["post_id"], time.perf_counter())
+
+            stream = asyncio.create_task(watch())
+            await asyncio.wait_for(ready.wait(), 30)
+            rows0 = await asyncio.to_thread(inbox_rows) if inbox_rows else 0.0
+            token = mint_token(author, secret, ttl_seconds=3600)
+            resp = await client.post("/v1/posts", json={"text": f"largest author post {n}", "media_ids": []},
+                                     headers={"Authorization": f"Bearer {token}",
+                                              "Idempotency-Key": f"bench-largest-{time.time()}-{n}"})
+            resp.raise_for_status()
+            post_id, committed = resp.json()["post_id"], time.perf_counter()
+            fanout_s = rows = None
+            deadline = committed + timeout_s
+            while time.perf_counter() < deadline:
+                if inbox_rows is not None and fanout_s is None:
+                    rows = await asyncio.to_thread(inbox_rows) - rows0
+                    if rows >= len(followers[author]):
+                        fanout_s = time.perf_counter() - committed
+                if post_id in seen and (inbox_rows is None or fanout_s is not None):
+                    break
+                await asyncio.sleep(0.05)
+            stream.cancel()
+            await asyncio.gather(stream, return_exceptions=True)
+            visible = seen.get(post_id)
+            out.append({"author": author, "followers": len(followers[author]),
+                        "visible_s": round(visible - committed, 3) if visible else None,
+                        "fanout_s": round(fanout_s, 2) if fanout_s is not None else None,
+                        "inbox_rows": int(rows) if rows is not None else 0})
+    return out
+
+
+async def warm_up_fanout(base_url: str, settings: Settings, graph: Graph,
+                         inbox_rows: Callable[[], float], timeout_s: float = 120.0) -> float:
+    """After a fan-out restart: one post by an ordinary author, waiting until the worker
+    has written rows (its partitions are assigned), so the next measurement does not
+    include the group's rebalance. Returns the seconds it took."""
+    counts = graph.follower_counts()
+    author = next(a for a, n in sorted(counts.items()) if 20 <= n <= 2000)
+    token = mint_token(author, settings.jwt_secret.get_secret_value(), ttl_seconds=3600)
+    start = time.perf_counter()
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
+        resp = await client.post("/v1/posts", json={"text": "warm-up", "media_ids": []},
+                                 headers={"Authorization": f"Bearer {token}",
+                                          "Idempotency-Key": f"bench-warm-{time.time()}"})
+        resp.raise_for_status()
+    while time.perf_counter() - start < timeout_s:
+        if await asyncio.to_thread(inbox_rows) > 0:
+            return time.perf_counter() - start
+        await asyncio.sleep(0.2)
+    raise RuntimeError("bench: the restarted fan-out wrote no rows")

@@ -50,6 +50,16 @@ def markdown(r: dict[str, Any]) -> str:
               f"{f['posts']} posts at {r['meta']['post_rate']}/s; observed {f['observed']}, "
               f"missed within 30 s: {f['missed_30s']}. p50 {f['p50_s']} s, p95 {f['p95_s']} s, "
               f"p99 {f['p99_s']} s (target p95 ≤ 1.5 s; the seed asks 30 s)."]
+    la = r.get("largest_authors")
+    if la:
+        lines += ["", "## Largest authors: hybrid against pure fan-out-on-write", "",
+                  "One post each, alone; its last follower by id (the fan-out's last page) holds the "
+                  "realtime stream open. Pure push = the fan-out restarted with every author ordinary.", "",
+                  "| author | followers | hybrid: visible (s) | push: visible (s) | push: every row written (s) "
+                  "| push: inbox rows |", "| --- | --- | --- | --- | --- | --- |"]
+        for h, p in zip(la["hybrid"], la["push"]):
+            lines.append(f"| {h['author']} | {h['followers']:,} | {h['visible_s']} | {p['visible_s']} | "
+                         f"{p['fanout_s']} | {p['inbox_rows']:,} |")
     lines += ["", "## Fan-out and ingest", ""]
     for k, v in r["fanout"].items():
         lines.append(f"- {k}: {v}")
