@@ -77,10 +77,17 @@ def markdown(r: dict[str, Any]) -> str:
 def plots(r: dict[str, Any], out: Path) -> list[str]:
     names = []
     fig, ax = plt.subplots(figsize=(8, 4.5))
+    # One colour per series (group and page, or baseline), one line style per concurrency:
+    # more than ten series would otherwise reuse colours and read as each other.
+    kinds: dict[str, str] = {}
+    styles = {"c1": "-", "c4": "--", "c8": "--", "c16": ":"}
     for group, series in r.get("latency_samples", {}).items():
         data = sorted(series)
+        kind, _, level = group.rpartition(" ")
+        colour = kinds.setdefault(kind, f"C{len(kinds) % 10}")
         if data:
-            ax.plot([x * 1000 for x in data], [i / len(data) for i in range(len(data))], label=group)
+            ax.plot([x * 1000 for x in data], [i / len(data) for i in range(len(data))], label=group,
+                    color=colour, linestyle=styles.get(level, "-."))
     ax.set_xscale("log")
     ax.set_xlabel("latency (ms, log)")
     ax.set_ylabel("fraction of requests")
