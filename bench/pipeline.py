@@ -42,15 +42,24 @@ def env_for(settings: Settings, extra: dict[str, str] | None = None) -> dict[str
     return env
 
 
-def fresh_stores(settings: Settings) -> None:
-    """Drop and recreate the bench database, keyspace and topics, then migrate."""
-    from confluent_kafka.admin import AdminClient
-
+def drop_slots(settings: Settings) -> None:
+    """Drop the bench database's replication slots (its relay is stopped): an idle slot
+    would hold the WAL of everything written since, up to max_slot_wal_keep_size. The
+    database, keyspace and topics stay for inspection until the next run."""
     admin_dsn = Settings(pg_database="postgres", pg_user="postgres").pg_dsn
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database=%s",
                                     (settings.pg_database,)).fetchall():
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def fresh_stores(settings: Settings) -> None:
+    """Drop and recreate the bench database, keyspace and topics, then migrate."""
+    from confluent_kafka.admin import AdminClient
+
+    drop_slots(settings)
+    admin_dsn = Settings(pg_database="postgres", pg_user="postgres").pg_dsn
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {settings.pg_database} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {settings.pg_database} OWNER feed")
     cl = cql.cluster(settings, timeout=120)

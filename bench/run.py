@@ -24,8 +24,8 @@ from pathlib import Path
 import psycopg
 
 from bench import phases, report
-from bench.pipeline import (PORTS, Sampler, Services, bench_settings, fresh_stores, topic_sizes,
-                            wait_caught_up)
+from bench.pipeline import (PORTS, Sampler, Services, bench_settings, drop_slots, fresh_stores,
+                            topic_sizes, wait_caught_up)
 from bench.workload import GraphSpec, generate, load_graph, load_history
 from services.common import cql
 
@@ -174,6 +174,7 @@ def main() -> int:
             sampler.stop()
         finally:
             services.stop()
+            drop_slots(settings)
 
     result["headline"] = headline(result)
     path = report.write(result, out)

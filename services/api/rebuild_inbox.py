@@ -25,7 +25,7 @@ from typing import Callable
 from services.common import cql, ids
 from services.common.cql_async import CqlRunner
 from services.common.settings import Settings, get_settings
-from services.fanout.audience import backfill_posts
+from services.fanout.audience import backfill_posts, inbox_ttl_s
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
 
@@ -49,7 +49,7 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
                         clock: Callable[[], datetime]) -> RebuildReport:
     """Push the newest ``cap`` eligible, fanned-out posts of ``following`` into the inbox."""
     now = clock()
-    picked: list[tuple[int, int, int]] = []  # (post_id, author_id, write timestamp)
+    picked: list[tuple[int, int, int, int]] = []  # (post_id, author_id, write timestamp, TTL left)
     for author_id in following:
         since = await copies.following_since(reader_id, author_id)
         if since is None or await copies.blocked_either_way(author_id, reader_id):
@@ -64,11 +64,13 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
                 continue
             if copy.created_at is None or copy.created_at < since:
                 continue
-            picked.append((post_id, author_id, copy.visibility_ts or 0))
+            ttl_s = inbox_ttl_s(copy.created_at, now)
+            if ttl_s > 0:
+                picked.append((post_id, author_id, copy.visibility_ts or 0, ttl_s))
     picked.sort(reverse=True)
     written = 0
-    for post_id, author_id, ts in picked[:cap]:
-        written += await inbox.push([reader_id], post_id, author_id, ts)
+    for post_id, author_id, ts, ttl_s in picked[:cap]:
+        written += await inbox.push([reader_id], post_id, author_id, ts, ttl_s)
     return RebuildReport(reader_id, len(following), written)
 
 

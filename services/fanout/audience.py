@@ -10,7 +10,7 @@ rewrites identical cells.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Iterable, Mapping
 
@@ -18,6 +18,10 @@ from services.common.envelope import (UNAVAILABLE_VALUE, ChangeRecord, parse_jso
                                       parse_timestamp, require_int)
 
 VISIBLE = 1
+# An inbox row lives this long after its post was made (the inbox table's
+# default_time_to_live, deploy/migrations/cassandra/0001_serving.cql).
+INBOX_TTL = timedelta(days=7)
+INBOX_TTL_S = int(INBOX_TTL.total_seconds())
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,14 @@ def readers_for_post(author_id: int, created_at: datetime, followers: Iterable[F
             if f.reader_id != author_id
             and f.following_since is not None and f.following_since <= created_at
             and f.reader_id not in blocked]
+
+
+def inbox_ttl_s(created_at: datetime, now: datetime) -> int:
+    """Seconds an inbox row of a post made at ``created_at`` has left at ``now``: a post
+    fanned out late (a replay, a bulk load, a worker catching up) expires when it would
+    have, not a full TTL after the late write. 0: too old for any inbox."""
+    left = INBOX_TTL - max(timedelta(0), now - created_at)
+    return max(0, int(left.total_seconds()))
 
 
 def backfill_posts(post_ids: Iterable[int], lowest_id: int) -> list[int]:

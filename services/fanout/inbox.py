@@ -23,7 +23,7 @@ from cassandra.query import BatchStatement, BatchType
 
 from services.common.cql_async import CqlRunner
 
-from .audience import should_check_cap, trim_boundary
+from .audience import INBOX_TTL_S, should_check_cap, trim_boundary
 from .cleanup import rows_to_purge
 
 
@@ -45,7 +45,8 @@ class InboxStore:
         self._cap = cap
         self._trim_every = trim_every
         p = session.prepare
-        self._push = p("INSERT INTO inbox (reader_id, post_id, author_id) VALUES (?,?,?) USING TIMESTAMP ?")
+        self._push = p("INSERT INTO inbox (reader_id, post_id, author_id) VALUES (?,?,?) "
+                       "USING TTL ? AND TIMESTAMP ?")
         self._unpush = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id=?")
         self._unpush_many = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id IN ?")
         self._head = p("SELECT post_id FROM inbox WHERE reader_id=? LIMIT ?")
@@ -53,14 +54,18 @@ class InboxStore:
         self._rows.fetch_size = 1000
         self._trim = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id < ?")
 
-    async def push(self, reader_ids: Iterable[int], post_id: int, author_id: int, lsn: int) -> int:
-        """Write the post into each reader's inbox; returns rows written."""
+    async def push(self, reader_ids: Iterable[int], post_id: int, author_id: int, lsn: int,
+                   ttl_s: int = INBOX_TTL_S) -> int:
+        """Write the post into each reader's inbox, the rows living ``ttl_s`` (what is left
+        of the post's inbox TTL: ``audience.inbox_ttl_s``); returns rows written."""
+        if ttl_s <= 0:
+            return 0  # too old for any inbox (and TTL 0 would mean "never expires")
         batches = []
         for readers in self._by_replicas(reader_ids):
             for start in range(0, len(readers), PUSH_BATCH_ROWS):
                 batch = BatchStatement(batch_type=BatchType.UNLOGGED)
                 for reader in readers[start:start + PUSH_BATCH_ROWS]:
-                    batch.add(self._push, (reader, post_id, author_id, lsn))
+                    batch.add(self._push, (reader, post_id, author_id, ttl_s, lsn))
                 batches.append(batch)
         if self._push_permits is None:
             self._push_permits = asyncio.Semaphore(self._push_batches_in_flight)
@@ -94,14 +99,15 @@ class InboxStore:
             groups.setdefault(replicas, []).append(reader)
         return list(groups.values())
 
-    async def push_posts(self, reader_id: int, posts: Sequence[tuple[int, int, int]]) -> int:
-        """Write ``(post_id, author_id, lsn)`` rows into one reader's inbox: one partition,
-        so one unlogged batch per ``PUSH_BATCH_ROWS`` instead of a request per row."""
+    async def push_posts(self, reader_id: int, posts: Sequence[tuple[int, int, int, int]]) -> int:
+        """Write ``(post_id, author_id, lsn, ttl_s)`` rows into one reader's inbox: one
+        partition, so one unlogged batch per ``PUSH_BATCH_ROWS`` instead of a request per row."""
+        posts = [p for p in posts if p[3] > 0]  # TTL 0 would mean "never expires"
         batches = []
         for start in range(0, len(posts), PUSH_BATCH_ROWS):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for post_id, author_id, lsn in posts[start:start + PUSH_BATCH_ROWS]:
-                batch.add(self._push, (reader_id, post_id, author_id, lsn))
+            for post_id, author_id, lsn, ttl_s in posts[start:start + PUSH_BATCH_ROWS]:
+                batch.add(self._push, (reader_id, post_id, author_id, ttl_s, lsn))
             batches.append((batch, ()))
         await self._run.run_bounded(batches, self._max_in_flight)
         return len(posts)

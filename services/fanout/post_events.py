@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import datetime, timezone
 from functools import partial
 from typing import Callable
 
@@ -22,7 +23,7 @@ from services.common.envelope import ChangeRecord
 from services.common.event_publisher import EventPublisher
 from services.common.topics import author_events_topic, inbox_events_topic
 
-from .audience import PostAction, post_action, post_fields, readers_for_post
+from .audience import PostAction, inbox_ttl_s, post_action, post_fields, readers_for_post
 from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
 from .events import celebrity_posted, post_landed_in_inbox
@@ -95,6 +96,12 @@ class PostFanout:
             await (await self._publisher.send(self._author_topic, key, value))
             CELEBRITY_POSTS.inc()
             return
+        ttl_s = inbox_ttl_s(copy.created_at, datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc))
+        if ttl_s == 0:
+            # Older than any inbox keeps (a replay, a bulk load, a worker catching up):
+            # no rows, so clean-up and backfill have nothing to look for either.
+            await self._copies.mark_fanned_out(post_id, False, lsn)
+            return
         # Marked before the first row: a crash mid-way leaves a post that clean-up
         # knows to look for in inboxes. Marked before blocks and followers are read, too:
         # an unfollow or block that does not see the mark is seen by those reads.
@@ -112,7 +119,7 @@ class PostFanout:
                 if not readers:
                     continue
                 written = await self._retry(partial(self._inbox.push, readers, post_id,
-                                                    copy.author_id, lsn), self._store_timed_out)
+                                                    copy.author_id, lsn, ttl_s), self._store_timed_out)
                 rows += written
                 if metered:
                     sample = self._meter.wrote(self._monotonic(), written)
@@ -134,3 +141,4 @@ class PostFanout:
             EVENT_TO_INBOX.observe(max(0, self._now_ms() - change.commit_ts_ms) / 1000)
         for future in pending:
             await future
+

@@ -25,9 +25,8 @@ from services.common.envelope import ChangeRecord, parse_timestamp, require_int
 from services.common.event_publisher import EventPublisher
 from services.common.topics import inbox_events_topic
 
-from .audience import backfill_posts
+from .audience import PostCopy, backfill_posts, inbox_ttl_s
 from .cleanup import InboxPurge, purges_for_block, purges_for_unfollow
-from .audience import PostCopy
 from .copies import CopyStore
 from .events import post_landed_in_inbox
 from .inbox import InboxStore
@@ -114,7 +113,12 @@ class RelationChanges:
         pushed = await self._window_posts(author_id, since)
         if not pushed or await self._copies.blocked_either_way(author_id, reader_id):
             return  # the common case: one read (no posts in the window), nothing to push
-        await self._inbox.push_posts(reader_id, [(c.post_id, author_id, c.visibility_ts or 0) for c in pushed])
+        now = self._clock()
+        pushed = [c for c in pushed if inbox_ttl_s(c.created_at, now) > 0]
+        if not pushed:
+            return
+        await self._inbox.push_posts(reader_id, [(c.post_id, author_id, c.visibility_ts or 0,
+                                                  inbox_ttl_s(c.created_at, now)) for c in pushed])
         events = [post_landed_in_inbox(reader_id, c.post_id, author_id, c.created_at) for c in pushed]
         futures = [await self._publisher.send(self._inbox_topic, k, v) for k, v in events]
         INBOX_ROWS.inc(len(pushed))

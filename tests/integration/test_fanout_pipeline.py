@@ -193,3 +193,26 @@ def _read_all(bootstrap: str, topic: str, *, with_headers: bool = False) -> list
         return out
     finally:
         consumer.close()
+
+
+def test_a_late_fanout_keeps_the_posts_inbox_expiry_and_skips_posts_too_old_for_any_inbox(worker_env):
+    """A replay or a worker catching up writes rows that expire 7 days after the post was
+    made, not 7 days after the write; a post older than that gets no rows at all."""
+    env, e = worker_env, worker_env.events
+    now = _now()
+    author, reader = 41, 42
+    six_days, eight_days = now - timedelta(days=6), now - timedelta(days=8)
+    recent, old = post_id_at(six_days, 1), post_id_at(eight_days, 2)
+    env.send(e.followed(reader, author, now - timedelta(days=30)),
+             e.post_created(e.post_row(recent, author, six_days)),
+             e.post_created(e.post_row(old, author, eight_days)))
+    env.start("services.fanout", "late")
+    wait_until(lambda: group_caught_up(env.settings, "late", [cdc_topic(t, env.settings.topic_prefix)
+                                                             for t in FANOUT_TOPICS]),
+               timeout=120, message="worker caught up")
+    assert env.inbox(reader) == [recent]
+    ttl = env.rows("SELECT TTL(author_id) AS ttl FROM inbox WHERE reader_id=%s AND post_id=%s",
+                   reader, recent)[0].ttl
+    assert 86_400 - 600 < ttl <= 86_400      # one day left, not seven
+    fanned = env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", old)
+    assert fanned and fanned[0].fanned_out is False

@@ -52,6 +52,16 @@ def test_readers_are_followers_since_before_the_post_and_not_blocked():
     assert readers_for_post(1, T, followers, blocked={5}) == [2, 4]
 
 
+def test_inbox_rows_expire_a_ttl_after_the_post_was_made_not_after_the_write():
+    from services.fanout.audience import INBOX_TTL_S, inbox_ttl_s
+    made = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    assert inbox_ttl_s(made, made) == INBOX_TTL_S == 7 * 86400
+    assert inbox_ttl_s(made, made + timedelta(days=6)) == 86400      # a late fan-out
+    assert inbox_ttl_s(made, made + timedelta(days=7)) == 0          # too old for an inbox
+    assert inbox_ttl_s(made, made + timedelta(days=30)) == 0
+    assert inbox_ttl_s(made, made - timedelta(seconds=5)) == INBOX_TTL_S  # clock skew: capped
+
+
 def test_backfill_keeps_only_posts_made_since_following_since():
     assert backfill_posts([5, 9, 12], lowest_id=9) == [9, 12]
 

@@ -22,10 +22,12 @@ AUTHOR, POST, PAGE, PAGES = 7, 1_000_001, 500, 6
 class _Copies:
     def __init__(self) -> None:
         self.pages_read = 0
+        self.fanned_out: list[bool] = []
 
     async def write_post(self, post, lsn): ...
     async def add_author_post(self, author_id, post_id, lsn): ...
-    async def mark_fanned_out(self, post_id, fanned_out, lsn): ...
+    async def mark_fanned_out(self, post_id, fanned_out, lsn):
+        self.fanned_out.append(fanned_out)
 
     async def read_post(self, post_id):
         return PostCopy(post_id, AUTHOR, T0, 1, False, 10, None)
@@ -49,7 +51,8 @@ class _Inbox:
         self.pushes: list[int] = []  # first reader of each attempted page
         self.rows: set[int] = set()
 
-    async def push(self, readers, post_id, author_id, lsn):
+    async def push(self, readers, post_id, author_id, lsn, ttl_s):
+        assert 0 < ttl_s <= 7 * 86400
         self.pushes.append(readers[0])
         if readers[0] == 100 + 2 * PAGE and self.pushes.count(readers[0]) <= 2:
             raise OperationTimedOut("node overloaded")
@@ -69,21 +72,34 @@ class _Tiers:
         return TierDecision(Tier.ORDINARY, False, 0.0, "test")
 
 
+CHANGE = ChangeRecord(op="c", table="posts", lsn=10, before=None,
+                      after={"post_id": POST, "author_id": AUTHOR, "created_at": T0.isoformat(),
+                             "text": "hi", "media_ids": "[]", "visibility": 1, "deleted_at": None})
+
+
+async def _no_sleep(_s: float) -> None:
+    return None
+
+
+def _fanout(copies, inbox, tiers, publisher, now: datetime) -> PostFanout:
+    return PostFanout(copies, inbox, tiers, publisher, "t",  # type: ignore[arg-type]
+                      retry=StoreRetry(attempts=3, base_s=0.01, sleep=_no_sleep),
+                      wall_clock_ms=lambda: int(now.timestamp() * 1000))
+
+
 def test_a_timed_out_page_is_retried_alone_and_lowers_the_capacity_estimate():
     copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), _Publisher()
-
-    async def no_sleep(_s: float) -> None:
-        return None
-
-    fanout = PostFanout(copies, inbox, tiers, publisher, "t",  # type: ignore[arg-type]
-                        retry=StoreRetry(attempts=3, base_s=0.01, sleep=no_sleep))
-    change = ChangeRecord(op="c", table="posts", lsn=10, before=None,
-                          after={"post_id": POST, "author_id": AUTHOR, "created_at": T0.isoformat(),
-                                 "text": "hi", "media_ids": "[]", "visibility": 1, "deleted_at": None})
-    asyncio.run(fanout.on_post_changed(change))
+    asyncio.run(_fanout(copies, inbox, tiers, publisher, T0 + timedelta(minutes=1)).on_post_changed(CHANGE))
 
     assert len(inbox.rows) == PAGE * PAGES            # every follower got the post once
     assert copies.pages_read == PAGES                  # followers were read once, not again
     assert len(inbox.pushes) == PAGES + 2              # only the failing page was redone
     assert tiers.capacity.rows_per_s == 4_000          # halved twice: 16,000 -> 4,000
     assert len(publisher.sent) == PAGE * PAGES         # one new-item event per row
+
+
+def test_a_post_older_than_the_inbox_ttl_writes_no_rows():
+    copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), _Publisher()
+    asyncio.run(_fanout(copies, inbox, tiers, publisher, T0 + timedelta(days=8)).on_post_changed(CHANGE))
+    assert inbox.pushes == [] and copies.pages_read == 0 and publisher.sent == []
+    assert copies.fanned_out == [False]  # nothing in inboxes for clean-up or backfill to find
