@@ -100,6 +100,21 @@ async def pull_baseline(settings: Settings, users: list[int], concurrency: int,
     return result
 
 
+async def watch_new_items(client: httpx.AsyncClient, token: str, ready: asyncio.Event,
+                          arrived: Callable[[str], Any]) -> None:
+    """Hold a reader's realtime stream open (``ready`` once connected) and call
+    ``arrived(post_id)`` for each ``new_item`` event, until cancelled."""
+    async with client.stream("GET", "/v1/feed/stream",
+                             headers={"Authorization": f"Bearer {token}"}) as resp:
+        ready.set()
+        event = None
+        async for line in resp.aiter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event == "new_item":
+                arrived(json.loads(line.split(":", 1)[1])["post_id"])
+
+
 async def freshness(base_url: str, settings: Settings, graph: Graph, *, rate: float,
                     seconds: float, authors_n: int = 8) -> dict[str, Any]:
     """Posts at a steady ``rate`` by ordinary authors while followers hold the realtime
@@ -121,17 +136,8 @@ async def freshness(base_url: str, settings: Settings, graph: Graph, *, rate: fl
     t0 = time.perf_counter()
 
     async def watch(client: httpx.AsyncClient, reader: int, ready: asyncio.Event) -> None:
-        token = mint_token(reader, secret, ttl_seconds=3600)
-        async with client.stream("GET", "/v1/feed/stream",
-                                 headers={"Authorization": f"Bearer {token}"}) as resp:
-            ready.set()
-            event = None
-            async for line in resp.aiter_lines():
-                if line.startswith("event:"):
-                    event = line.split(":", 1)[1].strip()
-                elif line.startswith("data:") and event == "new_item":
-                    post_id = json.loads(line.split(":", 1)[1])["post_id"]
-                    arrivals.setdefault((post_id, reader), time.perf_counter())
+        await watch_new_items(client, mint_token(reader, secret, ttl_seconds=3600), ready,
+                              lambda post_id: arrivals.setdefault((post_id, reader), time.perf_counter()))
 
     async with httpx.AsyncClient(base_url=base_url, timeout=None) as client:
         readies = [asyncio.Event() for _ in watchers]
@@ -202,19 +208,9 @@ async def largest_author_posts(base_url: str, settings: Settings, graph: Graph, 
             seen: dict[str, float] = {}
             ready = asyncio.Event()
 
-            async def watch() -> None:
-                token = mint_token(watcher, secret, ttl_seconds=3600)
-                async with client.stream("GET", "/v1/feed/stream",
-                                         headers={"Authorization": f"Bearer {token}"}) as resp:
-                    ready.set()
-                    event = None
-                    async for line in resp.aiter_lines():
-                        if line.startswith("event:"):
-                            event = line.split(":", 1)[1].strip()
-                        elif line.startswith("data:") and event == "new_item":
-                            seen.setdefault(json.loads(line.split(":", 1)[1])["post_id"], time.perf_counter())
-
-            stream = asyncio.create_task(watch())
+            stream = asyncio.create_task(watch_new_items(
+                client, mint_token(watcher, secret, ttl_seconds=3600), ready,
+                lambda post_id, seen=seen: seen.setdefault(post_id, time.perf_counter())))
             await asyncio.wait_for(ready.wait(), 30)
             rows0 = await asyncio.to_thread(inbox_rows) if inbox_rows else 0.0
             token = mint_token(author, secret, ttl_seconds=3600)

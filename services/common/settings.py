@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     ranker_keys_in_flight: int = 64
     # Cassandra statements in flight per worker process, across all keys and fan-outs:
     # a few times fanout_max_in_flight keeps the node busy; more only queues requests
-    # toward the 2 s driver timeout on a shared 2-core node.
+    # toward the driver's timeout on a shared 2-core node.
     store_max_in_flight: int = 256
     # Request timeout of the workers' Cassandra sessions (the API keeps cql's 2 s read
     # budget). Above the node's own write timeout (2 s) so that an overloaded node answers
