@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from services.common import ids, pg
+from services.common import pg
 from services.common.idgen import SnowflakeGenerator
 from services.common.settings import Settings
 

@@ -11,6 +11,7 @@ import asyncio
 import json
 import random
 import time
+import uuid
 from collections import defaultdict
 from typing import Any, Callable
 
@@ -115,6 +116,80 @@ async def watch_new_items(client: httpx.AsyncClient, token: str, ready: asyncio.
                 arrived(json.loads(line.split(":", 1)[1])["post_id"])
 
 
+def posting_authors(graph: Graph, n: int, seed: int) -> dict[int, int]:
+    """``n`` ordinary authors (20-2,000 followers) and one follower of each, as
+    ``{follower: author}``: the follower holds the stream open for the author's posts."""
+    celebs = set(graph.celebrity_ids.tolist())
+    followers: dict[int, list[int]] = defaultdict(list)
+    for a, b in zip(graph.follower.tolist(), graph.followed.tolist()):
+        if b not in celebs:
+            followers[b].append(a)
+    rng = random.Random(seed)
+    authors = rng.sample([a for a, f in followers.items() if 20 <= len(f) <= 2000], n)
+    return {rng.choice(followers[a]): a for a in authors}
+
+
+def visibility_summary(latencies_s: list[float], expected: int) -> dict[str, Any]:
+    """Quantiles of commit → ``new_item`` latencies, and how many never arrived."""
+    lat = sorted(latencies_s)
+    q = lambda p: round(lat[min(len(lat) - 1, int(p * len(lat)))], 3) if lat else None  # noqa: E731
+    return {"observed": len(lat), "missed_30s": expected - len(lat), "p50_s": q(0.5),
+            "p95_s": q(0.95), "p99_s": q(0.99), "max_s": round(lat[-1], 3) if lat else None}
+
+
+class PostWatch:
+    """Posts by ordinary authors while one follower of each holds the realtime stream open:
+    ``post`` records when the row committed (the 201), the streams when ``new_item`` came."""
+
+    def __init__(self, client: httpx.AsyncClient, settings: Settings, watchers: dict[int, int]) -> None:
+        self.client, self.watchers = client, watchers
+        self.authors = list(dict.fromkeys(watchers.values()))
+        self._secret = settings.jwt_secret.get_secret_value()
+        self.committed: dict[str, float] = {}
+        self.arrivals: dict[tuple[str, int], float] = {}
+        self.expected: list[tuple[str, int]] = []
+        self._streams: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> "PostWatch":
+        readies = [asyncio.Event() for _ in self.watchers]
+        self._streams = [asyncio.create_task(watch_new_items(
+            self.client, mint_token(r, self._secret, ttl_seconds=3600), e,
+            lambda post_id, r=r: self.arrivals.setdefault((post_id, r), time.perf_counter())))
+            for r, e in zip(self.watchers, readies)]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in readies)), 30)
+        return self
+
+    async def post(self, n: int, text: str) -> None:
+        author = self.authors[n % len(self.authors)]
+        resp = await self.client.post(
+            "/v1/posts", json={"text": text, "media_ids": []},
+            headers={"Authorization": f"Bearer {mint_token(author, self._secret, ttl_seconds=3600)}",
+                     "Idempotency-Key": f"bench-{uuid.uuid4().hex}"})
+        if resp.status_code != 201:  # a bench that posts nothing must not report a freshness
+            raise RuntimeError(f"bench: POST /v1/posts answered {resp.status_code}: {resp.text[:300]}")
+        post_id = resp.json()["post_id"]
+        self.committed[post_id] = time.perf_counter()
+        self.expected += [(post_id, r) for r, a in self.watchers.items() if a == author]
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Wait up to 30 s for every expected ``new_item``, then close the streams."""
+        deadline = time.perf_counter() + 30
+        while exc[0] is None and time.perf_counter() < deadline and \
+                not all(k in self.arrivals for k in self.expected):
+            await asyncio.sleep(0.1)
+        for task in self._streams:
+            task.cancel()
+        await asyncio.gather(*self._streams, return_exceptions=True)
+
+    def samples(self, t0: float = 0.0) -> list[tuple[float, float]]:
+        """``(committed - t0, commit → new_item)`` per arrived (post, follower)."""
+        return sorted((self.committed[p] - t0, self.arrivals[(p, r)] - self.committed[p])
+                      for p, r in self.expected if (p, r) in self.arrivals)
+
+    def summary(self) -> dict[str, Any]:
+        return visibility_summary([v for _, v in self.samples()], len(self.expected))
+
+
 async def freshness(base_url: str, settings: Settings, graph: Graph, *, rate: float,
                     seconds: float, authors_n: int = 8) -> dict[str, Any]:
     """Posts at a steady ``rate`` by ordinary authors while followers hold the realtime
@@ -122,53 +197,14 @@ async def freshness(base_url: str, settings: Settings, graph: Graph, *, rate: fl
     Latency per (post, follower): the 201 of POST /v1/posts (the row is committed) to the
     ``new_item`` event for that post on the follower's stream, which the API sends only
     after its authorization and eligibility check."""
-    celebs = set(graph.celebrity_ids.tolist())
-    followers: dict[int, list[int]] = defaultdict(list)
-    for a, b in zip(graph.follower.tolist(), graph.followed.tolist()):
-        if b not in celebs:
-            followers[b].append(a)
-    rng = random.Random(3)
-    authors = rng.sample([a for a, f in followers.items() if 20 <= len(f) <= 2000], authors_n)
-    watchers = {rng.choice(followers[a]): a for a in authors}  # one follower per author
-    secret = settings.jwt_secret.get_secret_value()
-    committed: dict[str, float] = {}
-    arrivals: dict[tuple[str, int], float] = {}
-    t0 = time.perf_counter()
-
-    async def watch(client: httpx.AsyncClient, reader: int, ready: asyncio.Event) -> None:
-        await watch_new_items(client, mint_token(reader, secret, ttl_seconds=3600), ready,
-                              lambda post_id: arrivals.setdefault((post_id, reader), time.perf_counter()))
-
+    n = int(rate * seconds)
     async with httpx.AsyncClient(base_url=base_url, timeout=None) as client:
-        readies = [asyncio.Event() for _ in watchers]
-        streams = [asyncio.create_task(watch(client, r, e)) for r, e in zip(watchers, readies)]
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in readies)), 30)
-        expected: list[tuple[str, int]] = []
-        n = int(rate * seconds)
-        for i in range(n):
-            author = authors[i % len(authors)]
-            token = mint_token(author, secret, ttl_seconds=3600)
-            resp = await client.post("/v1/posts", json={"text": f"fresh {i}", "media_ids": []},
-                                     headers={"Authorization": f"Bearer {token}",
-                                              "Idempotency-Key": f"bench-{t0}-{i}"})
-            if resp.status_code == 201:
-                post_id = resp.json()["post_id"]
-                committed[post_id] = time.perf_counter()
-                expected += [(post_id, r) for r, a in watchers.items() if a == author]
-            await asyncio.sleep(max(0.0, t0 + (i + 1) / rate - time.perf_counter()))
-        deadline = time.perf_counter() + 30
-        while time.perf_counter() < deadline and not all(k in arrivals for k in expected):
-            await asyncio.sleep(0.1)
-        for task in streams:
-            task.cancel()
-        await asyncio.gather(*streams, return_exceptions=True)
-    samples = sorted((committed[p] - t0, arrivals[(p, r)] - committed[p])
-                     for p, r in expected if (p, r) in arrivals)
-    lat = sorted(x[1] for x in samples)
-    q = lambda p: round(lat[min(len(lat) - 1, int(p * len(lat)))], 3) if lat else None  # noqa: E731
-    return {"posts": n, "observed": len(lat), "missed_30s": len(expected) - len(lat),
-            "p50_s": q(0.5), "p95_s": q(0.95), "p99_s": q(0.99), "max_s": lat[-1] if lat else None,
-            "series": samples}
+        async with PostWatch(client, settings, posting_authors(graph, authors_n, seed=3)) as watch:
+            t0 = time.perf_counter()
+            for i in range(n):
+                await watch.post(i, f"fresh {i}")
+                await asyncio.sleep(max(0.0, t0 + (i + 1) / rate - time.perf_counter()))
+    return {"posts": n, **watch.summary(), "series": watch.samples(t0)}
 
 
 def fanout_on_write_rows(graph: Graph) -> dict[str, float]:
@@ -258,3 +294,36 @@ async def warm_up_fanout(base_url: str, settings: Settings, graph: Graph,
             return time.perf_counter() - start
         await asyncio.sleep(0.2)
     raise RuntimeError("bench: the restarted fan-out wrote no rows")
+
+
+async def seed_mix(base_url: str, settings: Settings, graph: Graph, readers: list[int], *,
+                   concurrency: int, seconds: float, reads_per_post: int = 1000) -> dict[str, Any]:
+    """The seed's traffic: about ``reads_per_post`` feed pages per post. ``concurrency``
+    readers page their feeds (a first page, then a next page from its cursor) as fast as
+    the API answers, and an ordinary author posts each time another ``reads_per_post``
+    pages have been served, while a follower of each author holds the stream open.
+    Reports the reads' latencies and the posts' commit → ``new_item`` under that load."""
+    tokens = _tokens(settings, readers)
+    cursors: dict[int, tuple[str, str]] = {}
+    served = [0]
+    posting: list[asyncio.Task] = []
+    async with httpx.AsyncClient(base_url=base_url, timeout=None) as side:
+        async with PostWatch(side, settings, posting_authors(graph, 4, seed=5)) as watch:
+            async def page(client: httpx.AsyncClient, i: int) -> httpx.Response:
+                held = cursors.pop(i, None)
+                token, params = (held[0], {"limit": 20, "cursor": held[1]}) if held else \
+                    (tokens[random.randrange(len(tokens))], {"limit": 20})
+                resp = await client.get("/v1/feed", params=params,
+                                        headers={"Authorization": f"Bearer {token}"})
+                if resp.status_code == 200 and held is None and resp.json().get("next_cursor"):
+                    cursors[i] = (token, resp.json()["next_cursor"])
+                served[0] += 1
+                if served[0] % reads_per_post == 0:
+                    posting.append(asyncio.create_task(watch.post(len(posting), f"mix {len(posting)}")))
+                return resp
+
+            reads = await run_load(base_url, page, concurrency=concurrency, seconds=seconds)
+            await asyncio.gather(*posting)
+    return {"reads": reads.summary(), "posts": len(watch.committed),
+            "pages_per_post": round(len(reads.latencies_s) / max(1, len(watch.committed))),
+            "visibility": watch.summary()}

@@ -18,11 +18,17 @@ from deploy.lag import group_lag, scrape, slot_lag
 from deploy.migrate import migrate_all
 from services.common import cql
 from services.common.settings import Settings
-from services.common.topics import cdc_topic
+from services.common.topics import cdc_topic, rank_features_topic
 
 REPO = Path(__file__).resolve().parents[1]
 # What each worker group consumes (CDC tables; the ranker also reads rank-features).
 CONSUMED = {"fanout": ("posts", "follows", "blocks"), "ranker": ("likes",)}
+
+
+def consumed_topics(kind: str, prefix: str) -> list[str]:
+    """The topics a worker consumes: its CDC tables, and the ranker's feature events."""
+    topics = [cdc_topic(t, prefix) for t in CONSUMED[kind]]
+    return topics + ([rank_features_topic(prefix)] if kind == "ranker" else [])
 # Ports apart from `make run`'s (8080, 9101-9103) so both can run at once.
 PORTS = {"api_port": 18080, "cdc_metrics_port": 19101, "fanout_metrics_port": 19102,
          "ranker_metrics_port": 19103}
@@ -142,10 +148,9 @@ class Sampler(threading.Thread):
     def snapshot(self) -> Sample:
         s = self.settings
         lag = {}
-        for kind, tables in CONSUMED.items():
+        for kind in CONSUMED:
             try:
-                lag[kind] = group_lag(s, f"{s.topic_prefix}.{kind}",
-                                      [cdc_topic(t, s.topic_prefix) for t in tables])
+                lag[kind] = group_lag(s, f"{s.topic_prefix}.{kind}", consumed_topics(kind, s.topic_prefix))
             except Exception:  # noqa: BLE001 - a sample is best effort; unknown = not caught up
                 lag[kind] = -1
         try:
@@ -188,19 +193,31 @@ def topic_sizes(settings: Settings, tables: list[str]) -> dict[str, int]:
 
 
 def wait_caught_up(sampler: Sampler, expected: dict[str, int], *, timeout: float,
-                   settle: int = 3) -> float:
+                   settle: int = 3, before: dict[str, int] | None = None, label: str = "") -> float:
     """Wait until each table's topic holds at least ``expected[table]`` records (the relay
     has produced every committed row: slot lag alone cannot tell, as a large transaction
     is buffered by Postgres until its commit is decoded) and the workers' lag is zero for
-    ``settle`` samples in a row."""
+    ``settle`` samples in a row. A progress bar (stderr) counts the records of this load
+    (above ``before``) that the relay produced and the workers consumed."""
+    from tqdm import tqdm
+
+    base = before or {t: 0 for t in expected}
+    total = sum(n - base.get(t, 0) for t, n in expected.items())
     start = time.monotonic()
     quiet = 0
-    while time.monotonic() - start < timeout:
-        sizes = topic_sizes(sampler.settings, list(expected))
-        s = sampler.snapshot()
-        produced = all(sizes[t] >= n for t, n in expected.items())
-        quiet = quiet + 1 if produced and s.fanout_lag == 0 and s.ranker_lag == 0 else 0
-        if quiet >= settle:
-            return time.monotonic() - start
-        time.sleep(1)
+    with tqdm(total=total, desc=label or "pipeline", unit="rec", mininterval=2.0, file=sys.stderr,
+              dynamic_ncols=True) as bar:
+        while time.monotonic() - start < timeout:
+            sizes = topic_sizes(sampler.settings, list(expected))
+            s = sampler.snapshot()
+            produced = sum(min(sizes[t], n) - base.get(t, 0) for t, n in expected.items())
+            bar.n = max(0, min(total, produced - s.fanout_lag - s.ranker_lag))
+            bar.set_postfix(produced=produced, lag=s.fanout_lag + s.ranker_lag, refresh=False)
+            bar.refresh()
+            done = all(sizes[t] >= n for t, n in expected.items())
+            quiet = quiet + 1 if done and s.fanout_lag == 0 and s.ranker_lag == 0 else 0
+            if quiet >= settle:
+                bar.n = total
+                return time.monotonic() - start
+            time.sleep(1)
     raise RuntimeError(f"bench: pipeline did not catch up within {timeout:.0f}s")

@@ -50,6 +50,17 @@ def markdown(r: dict[str, Any]) -> str:
               f"{f['posts']} posts at {r['meta']['post_rate']}/s; observed {f['observed']}, "
               f"missed within 30 s: {f['missed_30s']}. p50 {f['p50_s']} s, p95 {f['p95_s']} s, "
               f"p99 {f['p99_s']} s (target p95 ≤ 1.5 s; the seed asks 30 s)."]
+    mix = r.get("mix")
+    if mix:
+        rd, v = mix["reads"], mix["visibility"]
+        lines += ["", "## The seed's mix: ~1,000 feed pages per post", "",
+                  f"4 readers paging their feeds (first page, then the next from its cursor) as fast as "
+                  f"the API answers; an ordinary author posts after every 1,000 pages served, a follower "
+                  f"of each holds the stream open. {rd['requests']} pages ({rd['per_s']}/s, "
+                  f"{rd['errors']} errors) and {mix['posts']} posts: {mix['pages_per_post']} pages per post.",
+                  "", f"- pages: p50 {rd['p50_ms']} ms, p95 {rd['p95_ms']} ms, p99 {rd['p99_ms']} ms",
+                  f"- new post on the follower's stream: observed {v['observed']}, missed {v['missed_30s']}; "
+                  f"p50 {v['p50_s']} s, p95 {v['p95_s']} s, max {v['max_s']} s"]
     la = r.get("largest_authors")
     if la:
         lines += ["", "## Largest authors: hybrid against pure fan-out-on-write", "",

@@ -168,3 +168,28 @@ def load_history(conn, graph: Graph) -> dict[str, int]:
 def load_postgres(conn, graph: Graph, now: datetime | None = None) -> dict[str, int]:
     """Graph then history, each in its own transaction."""
     return {**load_graph(conn, graph, now), **load_history(conn, graph)}
+
+
+def publish_feature_events(settings, graph: Graph, count: int) -> int:
+    """Ranking-feature events (what a content-quality model would emit) for the newest
+    ``count`` history posts, on the ranker's features topic; returns how many."""
+    import json
+
+    from confluent_kafka import Producer
+
+    from services.common.topics import rank_features_topic
+
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True,
+                         "linger.ms": 20})
+    topic = rank_features_topic(settings.topic_prefix)
+    now = datetime.now(timezone.utc).isoformat()
+    rng = np.random.default_rng(7)
+    newest = sorted(graph.posts, key=lambda p: p[0], reverse=True)[:count]
+    for (post_id, _author, _created, _text), quality in zip(newest, rng.uniform(0.1, 1.0, len(newest))):
+        value = {"post_id": str(post_id), "features": {"quality": round(float(quality), 3)},
+                 "event_time": now}
+        producer.produce(topic, key=str(post_id).encode(), value=json.dumps(value).encode())
+        producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError("feature events were not all delivered within 60 s")
+    return len(newest)

@@ -9,18 +9,15 @@ then prints the API address, a token for that reader and a ready curl command.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
-from datetime import datetime, timezone
 
 import httpx
 
-from bench.workload import GraphSpec, generate, load_postgres
+from bench.workload import GraphSpec, generate, load_postgres, publish_feature_events
 from services.api.auth import mint_token
 from services.common import pg
-from services.common.settings import Settings, get_settings
-from services.common.topics import rank_features_topic
+from services.common.settings import get_settings
 
 # How long the pipeline may take to take in the demo graph on a 2-core machine.
 READY_DEADLINE_S = 300
@@ -34,18 +31,6 @@ def pick_reader(graph) -> int:
         following.setdefault(a, set()).add(b)
     candidates = [u for u, f in following.items() if u not in celebs and f & celebs]
     return max(candidates, key=lambda u: (len(following[u] - celebs), -u))
-
-
-def publish_features(settings: Settings, graph, count: int = 50) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
-    now = datetime.now(timezone.utc).isoformat()
-    for post_id, _author, _created, _text in graph.posts[:count]:
-        value = {"post_id": str(post_id), "features": {"quality": 0.9}, "event_time": now}
-        producer.produce(rank_features_topic(settings.topic_prefix), key=str(post_id).encode(),
-                         value=json.dumps(value).encode())
-    producer.flush(30)
 
 
 def wait_for_feed(base_url: str, token: str) -> int:
@@ -70,7 +55,7 @@ def main() -> int:
         if not loaded:
             counts = load_postgres(conn, graph)
             print(f"demo: loaded {counts} into Postgres", flush=True)
-            publish_features(settings, graph)
+            publish_feature_events(settings, graph, 50)
         else:
             print("demo: demo graph already loaded", flush=True)
     reader = pick_reader(graph)
