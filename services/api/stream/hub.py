@@ -80,14 +80,25 @@ class StreamHub:
 
     # -- connections --------------------------------------------------------------------------
     async def connect(self, reader_id: int) -> asyncio.Queue[StreamEvent]:
-        """Open a stream for ``reader_id``; events arrive on the returned queue."""
+        """Open a stream for ``reader_id``; events arrive on the returned queue.
+
+        The queue joins the channel before the follow list is read: a channel without
+        queues is idle, and ``expire_idle`` (run by the consumer after every poll) could
+        drop it during that read, leaving a stream that gets nothing and closes at its
+        first heartbeat (the end-to-end benchmark found three of four streams lost so
+        under load)."""
         channel = self._channels.get(reader_id)
         if channel is None:
-            channel = ReaderChannel(reader_id, deque(maxlen=self._buffer_size))
+            channel = ReaderChannel(reader_id, deque(maxlen=self._buffer_size),
+                                    idle_since=self._monotonic())
             self._channels[reader_id] = channel
-        await self.refresh_followed(reader_id)
         queue: asyncio.Queue[StreamEvent] = asyncio.Queue(QUEUE_LIMIT)
         channel.queues.add(queue)
+        try:
+            await self.refresh_followed(reader_id)
+        except BaseException:
+            self.disconnect(reader_id, queue)
+            raise
         return queue
 
     def disconnect(self, reader_id: int, queue: asyncio.Queue[StreamEvent]) -> None:
