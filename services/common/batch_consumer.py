@@ -29,6 +29,10 @@ BATCH_SIZE = Histogram("feed_consumer_batch_messages", "Messages per applied bat
 EXIT_WORKER_STOPPED = 75
 
 
+# How often the consumer-lag gauge is refreshed: well under a scrape interval.
+LAG_REFRESH_S = 5.0
+
+
 class ConsumerLag:
     """Tracks the last processed offset per partition; ``refresh`` sets the lag gauge."""
 
@@ -59,6 +63,17 @@ async def stop_worker_without_commit(app: faust.App, reason: BaseException) -> N
         log.warning("commit of acked offsets before stop failed: %r", exc)
     logging.shutdown()
     os._exit(EXIT_WORKER_STOPPED)
+
+
+def refresh_lag_periodically(app: faust.App, lag: Callable[[], ConsumerLag | None]) -> None:
+    """A timer on ``app`` that refreshes the lag gauge every ``LAG_REFRESH_S`` once the
+    worker's ``ConsumerLag`` exists (``lag()`` is None before its agents opened it)."""
+
+    @app.timer(interval=LAG_REFRESH_S)
+    async def refresh_lag() -> None:
+        current = lag()
+        if current is not None:
+            current.refresh(app)
 
 
 def key_groups(msgs: Sequence[RawMessage]) -> list[list[RawMessage]]:

@@ -51,16 +51,18 @@ class StoreRetry:
     """
 
     def __init__(self, attempts: int = 1, base_s: float = 0.2,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 transient: tuple[type[BaseException], ...] = TRANSIENT_STORE_ERRORS) -> None:
         self._delays = backoff_delays(attempts, base_s)
         self._sleep = sleep
+        self._transient = transient
 
     async def __call__(self, work: Callable[[], Awaitable[T]],
                        on_retry: Callable[[BaseException], None] | None = None) -> T:
         for delay in [*self._delays, None]:
             try:
                 return await work()
-            except TRANSIENT_STORE_ERRORS as exc:
+            except self._transient as exc:
                 if on_retry is not None:
                     on_retry(exc)
                 if delay is None:

@@ -34,9 +34,3 @@ class EventPublisher:
         """Enqueue; the returned future resolves when the broker acknowledged it."""
         assert self._producer is not None, "EventPublisher.start() was not awaited"
         return await self._producer.send(topic, value=value, key=key, headers=list(headers))
-
-    async def send_all(self, messages: Sequence[tuple[str, bytes | None, bytes | None]]) -> None:
-        """Send and wait until every message is acknowledged."""
-        futures = [await self.send(t, k, v) for t, k, v in messages]
-        if futures:
-            await asyncio.gather(*futures)

@@ -31,7 +31,6 @@ class RawMessage:
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes]] = ()
-    timestamp_ms: int | None = None
 
 
 def build_faust_app(settings: Settings, app_id: str) -> faust.App:
@@ -64,8 +63,7 @@ def raw_message(event: Any) -> RawMessage:
     headers = m.headers or ()
     if isinstance(headers, dict):
         headers = list(headers.items())
-    return RawMessage(m.topic, m.partition, m.offset, m.key, m.value,
-                      tuple(headers), getattr(m, "timestamp", None) and int(m.timestamp * 1000))
+    return RawMessage(m.topic, m.partition, m.offset, m.key, m.value, tuple(headers))
 
 
 class OpenedOnce(Generic[T]):

@@ -15,7 +15,7 @@ from typing import Awaitable, Callable
 
 from prometheus_client import Counter
 
-from .cql_async import backoff_delays
+from .cql_async import StoreRetry, backoff_delays
 from .event_publisher import EventPublisher
 from .faust_app import RawMessage
 from .settings import Settings
@@ -79,6 +79,8 @@ class GuardedProcessing:
         self._publisher = publisher
         self._transient = transient_errors
         self._sleep = sleep
+        self._batch_retry = StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s,
+                                       sleep, transient_errors)
         self.budget = FailureBudget(settings.consumer_failure_window,
                                     settings.consumer_max_failure_share)
 
@@ -115,15 +117,11 @@ class GuardedProcessing:
     async def with_store_retries(self, work: Callable[[], Awaitable[None]]) -> None:
         """Run work that belongs to no single message (a batch's shared step): transient
         store errors are retried like a message's, then ``WorkerMustStop``."""
-        for delay in [*backoff_delays(self._s.store_retry_attempts, self._s.store_retry_base_s), None]:
-            try:
-                await work()
-                return
-            except self._transient as exc:
-                if delay is None:
-                    raise WorkerMustStop(f"store still failing after retries: {exc!r}") from exc
-                log.warning("transient store error in a batch step, retry in %.1fs: %r", delay, exc)
-                await self._sleep(delay)
+        try:
+            await self._batch_retry(work, lambda exc: log.warning(
+                "transient store error in a batch step: %r", exc))
+        except self._transient as exc:
+            raise WorkerMustStop(f"store still failing after retries: {exc!r}") from exc
 
     async def _dead_letter(self, msg: RawMessage, exc: BaseException, attempts: int) -> None:
         log.error("poison message %s[%d]@%d -> %s: %r", msg.topic, msg.partition, msg.offset,

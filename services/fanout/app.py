@@ -19,7 +19,7 @@ from typing import Awaitable, Callable
 import faust
 
 from services.common import cql
-from services.common.batch_consumer import ConsumerLag, consume_in_batches
+from services.common.batch_consumer import ConsumerLag, consume_in_batches, refresh_lag_periodically
 from services.common.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry, use_cached_rows
 from services.common.envelope import ChangeRecord, parse_change
 from services.common.event_publisher import EventPublisher
@@ -35,8 +35,6 @@ from .relation_events import RelationChanges
 from .tier_store import TierStore
 from .tiering import CapacityEstimate, TierPolicy
 
-# How often the consumer-lag gauge is refreshed: well under a scrape interval.
-LAG_REFRESH_S = 5.0
 
 
 def _utc_now() -> datetime:
@@ -113,9 +111,6 @@ def create_app(settings: Settings) -> faust.App:
     async def blocks(stream: faust.StreamT) -> None:
         await consume(stream, lambda p: p.relations.on_block_changed)
 
-    @app.timer(interval=LAG_REFRESH_S)
-    async def refresh_lag() -> None:
-        if ports.opened is not None:
-            ports.opened.lag.refresh(app)
+    refresh_lag_periodically(app, lambda: ports.opened.lag if ports.opened is not None else None)
 
     return app

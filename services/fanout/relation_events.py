@@ -114,14 +114,14 @@ class RelationChanges:
         if not pushed or await self._copies.blocked_either_way(author_id, reader_id):
             return  # the common case: one read (no posts in the window), nothing to push
         now = self._clock()
-        pushed = [c for c in pushed if inbox_ttl_s(c.created_at, now) > 0]
-        if not pushed:
-            return
-        await self._inbox.push_posts(reader_id, [(c.post_id, author_id, c.visibility_ts or 0,
-                                                  inbox_ttl_s(c.created_at, now)) for c in pushed])
-        events = [post_landed_in_inbox(reader_id, c.post_id, author_id, c.created_at) for c in pushed]
+        landing = [(c, ttl) for c in pushed if (ttl := inbox_ttl_s(c.created_at, now)) > 0]
+        if not landing:
+            return  # all older than any inbox keeps
+        await self._inbox.push_posts(reader_id, [(c.post_id, author_id, c.visibility_ts or 0, ttl)
+                                                 for c, ttl in landing])
+        events = [post_landed_in_inbox(reader_id, c.post_id, author_id, c.created_at) for c, _ in landing]
         futures = [await self._publisher.send(self._inbox_topic, k, v) for k, v in events]
-        INBOX_ROWS.inc(len(pushed))
+        INBOX_ROWS.inc(len(landing))
         await _all(futures)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import faust
 
 from services.common import cql
-from services.common.batch_consumer import ConsumerLag, consume_in_batches
+from services.common.batch_consumer import ConsumerLag, consume_in_batches, refresh_lag_periodically
 from services.common.cql_async import TRANSIENT_STORE_ERRORS, use_plain_tuples
 from services.common.envelope import parse_change
 from services.common.event_publisher import EventPublisher
@@ -27,7 +27,6 @@ from .features import parse_feature_event
 from .rank_keys import RankKeys
 from .store import RankStore
 
-LAG_REFRESH_S = 5.0
 
 
 @dataclass
@@ -82,9 +81,6 @@ def create_app(settings: Settings) -> faust.App:
 
         await consume(stream, p, keys, handle)
 
-    @app.timer(interval=LAG_REFRESH_S)
-    async def refresh_lag() -> None:
-        if ports.opened is not None:
-            ports.opened.lag.refresh(app)
+    refresh_lag_periodically(app, lambda: ports.opened.lag if ports.opened is not None else None)
 
     return app
