@@ -137,6 +137,18 @@ def visibility_summary(latencies_s: list[float], expected: int) -> dict[str, Any
             "p95_s": q(0.95), "p99_s": q(0.99), "max_s": round(lat[-1], 3) if lat else None}
 
 
+async def create_post(client: httpx.AsyncClient, secret: str, author: int, text: str) -> str:
+    """POST /v1/posts as ``author``; returns the post id once the row is committed (201).
+    A post the API refuses stops the bench instead of leaving a figure empty."""
+    resp = await client.post(
+        "/v1/posts", json={"text": text, "media_ids": []},
+        headers={"Authorization": f"Bearer {mint_token(author, secret, ttl_seconds=3600)}",
+                 "Idempotency-Key": f"bench-{uuid.uuid4().hex}"})
+    if resp.status_code != 201:
+        raise RuntimeError(f"bench: POST /v1/posts answered {resp.status_code}: {resp.text[:300]}")
+    return resp.json()["post_id"]
+
+
 class PostWatch:
     """Posts by ordinary authors while one follower of each holds the realtime stream open:
     ``post`` records when the row committed (the 201), the streams when ``new_item`` came."""
@@ -159,17 +171,13 @@ class PostWatch:
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in readies)), 30)
         return self
 
-    async def post(self, n: int, text: str) -> None:
+    async def post(self, n: int, text: str) -> str:
+        """The ``n``-th post (authors in turn); returns its id."""
         author = self.authors[n % len(self.authors)]
-        resp = await self.client.post(
-            "/v1/posts", json={"text": text, "media_ids": []},
-            headers={"Authorization": f"Bearer {mint_token(author, self._secret, ttl_seconds=3600)}",
-                     "Idempotency-Key": f"bench-{uuid.uuid4().hex}"})
-        if resp.status_code != 201:  # a bench that posts nothing must not report a freshness
-            raise RuntimeError(f"bench: POST /v1/posts answered {resp.status_code}: {resp.text[:300]}")
-        post_id = resp.json()["post_id"]
+        post_id = await create_post(self.client, self._secret, author, text)
         self.committed[post_id] = time.perf_counter()
         self.expected += [(post_id, r) for r, a in self.watchers.items() if a == author]
+        return post_id
 
     async def __aexit__(self, *exc: object) -> None:
         """Wait up to 30 s for every expected ``new_item``, then close the streams."""
@@ -236,38 +244,24 @@ async def largest_author_posts(base_url: str, settings: Settings, graph: Graph, 
     for a, b in zip(graph.follower.tolist(), graph.followed.tolist()):
         if b in wanted:
             followers[b].append(a)
-    secret = settings.jwt_secret.get_secret_value()
     out: list[dict[str, Any]] = []
     async with httpx.AsyncClient(base_url=base_url, timeout=None) as client:
         for n, author in enumerate(authors):
             watcher = max(followers[author])
-            seen: dict[str, float] = {}
-            ready = asyncio.Event()
-
-            stream = asyncio.create_task(watch_new_items(
-                client, mint_token(watcher, secret, ttl_seconds=3600), ready,
-                lambda post_id, seen=seen: seen.setdefault(post_id, time.perf_counter())))
-            await asyncio.wait_for(ready.wait(), 30)
-            rows0 = await asyncio.to_thread(inbox_rows) if inbox_rows else 0.0
-            token = mint_token(author, secret, ttl_seconds=3600)
-            resp = await client.post("/v1/posts", json={"text": f"largest author post {n}", "media_ids": []},
-                                     headers={"Authorization": f"Bearer {token}",
-                                              "Idempotency-Key": f"bench-largest-{time.time()}-{n}"})
-            resp.raise_for_status()
-            post_id, committed = resp.json()["post_id"], time.perf_counter()
-            fanout_s = rows = None
-            deadline = committed + timeout_s
-            while time.perf_counter() < deadline:
-                if inbox_rows is not None and fanout_s is None:
-                    rows = await asyncio.to_thread(inbox_rows) - rows0
-                    if rows >= len(followers[author]):
-                        fanout_s = time.perf_counter() - committed
-                if post_id in seen and (inbox_rows is None or fanout_s is not None):
-                    break
-                await asyncio.sleep(0.05)
-            stream.cancel()
-            await asyncio.gather(stream, return_exceptions=True)
-            visible = seen.get(post_id)
+            async with PostWatch(client, settings, {watcher: author}) as watch:
+                rows0 = await asyncio.to_thread(inbox_rows) if inbox_rows else 0.0
+                post_id = await watch.post(0, f"largest author post {n}")
+                committed = watch.committed[post_id]
+                fanout_s = rows = None
+                while time.perf_counter() < committed + timeout_s:
+                    if inbox_rows is not None and fanout_s is None:
+                        rows = await asyncio.to_thread(inbox_rows) - rows0
+                        if rows >= len(followers[author]):
+                            fanout_s = time.perf_counter() - committed
+                    if (post_id, watcher) in watch.arrivals and (inbox_rows is None or fanout_s is not None):
+                        break
+                    await asyncio.sleep(0.05)
+            visible = watch.arrivals.get((post_id, watcher))
             out.append({"author": author, "followers": len(followers[author]),
                         "visible_s": round(visible - committed, 3) if visible else None,
                         "fanout_s": round(fanout_s, 2) if fanout_s is not None else None,
@@ -282,13 +276,9 @@ async def warm_up_fanout(base_url: str, settings: Settings, graph: Graph,
     include the group's rebalance. Returns the seconds it took."""
     counts = graph.follower_counts()
     author = next(a for a, n in sorted(counts.items()) if 20 <= n <= 2000)
-    token = mint_token(author, settings.jwt_secret.get_secret_value(), ttl_seconds=3600)
     start = time.perf_counter()
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as client:
-        resp = await client.post("/v1/posts", json={"text": "warm-up", "media_ids": []},
-                                 headers={"Authorization": f"Bearer {token}",
-                                          "Idempotency-Key": f"bench-warm-{time.time()}"})
-        resp.raise_for_status()
+        await create_post(client, settings.jwt_secret.get_secret_value(), author, "warm-up")
     while time.perf_counter() - start < timeout_s:
         if await asyncio.to_thread(inbox_rows) > 0:
             return time.perf_counter() - start

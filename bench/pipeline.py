@@ -157,11 +157,26 @@ class Sampler(threading.Thread):
             slot = sum(x["lag_bytes"] or 0 for x in slot_lag(s) if x["database"] == s.pg_database)
         except Exception:  # noqa: BLE001
             slot = 0
+        return Sample(time.monotonic() - self.t0, lag["fanout"], lag["ranker"], slot, self.inbox_rows())
+
+    def inbox_rows(self) -> float:
+        """The fan-out worker's inbox-row counter alone (one scrape; NaN when unreachable):
+        cheap enough to poll while a fan-out is being timed."""
         try:
-            inbox = sum(v for _l, v in scrape(s.fanout_metrics_port).get("feed_fanout_inbox_rows_total", []))
+            return sum(v for _l, v in scrape(self.settings.fanout_metrics_port)
+                       .get("feed_fanout_inbox_rows_total", []))
         except Exception:  # noqa: BLE001
-            inbox = float("nan")
-        return Sample(time.monotonic() - self.t0, lag["fanout"], lag["ranker"], slot, inbox)
+            return float("nan")
+
+    def sample_after(self, t: float, timeout: float = 30.0) -> Sample:
+        """The first recorded sample taken after ``t`` (the thread's own, so a waiter does
+        not query Kafka and Postgres a second time); a fresh one if none comes."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.samples and self.samples[-1].t > t:
+                return self.samples[-1]
+            time.sleep(0.1)
+        return self.snapshot()
 
     def run(self) -> None:
         while not self._halt.is_set():
@@ -209,7 +224,8 @@ def wait_caught_up(sampler: Sampler, expected: dict[str, int], *, timeout: float
               dynamic_ncols=True) as bar:
         while time.monotonic() - start < timeout:
             sizes = topic_sizes(sampler.settings, list(expected))
-            s = sampler.snapshot()
+            # A lag sample taken after the sizes were read, as a fresh snapshot would be.
+            s = sampler.sample_after(time.monotonic() - sampler.t0)
             produced = sum(min(sizes[t], n) - base.get(t, 0) for t, n in expected.items())
             bar.n = max(0, min(total, produced - s.fanout_lag - s.ranker_lag))
             bar.set_postfix(produced=produced, lag=s.fanout_lag + s.ranker_lag, refresh=False)
@@ -219,5 +235,4 @@ def wait_caught_up(sampler: Sampler, expected: dict[str, int], *, timeout: float
             if quiet >= settle:
                 bar.n = total
                 return time.monotonic() - start
-            time.sleep(1)
     raise RuntimeError(f"bench: pipeline did not catch up within {timeout:.0f}s")

@@ -107,7 +107,7 @@ def main() -> int:
                            timeout=cfg["ingest_timeout"], before=before, label="follows")
             graph_ingest_s = time.monotonic() - t
             log(f"follows ingested in {graph_ingest_s:.1f}s")
-            rows_before = sampler.snapshot().inbox_rows
+            rows_before = sampler.inbox_rows()
             t = time.monotonic()
             load_history(conn, graph)
             features = publish_feature_events(settings, graph, len(graph.posts) // 4)
@@ -115,7 +115,7 @@ def main() -> int:
                                      "likes": before["likes"] + len(graph.likes)},
                            timeout=cfg["ingest_timeout"], before=before, label="posts, likes")
             history_ingest_s = time.monotonic() - t
-            rows_history = sampler.snapshot().inbox_rows - rows_before
+            rows_history = sampler.inbox_rows() - rows_before
         log(f"history ingested in {history_ingest_s:.1f}s ({rows_history:.0f} inbox rows)")
         push = phases.fanout_on_write_rows(graph)
         result["fanout"] = {
@@ -171,9 +171,9 @@ def main() -> int:
         services.stop("fanout")
         services.start("fanout", {"FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S": "1e12",
                                   "FEED_TIER_MIN_DWELL_S": "0"})
-        asyncio.run(phases.warm_up_fanout(base_url, settings, graph, lambda: sampler.snapshot().inbox_rows))
+        asyncio.run(phases.warm_up_fanout(base_url, settings, graph, sampler.inbox_rows))
         push_posts = asyncio.run(phases.largest_author_posts(
-            base_url, settings, graph, largest, lambda: sampler.snapshot().inbox_rows))
+            base_url, settings, graph, largest, sampler.inbox_rows))
         result["largest_authors"] = {"hybrid": hybrid_posts, "push": push_posts}
         log(f"largest authors: hybrid {hybrid_posts}; push {push_posts}")
         result["lag_samples"] = [asdict(s) for s in sampler.samples]
