@@ -1,16 +1,18 @@
 """``python -m services.api.rebuild_inbox <reader_id> [...]``: refill readers' inboxes.
 
 The inbox is an accelerator, not the source of truth: every post also lives in its
-author's partition (``author_posts``). This command re-derives a reader's inbox from the
-partitions of the authors they follow, with the fan-out's own code: ``CopyStore`` reads
-the follow, block and post copies, ``audience.backfill_posts`` applies the
-no-backfill bound, and ``InboxStore.push`` writes the rows, each ``USING TIMESTAMP`` the
-post's visibility write time, exactly like the fan-out's follow backfill, so a rebuild
-racing a delete can never resurrect the post (the delete's timestamp is newer).
+author's timeline (``author_timeline``). This command re-derives a reader's inbox from
+the timelines of the authors they follow, with the fan-out's own code: ``CopyStore``
+reads the follow, block and post copies, ``audience.backfill_posts`` applies the
+no-backfill bound, and ``InboxStore.push_posts`` writes the rows under each post's
+current rank key, at the time of the rebuild, exactly like the fan-out's follow
+backfill. A rebuild racing a delete may write a row for a deleted post: the read path
+shows a row only when the copy is visible and its key matches, so it is never shown, and
+it expires with its TTL.
 
 Posts of celebrity-period authors (``fanned_out`` false) stay out: readers merge them
-from the author partition. Only the newest ``inbox_cap`` posts over the inbox TTL are
-written. Safe to run any number of times (idempotent by write timestamp).
+from the author timeline. Only the ``inbox_cap`` highest-ranked posts within the inbox
+TTL are written. Safe to run any number of times.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Callable
@@ -25,9 +28,9 @@ from typing import Callable
 from services.common import cql, ids
 from services.common.cql_async import CqlRunner
 from services.common.settings import Settings, get_settings
-from services.fanout.audience import backfill_posts, inbox_ttl_s
+from services.fanout.audience import backfill_posts, inbox_ttl_s, key_write_ts
 from services.fanout.copies import CopyStore
-from services.fanout.inbox import InboxStore
+from services.fanout.inbox import InboxRow, InboxStore
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +48,14 @@ class RebuildReport:
 
 
 async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
-                        following: list[int], cap: int,
-                        clock: Callable[[], datetime]) -> RebuildReport:
-    """Push the newest ``cap`` eligible, fanned-out posts of ``following`` into the inbox."""
+                        following: list[int], cap: int, clock: Callable[[], datetime],
+                        now_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> RebuildReport:
+    """Push the ``cap`` highest-ranked eligible, fanned-out posts of ``following``."""
     now = clock()
-    picked: list[tuple[int, int, int, int]] = []  # (post_id, author_id, write timestamp, TTL left)
+    # Written now: after the tombstones of whatever emptied the inbox (a purge, a trim),
+    # before any rank move decided from here on (which then shadows these rows).
+    at = now_us()
+    picked: list[InboxRow] = []
     for author_id in following:
         since = await copies.following_since(reader_id, author_id)
         if since is None or await copies.blocked_either_way(author_id, reader_id):
@@ -62,15 +68,14 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
             copy = await copies.read_post(post_id)
             if copy is None or not copy.alive or copy.fanned_out is not True:
                 continue
-            if copy.created_at is None or copy.created_at < since:
+            if copy.created_at is None or copy.created_at < since or copy.rank_key is None:
                 continue
             ttl_s = inbox_ttl_s(copy.created_at, now)
             if ttl_s > 0:
-                picked.append((post_id, author_id, copy.visibility_ts or 0, ttl_s))
-    picked.sort(reverse=True)
-    written = 0
-    for post_id, author_id, ts, ttl_s in picked[:cap]:
-        written += await inbox.push([reader_id], post_id, author_id, ts, ttl_s)
+                picked.append(InboxRow(post_id, author_id, copy.rank_key,
+                                       key_write_ts(copy.key_ts, copy.created_at, at), ttl_s))
+    picked.sort(key=lambda r: (r.rank_key, r.post_id), reverse=True)
+    written = await inbox.push_posts(reader_id, picked[:cap])
     return RebuildReport(reader_id, len(following), written)
 
 

@@ -1,11 +1,18 @@
 """The feed's ranking formula (docs/ranking.md). Pure: no I/O, the clock is an argument.
 
-Two halves:
+Three parts:
 
 * ``engagement_score(likes, features)``: written by the ranker into ``posts.score`` when
   a like or a feature event arrives. It does not depend on time, so it can be stored.
-* ``rank_at(score, created_at_ms, now_ms, affinity)``: computed by the read path for a
-  snapshot: the stored score, plus per-reader signals, minus recency decay.
+* ``rank_key(score, created_at_ms)``: the *time-invariant* rank key that inbox and
+  author-partition rows are clustered by (seed section 4: ``feed_inbox`` keyed
+  ``(reader_id, rank_key, post_id)``). Decay is the same for every post, so
+  ``score - age / HALF_LIFE`` = ``score + created_at / HALF_LIFE - now / HALF_LIFE``:
+  the first two terms order posts the same way at any ``now``, and no row needs
+  rescoring as time passes. ``rank_of_key(key, now_ms)`` gives the rank back.
+* ``rank_at(score, created_at_ms, now_ms, affinity)``: the same rank computed directly,
+  with a per-reader signal. The read path does not use affinity (docs/ranking.md: no
+  per-reader signal is collected; a re-rank of the page window would be the place).
 
 Everything is in log2 units, so ``2 ** rank`` is a weight that halves every
 ``HALF_LIFE_S`` of age, doubles with each doubling of ``1 + likes``, and multiplies by
@@ -18,6 +25,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
+
+from .ids import EPOCH_MS
 
 # Six hours: a feed read ~1000 times per post written (seed, section 1) should still
 # show yesterday's very popular post below today's ordinary one: at 24 h a post has lost
@@ -40,6 +49,13 @@ FEATURE_CLAMP = (-10.0, 10.0)
 AFFINITY_WEIGHT = 1.0
 
 
+# Rows move (delete + insert under a new clustering key) only when a post's exact key is
+# this far from the stored one: half a unit = 3 hours of recency = a 41 % change in
+# (1 + likes). A post liked 1,000 times moves ~20 times, not 1,000; the order of a page is
+# exact to within this, and the read path ranks a post by its stored key.
+MOVE_THRESHOLD = 0.5
+
+
 def engagement_score(likes: int, features: Mapping[str, float] | None = None) -> float:
     """Stored per-post score: ``LIKE_WEIGHT*log2(1+likes) + sum(weight*clamped feature)``."""
     score = LIKE_WEIGHT * math.log2(1 + max(0, likes))
@@ -60,6 +76,25 @@ def rank_at(score: float | None, created_at_ms: int, now_ms: int, affinity: floa
     """The rank the read path sorts by: stored score + reader affinity - recency decay."""
     clamped_affinity = min(max(affinity, 0.0), 1.0)
     return (score or 0.0) + AFFINITY_WEIGHT * clamped_affinity - recency_decay(created_at_ms, now_ms)
+
+
+def rank_key(score: float | None, created_at_ms: int) -> float:
+    """Time-invariant clustering key: ``score + (created_at - EPOCH) / HALF_LIFE`` (units).
+
+    Measured from the id epoch (2026-01-01) so keys stay small (~1,500 a year) and exact
+    in a double. Higher key = higher in every feed, at any time.
+    """
+    return (score or 0.0) + (created_at_ms - EPOCH_MS) / 1000.0 / HALF_LIFE_S
+
+
+def rank_of_key(key: float, now_ms: int) -> float:
+    """The rank at ``now_ms`` of a post stored under ``key`` (``rank_at`` without affinity)."""
+    return key - (now_ms - EPOCH_MS) / 1000.0 / HALF_LIFE_S
+
+
+def needs_move(stored_key: float | None, exact_key: float) -> bool:
+    """Whether rows stored under ``stored_key`` must move to ``exact_key`` (coalescing)."""
+    return stored_key is None or abs(exact_key - stored_key) >= MOVE_THRESHOLD
 
 
 @dataclass(frozen=True)

@@ -147,11 +147,13 @@ class Settings(BaseSettings):
     # scrolling), short enough that a stale ranking does not outlive its usefulness.
     # Matches feed_snapshots' default_time_to_live (900 s); tests shorten it.
     feed_snapshot_ttl_s: int = 900
-    # Inbox rows read per first page: the head of the partition, newest first. 300 covers
-    # 15 pages of 20 and stays clear of the trimmed tail (inbox_cap 500) and its tombstone.
-    feed_inbox_candidates: int = 300
-    # Newest posts read per followed celebrity per day bucket: a celebrity posting more
-    # than this in a day still gives the reader its newest ones; older ones lose to decay.
+    # Entries a first page ranks into its snapshot, read from the top (highest rank key)
+    # of each source: 5 pages of 20. A walk past them extends the snapshot by as many
+    # again, read strictly after its last entry, so a first page costs the same whatever
+    # the history and a long walk pays for itself page by page.
+    feed_snapshot_depth: int = 100
+    # Top posts read per followed celebrity per day bucket (today and yesterday): a
+    # celebrity posting more than this in a day still gives the reader its best ones.
     feed_celebrity_posts_per_author: int = 20
     # Followed celebrity partitions merged per first page (each costs 2 bucket reads).
     feed_max_celebrities: int = 200
@@ -161,7 +163,8 @@ class Settings(BaseSettings):
     # first-page budget on the bench machine); small follow lists are fully covered.
     feed_fallback_authors: int = 16
     feed_fallback_posts_per_author: int = 5
-    # Upper bound on a snapshot's entries (24 bytes each packed): 40+ pages of 20.
+    # Upper bound on a snapshot's entries as walks extend it (24 bytes each packed): 40
+    # pages of 20, the depth of a home timeline (Twitter's was 800 tweets).
     feed_max_candidates: int = 800
     # Follows read per request (following is a partition per reader); beyond this the
     # remaining follows are ignored for the page and a metric counts it.
@@ -172,12 +175,6 @@ class Settings(BaseSettings):
     feed_store_timeout_s: float = 0.25
     # In-process cache of immutable post bodies (text, author, created_at): ~200 B each.
     feed_body_cache_size: int = 50_000
-    # Scores trusted from the last read for this long when ranking a new snapshot (posts
-    # read within it skip the copy read). A snapshot keeps its ranks for
-    # feed_snapshot_ttl_s anyway; 10 s of score staleness is invisible next to that.
-    # Visibility and deletion are never cached. 0 reads every score on every first page.
-    feed_score_cache_s: float = 10.0
-    feed_score_cache_size: int = 200_000
     # Snapshots kept in the process for next pages (<= 19 KB each: <= 20 MB). A reader's
     # next page usually follows within seconds on the same keep-alive connection; a miss
     # is one point read in Cassandra, which every process can do.

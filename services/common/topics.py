@@ -44,6 +44,11 @@ def rank_features_topic(prefix: str | None = None) -> str:
     return f"{prefix or get_settings().topic_prefix}.rank-features"
 
 
+def rank_moves_topic(prefix: str | None = None) -> str:
+    """The ranker moved a post's rank key; the fan-out moves its rows (key = post_id)."""
+    return f"{prefix or get_settings().topic_prefix}.rank-key-moves"
+
+
 def heartbeat_topic(prefix: str | None = None) -> str:
     """CDC relay heartbeats (Debezium's __debezium-heartbeat.<prefix> equivalent)."""
     return f"__feed-heartbeat.{prefix or get_settings().topic_prefix}"
@@ -60,6 +65,7 @@ def all_topics(prefix: str | None = None) -> list[TopicSpec]:
         TopicSpec(inbox_events_topic(prefix), 3, {"retention.ms": str(24 * 3600 * 1000)}),
         TopicSpec(author_events_topic(prefix), 3, {"retention.ms": str(24 * 3600 * 1000)}),
         TopicSpec(rank_features_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
+        TopicSpec(rank_moves_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
         TopicSpec(heartbeat_topic(prefix), 1, {"retention.ms": str(3600 * 1000)}),
     ]
     consumed = [s.name for s in specs if s.name.startswith(f"{prefix or get_settings().topic_prefix}.")]

@@ -1,6 +1,7 @@
-"""The fan-out worker: faust agents over the CDC topics of posts, follows and blocks.
+"""The fan-out worker: faust agents over the CDC topics of posts, follows and blocks,
+and over the ranker's rank-key moves (the fan-out owns every inbox row).
 
-One agent per topic (posts, follows, blocks). Each takes messages in batches and
+One agent per topic (posts, follows, blocks, rank-key-moves). Each takes messages in batches and
 applies a batch's keys concurrently (``fanout_max_in_flight`` keys), each key's changes
 in order (services/common/batch_consumer.py ``consume_in_batches``). Acks are manual: a batch
 is acked only after every message's effects (Cassandra rows, output events, or a dead
@@ -26,11 +27,13 @@ from services.common.event_publisher import EventPublisher
 from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
 from services.common.poison_guard import GuardedProcessing
 from services.common.settings import Settings
-from services.common.topics import cdc_topic
+from services.common.rank_moves import parse as parse_rank_move
+from services.common.topics import cdc_topic, rank_moves_topic
 
 from .copies import CopyStore
 from .inbox import InboxStore
 from .post_events import PostFanout
+from .rank_moves import RankMoves
 from .relation_events import RelationChanges
 from .tier_store import TierStore
 from .tiering import CapacityEstimate, TierPolicy
@@ -47,6 +50,7 @@ class FanoutPorts:
 
     posts: PostFanout
     relations: RelationChanges
+    rank_moves: RankMoves
     guard: GuardedProcessing
     publisher: EventPublisher
     lag: ConsumerLag
@@ -74,6 +78,7 @@ async def open_ports(settings: Settings) -> FanoutPorts:
         posts=PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
                          retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s)),
         relations=RelationChanges(copies, inbox, publisher, settings.topic_prefix, _utc_now),
+        rank_moves=RankMoves(copies, inbox, _utc_now),
         guard=GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS),
         publisher=publisher, lag=ConsumerLag())
 
@@ -110,6 +115,20 @@ def create_app(settings: Settings) -> faust.App:
     @app.agent(raw_topic(app, cdc_topic("blocks", prefix)), name="blocks")
     async def blocks(stream: faust.StreamT) -> None:
         await consume(stream, lambda p: p.relations.on_block_changed)
+
+    @app.agent(raw_topic(app, rank_moves_topic(prefix)), name="rank_key_moves")
+    async def rank_key_moves(stream: faust.StreamT) -> None:
+        p = await ports.get()
+
+        async def handle(msg: RawMessage) -> None:
+            move = parse_rank_move(msg.value)
+            if move is not None:
+                await p.rank_moves.on_rank_key_moved(move)
+
+        await consume_in_batches(app, stream, p.guard, p.lag, handle,
+                                 max_batch=settings.consumer_batch_max,
+                                 within_s=settings.consumer_batch_within_s,
+                                 keys_in_flight=settings.fanout_max_in_flight)
 
     refresh_lag_periodically(app, lambda: ports.opened.lag if ports.opened is not None else None)
 

@@ -1,11 +1,12 @@
-"""Which readers get a post, and with which write timestamp. Pure decisions, no I/O.
+"""Which readers get a post, where its rows sort and when they were written. Pure.
 
-Write timestamps (docs/architecture.md, "idempotency by write timestamp"): an inbox row
-is written ``USING TIMESTAMP`` the LSN of the change that made the post visible (its
-create, or a moderation restore). Every reason to remove the row (post delete, removal,
-unfollow, block) deletes it ``USING TIMESTAMP`` its own LSN, so whatever order the events
-arrive in, a removal that happened after the post was made visible wins, and a replay
-rewrites identical cells.
+Write timestamps of inbox and author-timeline rows (0005_rank_keys.cql, docs/fanout.md):
+a post's rows are written at the write time of its rank key (``posts.rank_key``, in
+microseconds), and every removal (post delete or removal, unfollow, block, trim, a
+move's old key) at the time it is decided. ``key_write_ts`` picks the time a (re-)push
+writes at: after the key's own write time and after anything that removed the rows, so
+a restored post's rows are not shadowed by the tombstones of its removal, while a rank
+move decided later still shadows them.
 """
 from __future__ import annotations
 
@@ -95,6 +96,15 @@ class PostCopy:
     deleted: bool | None
     visibility_ts: int | None  # WRITETIME(visibility): LSN of the change that set it
     fanned_out: bool | None
+    score: float | None = None
+    rank_key: float | None = None        # what the post's rows are clustered by
+    rank_key_next: float | None = None   # where a rank move is taking them
+    key_ts: int | None = None            # WRITETIME(rank_key), µs: the rows' write time
+
+    @property
+    def row_keys(self) -> list[float]:
+        """Every key the post's rows may be stored under now (both, during a move)."""
+        return [k for k in dict.fromkeys((self.rank_key, self.rank_key_next)) if k is not None]
 
     @property
     def alive(self) -> bool:
@@ -125,6 +135,14 @@ def inbox_ttl_s(created_at: datetime, now: datetime) -> int:
     return max(0, int(left.total_seconds()))
 
 
+def key_write_ts(key_ts: int | None, created_at: datetime, now_us: int | None = None) -> int:
+    """Write time (µs) of a post's rows: the key's write time, never before the post was
+    made; ``now_us`` when the push must shadow earlier removals (a backfill after an
+    unfollow, a restore after a removal)."""
+    created_us = int(created_at.timestamp() * 1_000_000)
+    return max(key_ts or 0, created_us, now_us or 0)
+
+
 def backfill_posts(post_ids: Iterable[int], lowest_id: int) -> list[int]:
     """Posts a new follow (or an unblock) brings: only those made since following_since."""
     return [p for p in post_ids if p >= lowest_id]
@@ -142,8 +160,10 @@ def should_check_cap(reader_id: int, post_id: int, every: int) -> bool:
     return mixed % every == 0
 
 
-def trim_boundary(post_ids_newest_first: list[int], cap: int) -> int | None:
-    """The post_id below which the inbox is over its cap (delete ``post_id < boundary``)."""
-    if cap <= 0 or len(post_ids_newest_first) <= cap:
+def trim_boundary(keys_top_down: list[float], cap: int) -> float | None:
+    """The rank key below which the inbox is over its cap (delete ``rank_key < boundary``):
+    the lowest-ranked rows go first, the ones no first page would reach. Rows that tie
+    with the boundary stay (at most a few over the cap)."""
+    if cap <= 0 or len(keys_top_down) <= cap:
         return None
-    return post_ids_newest_first[cap - 1]
+    return keys_top_down[cap - 1]

@@ -1,8 +1,8 @@
 """Asynchronous clean-up decisions: which materialized inbox rows must go. Pure.
 
 The read path filters unfollowed, blocked, deleted and removed content at once; these
-decisions remove the rows behind it, each ``USING TIMESTAMP`` the LSN of the change that
-caused it (so a late create never resurrects a row, and a replay deletes nothing new).
+decisions remove the rows behind it, each ``USING TIMESTAMP`` the time it is decided (so a
+row written before it, by a late fan-out, never comes back; 0005_rank_keys.cql).
 """
 from __future__ import annotations
 
@@ -40,9 +40,10 @@ def purges_for_block(change: ChangeRecord) -> list[InboxPurge]:
     return [InboxPurge(blocker, blocked, change.lsn), InboxPurge(blocked, blocker, change.lsn)]
 
 
-def rows_to_purge(inbox_rows: Iterable[tuple[int, int]], author_id: int) -> list[int]:
-    """Post ids among a reader's ``(post_id, author_id)`` inbox rows that are by ``author_id``."""
-    return [post_id for post_id, row_author in inbox_rows if row_author == author_id]
+def rows_to_purge(inbox_rows: Iterable[tuple[float, int, int]], author_id: int) -> list[tuple[float, int]]:
+    """``(rank_key, post_id)`` of a reader's ``(rank_key, post_id, author_id)`` inbox rows
+    that are by ``author_id``."""
+    return [(key, post_id) for key, post_id, row_author in inbox_rows if row_author == author_id]
 
 
 def post_removal_reaches_inboxes(fanned_out: bool | None, author_tier: Tier) -> bool:

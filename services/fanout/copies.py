@@ -1,7 +1,8 @@
 """Cassandra copies the fan-out maintains: posts, author partitions, follows, blocks.
 
 Every write of a CDC-derived row carries ``USING TIMESTAMP <lsn>`` (idempotent replay,
-deletes beat late creates). Follower counts are counters: they move only when the
+deletes beat late creates), except the rank-key rows (``author_timeline`` and the copy's
+``rank_key`` cells), which are in microseconds (0005_rank_keys.cql). Follower counts are counters: they move only when the
 follow's state cell says the change is a transition (services/common/edge_transitions.py): one read of
 ``follow_state`` before the write, no read back.
 """
@@ -33,20 +34,24 @@ class CopyStore:
         self._session = session
         self._write_post_variants: dict[tuple[bool, bool], PreparedStatement] = {}
         self._mark_fanned_out = p("UPDATE posts USING TIMESTAMP ? SET fanned_out=? WHERE post_id=?")
-        self._read_post = p(
-            "SELECT author_id, created_at, visibility, deleted, WRITETIME(visibility) AS vis_ts, "
-            "fanned_out FROM posts WHERE post_id=?")
-        self._read_posts = p(
-            "SELECT post_id, author_id, created_at, visibility, deleted, WRITETIME(visibility) AS vis_ts, "
-            "fanned_out FROM posts WHERE post_id IN ?")
+        copy_columns = ("author_id, created_at, visibility, deleted, WRITETIME(visibility) AS vis_ts, "
+                        "fanned_out, score, rank_key, rank_key_next, WRITETIME(rank_key) AS key_ts")
+        self._read_post = p(f"SELECT {copy_columns} FROM posts WHERE post_id=?")
+        self._read_posts = p(f"SELECT post_id, {copy_columns} FROM posts WHERE post_id IN ?")
+        self._set_rank_key = p("UPDATE posts USING TIMESTAMP ? SET rank_key=? WHERE post_id=?")
+        self._set_rank_key_next = p("UPDATE posts USING TIMESTAMP ? SET rank_key_next=? WHERE post_id=?")
         self._add_author_post = p(
-            "INSERT INTO author_posts (author_id, bucket, post_id) VALUES (?,?,?) USING TIMESTAMP ?")
+            "INSERT INTO author_timeline (author_id, bucket, rank_key, post_id) VALUES (?,?,?,?) "
+            "USING TIMESTAMP ?")
         self._del_author_post = p(
-            "DELETE FROM author_posts USING TIMESTAMP ? WHERE author_id=? AND bucket=? AND post_id=?")
+            "DELETE FROM author_timeline USING TIMESTAMP ? "
+            "WHERE author_id=? AND bucket=? AND rank_key=? AND post_id=?")
         # All day buckets of the window in one request (an IN on the last partition key
-        # column): one round trip instead of one per day.
-        self._author_posts_since = p(
-            "SELECT post_id FROM author_posts WHERE author_id=? AND bucket IN ? AND post_id>=?")
+        # column): one round trip instead of one per day. Rows are in rank order within a
+        # day, so the window's lower bound is applied here, not in the query.
+        self._author_posts_in = p(
+            "SELECT post_id FROM author_timeline WHERE author_id=? AND bucket IN ?")
+        self._author_posts_in.fetch_size = 5000
         self._add_follower = p("INSERT INTO followers (followed_id, follower_id, following_since) "
                                "VALUES (?,?,?) USING TIMESTAMP ?")
         self._add_following = p("INSERT INTO following (follower_id, followed_id, following_since) "
@@ -99,17 +104,41 @@ class CopyStore:
     async def mark_fanned_out(self, post_id: int, fanned_out: bool, lsn: int) -> None:
         await self._run.execute(self._mark_fanned_out, (lsn, fanned_out, post_id))
 
-    async def add_author_post(self, author_id: int, post_id: int, lsn: int) -> None:
-        await self._run.execute(self._add_author_post, (author_id, ids.day_bucket(post_id), post_id, lsn))
+    async def set_rank_key(self, post_id: int, rank_key: float, key_ts: int) -> None:
+        """The key the post's rows are clustered by, written at ``key_ts`` (µs)."""
+        await self._run.execute(self._set_rank_key, (key_ts, rank_key, post_id))
 
-    async def remove_author_post(self, author_id: int, post_id: int, lsn: int) -> None:
-        await self._run.execute(self._del_author_post, (lsn, author_id, ids.day_bucket(post_id), post_id))
+    async def set_rank_key_next(self, post_id: int, rank_key: float, key_ts: int) -> None:
+        """The key the post's rows are moving to (written before the first row moves)."""
+        await self._run.execute(self._set_rank_key_next, (key_ts, rank_key, post_id))
+
+    async def add_author_post(self, author_id: int, post_id: int, rank_key: float, key_ts: int) -> None:
+        await self._run.execute(self._add_author_post,
+                                (author_id, ids.day_bucket(post_id), rank_key, post_id, key_ts))
+
+    async def remove_author_post(self, author_id: int, post_id: int, keys: Sequence[float],
+                                 ts: int) -> None:
+        bucket = ids.day_bucket(post_id)
+        await self._run.run_bounded(
+            [(self._del_author_post, (ts, author_id, bucket, k, post_id)) for k in dict.fromkeys(keys)],
+            2)
+
+    async def move_author_post(self, author_id: int, post_id: int, old_keys: Sequence[float],
+                               new_key: float, key_ts: int) -> None:
+        """The author-timeline row from ``old_keys`` to ``new_key``: one partition, one batch."""
+        bucket = ids.day_bucket(post_id)
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for key in dict.fromkeys(old_keys):
+            if key != new_key:
+                batch.add(self._del_author_post, (key_ts, author_id, bucket, key, post_id))
+        batch.add(self._add_author_post, (author_id, bucket, new_key, post_id, key_ts))
+        await self._run.execute(batch)
 
     async def author_posts_since(self, author_id: int, lowest_id: int, newest_id: int) -> list[int]:
         """Post ids of an author from ``lowest_id`` on, over the day buckets up to ``newest_id``."""
         buckets = list(range(ids.day_bucket(lowest_id), ids.day_bucket(newest_id) + 1))
-        rows = await self._run.execute(self._author_posts_since, (author_id, buckets, lowest_id))
-        return [r.post_id for r in rows]
+        rows = await self._run.execute(self._author_posts_in, (author_id, buckets))
+        return sorted((r.post_id for r in rows if r.post_id >= lowest_id), reverse=True)
 
     # -- follows -------------------------------------------------------------------------
     async def follow_state(self, follower_id: int, followed_id: int) -> EdgeState | None:
@@ -204,7 +233,7 @@ class CopyStore:
 def _post_copy(post_id: int, r: Any) -> PostCopy:
     """A ``posts`` row read by ``read_post`` / ``read_posts`` as the decisions' copy."""
     return PostCopy(post_id, r.author_id, _utc(r.created_at), r.visibility, r.deleted,
-                    r.vis_ts, r.fanned_out)
+                    r.vis_ts, r.fanned_out, r.score, r.rank_key, r.rank_key_next, r.key_ts)
 
 
 def _utc(ts: datetime | None) -> datetime | None:

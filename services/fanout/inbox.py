@@ -1,25 +1,32 @@
-"""Reader inboxes in Cassandra: push rows, unpush rows, purge an author, trim the tail.
+"""Reader inboxes in Cassandra (``feed_inbox``, rows in rank-key order): push, move,
+unpush, purge an author, trim the tail.
 
-Writes use prepared statements, go out concurrently with a bound on rows in flight, and
-carry ``USING TIMESTAMP <lsn>``. Trimming deletes everything below the cap boundary with
-ONE range tombstone at the tail, so a first page (read from the head) never walks it.
+A row is ``(reader_id, rank_key, post_id) -> author_id``: the post's time-invariant rank
+key (services/common/ranking.rank_key) in the clustering order, so a first page reads
+the top of the partition. Writes carry ``USING TIMESTAMP`` in microseconds (0005_rank_keys.cql):
+a post's rows the write time of its key, removals the time they are decided. Trimming
+deletes everything below the cap boundary with ONE range tombstone at the tail (the
+lowest keys), so a first page, read from the head, never walks it.
 
 A post's rows go to many readers' partitions. They are sent as unlogged batches of rows
 that share the same replicas (the Spark Cassandra connector's ``replica_set`` grouping):
 the coordinator is a replica of every row, so a batch costs the node what its rows cost
 one by one, and the worker's per-request cost (measured with py-spy: the driver's
 ``execute_async`` was 40 % of the fan-out's CPU) is paid once per batch instead of per
-row. Batches in flight are bounded per process (``push_batches_in_flight``), so a burst
-of large audiences queues in the worker, not on the node.
+row. A move sends each reader's delete and insert in one batch (one partition: applied
+together, so no reader ever holds both keys or neither). Batches in flight are bounded
+per process (``push_batches_in_flight``), so a burst of large audiences queues in the
+worker, not on the node.
 """
 from __future__ import annotations
 
 import asyncio
 import struct
-from typing import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from cassandra.cluster import Session
-from cassandra.query import BatchStatement, BatchType
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.common.cql_async import CqlRunner
 
@@ -34,6 +41,23 @@ PUSH_BATCH_ROWS = 50
 _BIGINT = struct.Struct(">q")
 
 
+@dataclass(frozen=True, slots=True)
+class InboxRow:
+    """One post for one reader's inbox: where it sorts, its write time and TTL left."""
+
+    post_id: int
+    author_id: int
+    rank_key: float
+    key_ts: int
+    ttl_s: int
+
+
+class StoredRow(NamedTuple):
+    rank_key: float
+    post_id: int
+    author_id: int
+
+
 class InboxStore:
     def __init__(self, session: Session, runner: CqlRunner, *, max_in_flight: int,
                  cap: int, trim_every: int, push_batches_in_flight: int = 16) -> None:
@@ -45,45 +69,77 @@ class InboxStore:
         self._cap = cap
         self._trim_every = trim_every
         p = session.prepare
-        self._push = p("INSERT INTO inbox (reader_id, post_id, author_id) VALUES (?,?,?) "
-                       "USING TTL ? AND TIMESTAMP ?")
-        self._unpush = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id=?")
-        self._unpush_many = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id IN ?")
-        self._head = p("SELECT post_id FROM inbox WHERE reader_id=? LIMIT ?")
-        self._rows = p("SELECT post_id, author_id FROM inbox WHERE reader_id=?")
+        self._push = p("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
+                       "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
+        self._unpush = p("DELETE FROM feed_inbox USING TIMESTAMP ? "
+                         "WHERE reader_id=? AND rank_key=? AND post_id=?")
+        self._head = p("SELECT rank_key FROM feed_inbox WHERE reader_id=? LIMIT ?")
+        self._rows = p("SELECT rank_key, post_id, author_id FROM feed_inbox WHERE reader_id=?")
         self._rows.fetch_size = 1000
-        self._trim = p("DELETE FROM inbox USING TIMESTAMP ? WHERE reader_id=? AND post_id < ?")
+        self._trim = p("DELETE FROM feed_inbox USING TIMESTAMP ? WHERE reader_id=? AND rank_key < ?")
 
-    async def push(self, reader_ids: Iterable[int], post_id: int, author_id: int, lsn: int,
-                   ttl_s: int = INBOX_TTL_S) -> int:
-        """Write the post into each reader's inbox, the rows living ``ttl_s`` (what is left
-        of the post's inbox TTL: ``audience.inbox_ttl_s``); returns rows written."""
-        if ttl_s <= 0:
-            return 0  # too old for any inbox (and TTL 0 would mean "never expires")
-        batches = []
-        for readers in self._by_replicas(reader_ids):
-            for start in range(0, len(readers), PUSH_BATCH_ROWS):
-                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-                for reader in readers[start:start + PUSH_BATCH_ROWS]:
-                    batch.add(self._push, (reader, post_id, author_id, ttl_s, lsn))
-                batches.append(batch)
+    def _permits(self) -> asyncio.Semaphore:
         if self._push_permits is None:
             self._push_permits = asyncio.Semaphore(self._push_batches_in_flight)
-        permits = self._push_permits
+        return self._push_permits
 
-        async def send(batch: BatchStatement) -> int:
+    async def _send_grouped(self, reader_ids: Iterable[int],
+                            rows_of: Callable[[int], list[tuple[PreparedStatement, tuple]]]) -> int:
+        """Each reader's statements, in unlogged batches of readers sharing replicas (a
+        reader's statements never split across batches); returns the readers written."""
+        batches: list[tuple[BatchStatement, int]] = []
+        for readers in self._by_replicas(reader_ids):
+            batch, count, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0, 0
+            for reader in readers:
+                statements = rows_of(reader)
+                if size and size + len(statements) > PUSH_BATCH_ROWS:
+                    batches.append((batch, count))
+                    batch, count, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0, 0
+                for statement, params in statements:
+                    batch.add(statement, params)
+                count, size = count + 1, size + len(statements)
+            if size:
+                batches.append((batch, count))
+        permits = self._permits()
+
+        async def send(batch: BatchStatement, count: int) -> int:
             async with permits:
                 await self._run.execute(batch)
-            return len(batch)
+            return count
 
         # Every batch is started, at most the process-wide permit count run at once; the
         # first error is raised after the others finish (a retry rewrites them all, the
         # writes are idempotent).
-        results = await asyncio.gather(*(send(b) for b in batches), return_exceptions=True)
+        results = await asyncio.gather(*(send(b, c) for b, c in batches), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
         return sum(results)  # type: ignore[arg-type]
+
+    async def push(self, reader_ids: Iterable[int], post_id: int, author_id: int,
+                   rank_key: float, key_ts: int, ttl_s: int = INBOX_TTL_S) -> int:
+        """Write the post into each reader's inbox under ``rank_key`` at ``key_ts`` (µs),
+        the rows living ``ttl_s`` (what is left of the post's inbox TTL:
+        ``audience.inbox_ttl_s``); returns rows written."""
+        if ttl_s <= 0:
+            return 0  # too old for any inbox (and TTL 0 would mean "never expires")
+        push = self._push
+        return await self._send_grouped(
+            reader_ids, lambda r: [(push, (r, rank_key, post_id, author_id, ttl_s, key_ts))])
+
+    async def move(self, reader_ids: Iterable[int], post_id: int, author_id: int,
+                   old_keys: Sequence[float], new_key: float, key_ts: int, ttl_s: int) -> int:
+        """Move the post's row in each reader's inbox from ``old_keys`` to ``new_key``:
+        the tombstones and the new row in one single-partition batch, all at ``key_ts``,
+        so a late write of an old key (older timestamp) stays shadowed. Returns readers."""
+        old = [k for k in dict.fromkeys(old_keys) if k != new_key]
+        push, unpush = self._push, self._unpush
+        if ttl_s <= 0:  # past the inbox TTL: the rows have expired, only make sure
+            return await self._send_grouped(
+                reader_ids, lambda r: [(unpush, (key_ts, r, k, post_id)) for k in old])
+        return await self._send_grouped(
+            reader_ids, lambda r: [(unpush, (key_ts, r, k, post_id)) for k in old]
+            + [(push, (r, new_key, post_id, author_id, ttl_s, key_ts))])
 
     def _by_replicas(self, reader_ids: Iterable[int]) -> list[list[int]]:
         """Readers grouped by the replicas of their inbox partition (one group on a
@@ -99,49 +155,63 @@ class InboxStore:
             groups.setdefault(replicas, []).append(reader)
         return list(groups.values())
 
-    async def push_posts(self, reader_id: int, posts: Sequence[tuple[int, int, int, int]]) -> int:
-        """Write ``(post_id, author_id, lsn, ttl_s)`` rows into one reader's inbox: one
-        partition, so one unlogged batch per ``PUSH_BATCH_ROWS`` instead of a request per row."""
-        posts = [p for p in posts if p[3] > 0]  # TTL 0 would mean "never expires"
-        batches = []
-        for start in range(0, len(posts), PUSH_BATCH_ROWS):
+    async def push_posts(self, reader_id: int, rows: Sequence[InboxRow]) -> int:
+        """Write several posts into one reader's inbox: one partition, so one unlogged
+        batch per ``PUSH_BATCH_ROWS`` instead of a request per row."""
+        rows = [r for r in rows if r.ttl_s > 0]  # TTL 0 would mean "never expires"
+        batches: list[tuple[Any, Sequence[Any]]] = []
+        for start in range(0, len(rows), PUSH_BATCH_ROWS):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for post_id, author_id, lsn, ttl_s in posts[start:start + PUSH_BATCH_ROWS]:
-                batch.add(self._push, (reader_id, post_id, author_id, ttl_s, lsn))
+            for r in rows[start:start + PUSH_BATCH_ROWS]:
+                batch.add(self._push, (reader_id, r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts))
             batches.append((batch, ()))
         await self._run.run_bounded(batches, self._max_in_flight)
-        return len(posts)
+        return len(rows)
 
-    async def unpush(self, reader_ids: Iterable[int], post_id: int, lsn: int) -> int:
-        """Remove the post from each reader's inbox (row tombstones at ``lsn``)."""
-        return await self._run.run_bounded(
-            ((self._unpush, (lsn, r, post_id)) for r in reader_ids), self._max_in_flight)
+    async def unpush(self, reader_ids: Iterable[int], post_id: int, keys: Sequence[float],
+                     ts: int) -> int:
+        """Remove the post (stored under any of ``keys``) from each reader's inbox."""
+        unpush = self._unpush
+        wanted = list(dict.fromkeys(keys))
+        return await self._send_grouped(
+            reader_ids, lambda r: [(unpush, (ts, r, k, post_id)) for k in wanted])
 
-    async def purge_author(self, reader_id: int, author_id: int, lsn: int,
-                           in_flight: Iterable[int] = ()) -> int:
+    async def rows(self, reader_id: int) -> list[StoredRow]:
+        """Every row of one reader's inbox (bounded by the cap and the TTL)."""
+        out: list[StoredRow] = []
+        async for page in self._run.pages(self._rows, (reader_id,)):
+            out += [StoredRow(r[0], r[1], r[2]) for r in page]
+        return out
+
+    async def purge_author(self, reader_id: int, author_id: int, ts: int,
+                           in_flight: Iterable[tuple[float, int]] = ()) -> int:
         """Remove every row of ``author_id`` from one reader's inbox (unfollow, block),
-        and tombstone ``in_flight`` posts (ones a concurrent fan-out may still push: the
-        tombstone at ``lsn`` shadows their older rows whenever they land)."""
-        doomed: set[int] = set(in_flight)
-        async for rows in self._run.pages(self._rows, (reader_id,)):
-            doomed.update(rows_to_purge(((r.post_id, r.author_id) for r in rows), author_id))
+        and tombstone the ``(rank_key, post_id)`` rows in ``in_flight`` (posts a
+        concurrent fan-out may still push: the tombstone at ``ts`` shadows their older
+        rows whenever they land)."""
+        doomed: set[tuple[float, int]] = set(in_flight)
+        doomed.update(rows_to_purge(await self.rows(reader_id), author_id))
         ordered = sorted(doomed)
-        await self._run.run_bounded(
-            ((self._unpush_many, (lsn, reader_id, ordered[i:i + PUSH_BATCH_ROWS]))
-             for i in range(0, len(ordered), PUSH_BATCH_ROWS)), self._max_in_flight)
+        statements = []
+        for i in range(0, len(ordered), PUSH_BATCH_ROWS):
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for key, post_id in ordered[i:i + PUSH_BATCH_ROWS]:
+                batch.add(self._unpush, (ts, reader_id, key, post_id))
+            statements.append((batch, ()))
+        await self._run.run_bounded(statements, self._max_in_flight)
         return len(ordered)
 
-    async def enforce_cap(self, reader_ids: Iterable[int], post_id: int, lsn: int) -> int:
+    async def enforce_cap(self, reader_ids: Iterable[int], post_id: int, ts: int) -> int:
         """Trim sampled readers' inboxes to the cap; returns how many were trimmed."""
         sampled = [r for r in reader_ids if should_check_cap(r, post_id, self._trim_every)]
         # At most a page of followers / trim_every readers: a handful of reads at once.
-        results = await asyncio.gather(*(self._trim_one(r, lsn) for r in sampled))
+        results = await asyncio.gather(*(self._trim_one(r, ts) for r in sampled))
         return sum(results)
 
-    async def _trim_one(self, reader_id: int, lsn: int) -> int:
+    async def _trim_one(self, reader_id: int, ts: int) -> int:
         rows = await self._run.execute(self._head, (reader_id, self._cap + 1))
-        boundary = trim_boundary([r.post_id for r in rows], self._cap)
+        boundary = trim_boundary([r[0] for r in rows], self._cap)
         if boundary is None:
             return 0
-        await self._run.execute(self._trim, (lsn, reader_id, boundary))
+        await self._run.execute(self._trim, (ts, reader_id, boundary))
         return 1

@@ -25,3 +25,7 @@ CELEBRITY_POSTS = Counter("feed_fanout_celebrity_posts_total",
                           "Posts kept in the author partition only")
 FOLLOWER_DRIFT = Gauge("feed_reconcile_follower_drift_authors",
                        "Authors whose follower count differs from Postgres (last reconciliation)")
+RANK_MOVE_ROWS = Histogram("feed_fanout_rank_move_rows",
+                           "Inbox rows rewritten by one rank-key move (0: a celebrity post, "
+                           "whose only row is in the author timeline)",
+                           buckets=(0, 1, 10, 100, 1000, 5000, 20000, 100000))

@@ -23,7 +23,11 @@ from services.common.envelope import ChangeRecord
 from services.common.event_publisher import EventPublisher
 from services.common.topics import author_events_topic, inbox_events_topic
 
-from .audience import PostAction, inbox_ttl_s, post_action, post_fields, readers_for_post
+from services.common.ids import EPOCH
+from services.common.ranking import rank_key
+
+from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_fields,
+                       readers_for_post)
 from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
 from .events import celebrity_posted, post_landed_in_inbox
@@ -41,7 +45,8 @@ class PostFanout:
                  publisher: EventPublisher, topic_prefix: str,
                  retry: StoreRetry | None = None,
                  wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> None:
         self._copies = copies
         self._inbox = inbox
         self._tiers = tiers
@@ -49,6 +54,7 @@ class PostFanout:
         self._inbox_topic = inbox_events_topic(topic_prefix)
         self._author_topic = author_events_topic(topic_prefix)
         self._now_ms = wall_clock_ms
+        self._now_us = wall_clock_us
         self._monotonic = monotonic
         self._meter = OverlapMeter(tiers.capacity.min_sample_rows)
         self._retry = retry or StoreRetry()
@@ -64,21 +70,28 @@ class PostFanout:
         post = post_fields(change.row, deleted_row=change.is_delete)
         await self._copies.write_post(post, change.lsn)
         if action is PostAction.REMOVE:
-            await self._remove(post.author_id, post.post_id, change.lsn)
+            await self._remove(post.author_id, post.post_id)
         elif action is PostAction.MATERIALIZE:
             await self._materialize(post.post_id, change)
 
-    async def _remove(self, author_id: int, post_id: int, lsn: int) -> None:
-        _, copy, state = await asyncio.gather(self._copies.remove_author_post(author_id, post_id, lsn),
-                                              self._copies.read_post(post_id),
-                                              self._tiers.state(author_id))
-        tier = state.tier
+    async def _remove(self, author_id: int, post_id: int) -> None:
+        """Tombstone the post's rows (every key they may be under) at the time of the
+        decision, and re-write the copy's key at that time: a restore then pushes after
+        it, and a rank move of a removed post is not made (the ranker checks the copy)."""
+        copy, state = await asyncio.gather(self._copies.read_post(post_id),
+                                           self._tiers.state(author_id))
         if copy is not None and copy.alive:
             return  # a newer change made it visible again; that change owns the rows
-        if not post_removal_reaches_inboxes(copy.fanned_out if copy else None, tier):
+        keys = copy.row_keys if copy is not None else []
+        if not keys:
+            return  # never materialized: no rows anywhere
+        removed_at = key_write_ts(copy.key_ts, copy.created_at or EPOCH, self._now_us())
+        await asyncio.gather(self._copies.remove_author_post(author_id, post_id, keys, removed_at),
+                             self._copies.set_rank_key(post_id, keys[0], removed_at))
+        if not post_removal_reaches_inboxes(copy.fanned_out, state.tier):
             return
         async for page in self._copies.follower_pages(author_id):
-            removed = await self._inbox.unpush([f.reader_id for f in page], post_id, lsn)
+            removed = await self._inbox.unpush([f.reader_id for f in page], post_id, keys, removed_at)
             CLEANUP_ROWS.labels("post_removed").inc(removed)
 
     async def _materialize(self, post_id: int, change: ChangeRecord) -> None:
@@ -87,13 +100,24 @@ class PostFanout:
             return  # deleted or removed by a change we already applied: nothing to push
         assert copy.author_id is not None and copy.created_at is not None
         lsn = max(change.lsn, copy.visibility_ts or 0)
-        _, followers = await asyncio.gather(self._copies.add_author_post(copy.author_id, post_id, lsn),
+        # The rows' key and write time: a first push keys the post by its score so far,
+        # at its creation time (a replay writes the same cells; a rank move decided later
+        # has a later time and wins). A restore (an update that made it visible again)
+        # re-keys after the removal's tombstones.
+        key = copy.rank_key
+        if key is None:
+            key = rank_key(copy.score, int(copy.created_at.timestamp() * 1000))
+        restore = change.op == "u"
+        key_ts = key_write_ts(copy.key_ts, copy.created_at, self._now_us() if restore else None)
+        if restore or copy.rank_key is None or key_ts != copy.key_ts:
+            await self._copies.set_rank_key(post_id, key, key_ts)
+        _, followers = await asyncio.gather(self._copies.add_author_post(copy.author_id, post_id, key, key_ts),
                                             self._copies.followers_count(copy.author_id))
         decision = await self._tiers.tier_for_post(copy.author_id, followers)
         if decision.tier is Tier.CELEBRITY:
             await self._copies.mark_fanned_out(post_id, False, lsn)
-            key, value = celebrity_posted(copy.author_id, post_id, copy.created_at)
-            await (await self._publisher.send(self._author_topic, key, value))
+            event_key, value = celebrity_posted(copy.author_id, post_id, copy.created_at)
+            await (await self._publisher.send(self._author_topic, event_key, value))
             CELEBRITY_POSTS.inc()
             return
         ttl_s = inbox_ttl_s(copy.created_at, datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc))
@@ -119,16 +143,18 @@ class PostFanout:
                 if not readers:
                     continue
                 written = await self._retry(partial(self._inbox.push, readers, post_id,
-                                                    copy.author_id, lsn, ttl_s), self._store_timed_out)
+                                                    copy.author_id, key, key_ts, ttl_s),
+                                            self._store_timed_out)
                 rows += written
                 if metered:
                     sample = self._meter.wrote(self._monotonic(), written)
                     if sample is not None:
                         self._tiers.capacity.observe(*sample)
                 for reader in readers:
-                    key, value = post_landed_in_inbox(reader, post_id, copy.author_id, copy.created_at)
-                    pending.append(await self._publisher.send(self._inbox_topic, key, value))
-                TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, lsn))
+                    event_key, value = post_landed_in_inbox(reader, post_id, copy.author_id,
+                                                            copy.created_at)
+                    pending.append(await self._publisher.send(self._inbox_topic, event_key, value))
+                TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, self._now_us()))
         finally:
             finished = self._monotonic()
             if metered:

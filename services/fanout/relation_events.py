@@ -17,6 +17,7 @@ Round trips of a follow change, each step's statements concurrent:
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable
 
@@ -25,11 +26,11 @@ from services.common.envelope import ChangeRecord, parse_timestamp, require_int
 from services.common.event_publisher import EventPublisher
 from services.common.topics import inbox_events_topic
 
-from .audience import PostCopy, backfill_posts, inbox_ttl_s
+from .audience import PostCopy, backfill_posts, inbox_ttl_s, key_write_ts
 from .cleanup import InboxPurge, purges_for_block, purges_for_unfollow
 from .copies import CopyStore
 from .events import post_landed_in_inbox
-from .inbox import InboxStore
+from .inbox import InboxRow, InboxStore
 from .metrics import CLEANUP_ROWS, INBOX_ROWS
 
 # Inbox rows expire after 7 days; a backfill never looks further back than that.
@@ -40,12 +41,14 @@ CLOCK_SKEW = timedelta(minutes=1)
 
 class RelationChanges:
     def __init__(self, copies: CopyStore, inbox: InboxStore, publisher: EventPublisher,
-                 topic_prefix: str, clock: Callable[[], datetime]) -> None:
+                 topic_prefix: str, clock: Callable[[], datetime],
+                 wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> None:
         self._copies = copies
         self._inbox = inbox
         self._publisher = publisher
         self._inbox_topic = inbox_events_topic(topic_prefix)
         self._clock = clock
+        self._now_us = wall_clock_us
 
     async def on_follow_changed(self, change: ChangeRecord) -> None:
         row = change.row
@@ -85,8 +88,9 @@ class RelationChanges:
         get a tombstone at this change's LSN too: a late push is shadowed (the post
         handler marks fanned_out before it reads followers, so it is seen here)."""
         window = await self._window_posts(purge.author_id, since)
-        removed = await self._inbox.purge_author(purge.reader_id, purge.author_id, purge.lsn,
-                                                 in_flight=[c.post_id for c in window])
+        removed = await self._inbox.purge_author(
+            purge.reader_id, purge.author_id, self._now_us(),
+            in_flight=[(k, c.post_id) for c in window for k in c.row_keys])
         CLEANUP_ROWS.labels(reason).inc(removed)
 
     async def _window_posts(self, author_id: int, since: datetime | None) -> list[PostCopy]:
@@ -117,8 +121,12 @@ class RelationChanges:
         landing = [(c, ttl) for c in pushed if (ttl := inbox_ttl_s(c.created_at, now)) > 0]
         if not landing:
             return  # all older than any inbox keeps
-        await self._inbox.push_posts(reader_id, [(c.post_id, author_id, c.visibility_ts or 0, ttl)
-                                                 for c, ttl in landing])
+        # Written now, after any purge of an earlier unfollow or block (its tombstones
+        # are older); a rank move decided later still shadows these rows.
+        at = self._now_us()
+        await self._inbox.push_posts(reader_id, [
+            InboxRow(c.post_id, author_id, c.rank_key, key_write_ts(c.key_ts, c.created_at, at), ttl)
+            for c, ttl in landing if c.rank_key is not None])
         events = [post_landed_in_inbox(reader_id, c.post_id, author_id, c.created_at) for c, _ in landing]
         futures = [await self._publisher.send(self._inbox_topic, k, v) for k, v in events]
         INBOX_ROWS.inc(len(landing))

@@ -1,4 +1,5 @@
-"""The ranker worker: likes (CDC) and rank-feature events into per-post rank keys.
+"""The ranker worker: likes (CDC) and rank-feature events into per-post rank keys, and
+``<prefix>.rank-key-moves`` when a key moves far enough for the post's rows to follow.
 
 Same delivery rules as the fan-out (services/common/batch_consumer.py, poison_guard.py): batches with keys
 applied concurrently and each key in order, manual acks after effects, bounded retries
@@ -21,7 +22,9 @@ from services.common.event_publisher import EventPublisher
 from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
 from services.common.poison_guard import GuardedProcessing, Handler
 from services.common.settings import Settings
-from services.common.topics import cdc_topic, rank_features_topic
+from services.common.rank_moves import RankKeyMoved
+from services.common.rank_moves import encode as encode_move
+from services.common.topics import cdc_topic, rank_features_topic, rank_moves_topic
 
 from .features import parse_feature_event
 from .rank_keys import RankKeys
@@ -34,6 +37,7 @@ class RankerPorts:
     store: RankStore
     guard: GuardedProcessing
     lag: ConsumerLag
+    publisher: EventPublisher
 
 
 async def open_ports(settings: Settings) -> RankerPorts:
@@ -43,12 +47,20 @@ async def open_ports(settings: Settings) -> RankerPorts:
     publisher = EventPublisher(settings)
     await publisher.start()
     return RankerPorts(RankStore(session, settings.store_max_in_flight),
-                       GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS), ConsumerLag())
+                       GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS), ConsumerLag(),
+                       publisher)
 
 
 def create_app(settings: Settings) -> faust.App:
     app = build_faust_app(settings, settings.ranker_group_id or f"{settings.topic_prefix}.ranker")
     ports = OpenedOnce(lambda: open_ports(settings))
+    moves_topic = rank_moves_topic(settings.topic_prefix)
+
+    def rank_keys(p: RankerPorts) -> RankKeys:
+        async def publish_move(move: RankKeyMoved) -> None:
+            key, value = encode_move(move)
+            await (await p.publisher.send(moves_topic, key, value))
+        return RankKeys(p.store, publish_move)
 
     async def consume(stream: faust.StreamT, p: RankerPorts, keys: RankKeys, handle: Handler) -> None:
         await consume_in_batches(app, stream, p.guard, p.lag, handle,
@@ -60,7 +72,7 @@ def create_app(settings: Settings) -> faust.App:
     @app.agent(raw_topic(app, cdc_topic("likes", settings.topic_prefix)), name="likes")
     async def likes(stream: faust.StreamT) -> None:
         p = await ports.get()
-        keys = RankKeys(p.store)
+        keys = rank_keys(p)
 
         async def handle(msg: RawMessage) -> None:
             change = parse_change(msg.key, msg.value)
@@ -72,7 +84,7 @@ def create_app(settings: Settings) -> faust.App:
     @app.agent(raw_topic(app, rank_features_topic(settings.topic_prefix)), name="rank_features")
     async def rank_features(stream: faust.StreamT) -> None:
         p = await ports.get()
-        keys = RankKeys(p.store)
+        keys = rank_keys(p)
 
         async def handle(msg: RawMessage) -> None:
             update = parse_feature_event(msg.value)

@@ -23,6 +23,22 @@ LikeState = EdgeState
 
 
 @dataclass(frozen=True)
+class KeyState:
+    """The post copy as a rank move sees it (keys and their write time, µs)."""
+
+    author_id: int
+    created_at_ms: int
+    alive: bool
+    rank_key: float
+    rank_key_next: float | None
+    key_ts: int
+
+    @property
+    def row_keys(self) -> tuple[float, ...]:
+        return tuple(k for k in dict.fromkeys((self.rank_key, self.rank_key_next)) if k is not None)
+
+
+@dataclass(frozen=True)
 class LikeStep:
     delta: int    # like counter movement: +1, -1 or 0
     write: bool   # the change is newer than the stored state: write copy and state
@@ -48,6 +64,9 @@ class RankStore:
         self._features = p("SELECT features FROM posts WHERE post_id=?")
         self._set_features = p("UPDATE posts USING TIMESTAMP ? SET features = features + ? WHERE post_id=?")
         self._set_score = p("UPDATE posts SET score=? WHERE post_id=?")
+        self._key_state = p("SELECT author_id, toUnixTimestamp(created_at), visibility, deleted, "
+                            "rank_key, rank_key_next, WRITETIME(rank_key) FROM posts WHERE post_id=?")
+        self._set_key_next = p("UPDATE posts USING TIMESTAMP ? SET rank_key_next=? WHERE post_id=?")
 
     async def like_state(self, post_id: int, user_id: int) -> LikeState | None:
         rows = await self._run.execute(self._read_state, (post_id, user_id))
@@ -89,3 +108,17 @@ class RankStore:
 
     async def set_score(self, post_id: int, score: float) -> None:
         await self._run.execute(self._set_score, (score, post_id))
+
+    async def key_state(self, post_id: int) -> KeyState | None:
+        """What a rank move needs of the copy; None when the post has no rows yet."""
+        rows = await self._run.execute(self._key_state, (post_id,))
+        if not rows:
+            return None
+        author, created_ms, visibility, deleted, key, key_next, key_ts = rows[0]
+        if author is None or created_ms is None or key is None:
+            return None  # not materialized yet: the fan-out keys it by the current score
+        return KeyState(author, created_ms, visibility == 1 and not deleted,
+                        key, key_next, key_ts or 0)
+
+    async def set_rank_key_next(self, post_id: int, key: float, key_ts: int) -> None:
+        await self._run.execute(self._set_key_next, (key_ts, key, post_id))

@@ -55,7 +55,7 @@ def test_one_batch_keeps_key_order_isolates_poison_and_replays_idempotently(work
     assert env.inbox(leaver) == [] and env.inbox(returner) == []     # returner follows since now
     copy = env.rows("SELECT deleted FROM posts WHERE post_id=%s", p1)
     assert copy and copy[0].deleted is True
-    assert [r.post_id for r in env.rows("SELECT post_id FROM author_posts")] == [p2]
+    assert [r.post_id for r in env.rows("SELECT post_id FROM author_timeline")] == [p2]
     letters = _read_all(env.settings.kafka_bootstrap, dlq_topic(follows_topic), with_headers=True)
     assert [json.loads(k) for k, _, _ in letters] == [{"follower_id": 1, "followed_id": 2}]
 

@@ -88,7 +88,7 @@ class WorkerEnv:
         return list(self.session.execute(query, params))
 
     def inbox(self, reader_id: int) -> list[int]:
-        return [r.post_id for r in self.rows("SELECT post_id FROM inbox WHERE reader_id=%s", reader_id)]
+        return [r.post_id for r in self.rows("SELECT post_id FROM feed_inbox WHERE reader_id=%s", reader_id)]
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def group_caught_up(settings: Settings, group: str, topics: list[str]) -> bool:
         consumer.close()
 
 
-SERVING_TABLES = ("posts", "author_posts", "inbox", "following", "followers", "blocks",
+SERVING_TABLES = ("posts", "author_timeline", "feed_inbox", "following", "followers", "blocks",
                   "author_stats", "author_tiers", "celebrities", "post_likes", "post_counters")
 
 

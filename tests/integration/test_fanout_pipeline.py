@@ -49,7 +49,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     assert env.inbox(late) == []            # followed after the posts: no backfill
     assert env.inbox(blocked) == []         # blocked by the author
     assert env.inbox(leaver) == []          # unfollowed
-    assert [r.post_id for r in env.rows("SELECT post_id FROM author_posts")] == [p3, p1]
+    assert [r.post_id for r in env.rows("SELECT post_id FROM author_timeline")] == [p3, p1]
     deleted = env.rows("SELECT deleted FROM posts WHERE post_id=%s", p2)
     assert deleted and deleted[0].deleted is True
     stats = {r.author_id: r.followers for r in env.rows("SELECT * FROM author_stats")}
@@ -80,15 +80,15 @@ def test_sigkill_mid_fanout_then_restart_gives_every_follower_the_post_once(work
                == len(followers), timeout=120, message="follows applied")
     post = post_id_at(_now(), 7)
     env.send(e.post_created(e.post_row(post, author, _now())))
-    written = wait_until(lambda: env.rows("SELECT count(*) AS n FROM inbox")[0].n,
+    written = wait_until(lambda: env.rows("SELECT count(*) AS n FROM feed_inbox")[0].n,
                          timeout=60, interval=0.02, message="fan-out started")
     env.kill(worker)
     assert 0 < written < len(followers), "the kill must land in the middle of the fan-out"
 
     env.start("services.fanout", "crash")
-    wait_until(lambda: env.rows("SELECT count(*) AS n FROM inbox")[0].n == len(followers),
+    wait_until(lambda: env.rows("SELECT count(*) AS n FROM feed_inbox")[0].n == len(followers),
                timeout=120, message="fan-out completed after restart")
-    per_reader = collections.Counter(r.reader_id for r in env.rows("SELECT reader_id, post_id FROM inbox"))
+    per_reader = collections.Counter(r.reader_id for r in env.rows("SELECT reader_id, post_id FROM feed_inbox"))
     assert set(per_reader) == set(followers) and set(per_reader.values()) == {1}
 
 
@@ -146,7 +146,7 @@ def _author_partition(env, authors: list[int], posts: list[int]) -> list[int]:
     for a in authors:
         for bucket in sorted({ids.day_bucket(p) for p in posts}):
             out += [r.post_id for r in env.rows(
-                "SELECT post_id FROM author_posts WHERE author_id=%s AND bucket=%s", a, bucket)]
+                "SELECT post_id FROM author_timeline WHERE author_id=%s AND bucket=%s", a, bucket)]
     return out
 
 
@@ -211,8 +211,8 @@ def test_a_late_fanout_keeps_the_posts_inbox_expiry_and_skips_posts_too_old_for_
                                                              for t in FANOUT_TOPICS]),
                timeout=120, message="worker caught up")
     assert env.inbox(reader) == [recent]
-    ttl = env.rows("SELECT TTL(author_id) AS ttl FROM inbox WHERE reader_id=%s AND post_id=%s",
-                   reader, recent)[0].ttl
+    ttl = env.rows("SELECT TTL(author_id) AS ttl FROM feed_inbox WHERE reader_id=%s AND post_id=%s "
+                   "ALLOW FILTERING", reader, recent)[0].ttl
     assert 86_400 - 600 < ttl <= 86_400      # one day left, not seven
     fanned = env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", old)
     assert fanned and fanned[0].fanned_out is False

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _inbox(world: FeedWorld, reader: int) -> list[int]:
-    rows = world.session.execute("SELECT post_id FROM inbox WHERE reader_id=%s", (reader,))
+    rows = world.session.execute("SELECT post_id FROM feed_inbox WHERE reader_id=%s", (reader,))
     return [r.post_id for r in rows]
 
 

@@ -1,8 +1,9 @@
 """Helpers for the read-path tests (no tests here): seeding Cassandra the fan-out's way.
 
 ``FeedWorld`` writes serving rows through the fan-out's own stores (``CopyStore``,
-``InboxStore``, ``TierStore``) and the ranker's ``RankStore``, each write with a fresh,
-increasing write timestamp, exactly what the workers do for a CDC event. It does not run
+``InboxStore``, ``TierStore``, ``RankMoves``) and the ranker's ``RankStore``, each copy
+write with a fresh, increasing write timestamp, rank-key rows at the post's time (µs),
+exactly what the workers do for a CDC event. It does not run
 the asynchronous clean-up, which is the point: the read path must filter deleted,
 removed, blocked and unfollowed content before that clean-up happens. ``SseReader``
 collects server-sent events from a real HTTP stream in a thread.
@@ -34,6 +35,9 @@ from services.fanout.events import celebrity_posted, post_landed_in_inbox
 from services.fanout.inbox import InboxStore
 from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
+from services.common.ranking import rank_key
+from services.fanout.rank_moves import RankMoves
+from services.ranker.rank_keys import planned_move
 from services.ranker.store import RankStore
 
 T = TypeVar("T")
@@ -74,6 +78,7 @@ class FeedWorld:
         self.tiers = TierStore(self.session, runner, TierPolicy(min_dwell_s=0.0),
                                CapacityEstimate(1.0, pinned_rows_per_s=1.0), utc_now)
         self.ranks = RankStore(self.session)
+        self.moves = RankMoves(self.copies, self.inbox, utc_now)
         self._producer: Producer | None = None
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -103,17 +108,21 @@ class FeedWorld:
     # -- posts ------------------------------------------------------------------------------------
     def write(self, author: int, *, at: datetime | None = None, text: str = "hello",
               inbox_of: list[int] = (), score: float | None = None) -> Post:  # type: ignore[assignment]
-        """A post copy and its author-partition row; inbox rows for ``inbox_of`` only."""
+        """A post copy keyed by ``score`` and its author-timeline row; inbox rows for
+        ``inbox_of`` only (as the fan-out writes them: at the post's time, in µs)."""
         at = at or utc_now()
         post = Post(new_post_id(at), author, at, text)
         ts = next(_TS)
+        key = rank_key(score, int(at.timestamp() * 1000))
+        key_ts = int(at.timestamp() * 1_000_000)
         self.run(self.copies.write_post(self._fields(post), ts))
-        self.run(self.copies.add_author_post(author, post.post_id, ts))
+        if score is not None:
+            self.run(self.ranks.set_score(post.post_id, score))
+        self.run(self.copies.set_rank_key(post.post_id, key, key_ts))
+        self.run(self.copies.add_author_post(author, post.post_id, key, key_ts))
         if inbox_of:
             self.run(self.copies.mark_fanned_out(post.post_id, True, ts))
-            self.run(self.inbox.push(list(inbox_of), post.post_id, author, ts))
-        if score is not None:
-            self.set_score(post.post_id, score)
+            self.run(self.inbox.push(list(inbox_of), post.post_id, author, key, key_ts))
         return post
 
     def delete(self, post: Post) -> None:
@@ -125,7 +134,14 @@ class FeedWorld:
         self.run(self.copies.write_post(self._fields(post, visibility=0), next(_TS)))
 
     def set_score(self, post_id: int, score: float) -> None:
+        """What the ranker and the fan-out do with a new score: store it and, when the
+        key moved far enough, move the post's rows (services/fanout/rank_moves.py)."""
         self.run(self.ranks.set_score(post_id, score))
+        state = self.run(self.ranks.key_state(post_id))
+        move = planned_move(post_id, state, score, time.time_ns() // 1000) if state else None
+        if move is not None:
+            self.run(self.ranks.set_rank_key_next(post_id, move.to_key, move.key_ts))
+            self.run(self.moves.on_rank_key_moved(move))
 
     @staticmethod
     def _fields(post: Post, *, deleted: bool = False, visibility: int = 1) -> PostFields:

@@ -93,7 +93,8 @@ def test_block_purges_both_directions_and_unblock_purges_nothing():
 
 
 def test_rows_to_purge_selects_the_authors_rows():
-    assert rows_to_purge([(10, 1), (11, 2), (12, 1)], author_id=1) == [10, 12]
+    rows = [(3.5, 10, 1), (3.0, 11, 2), (2.5, 12, 1)]  # (rank_key, post_id, author_id)
+    assert rows_to_purge(rows, author_id=1) == [(3.5, 10), (2.5, 12)]
 
 
 def test_removal_walks_inboxes_only_for_posts_that_were_fanned_out():

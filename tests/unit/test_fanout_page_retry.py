@@ -25,7 +25,9 @@ class _Copies:
         self.fanned_out: list[bool] = []
 
     async def write_post(self, post, lsn): ...
-    async def add_author_post(self, author_id, post_id, lsn): ...
+    async def add_author_post(self, author_id, post_id, rank_key, key_ts): ...
+    async def set_rank_key(self, post_id, rank_key, key_ts):
+        self.key = (rank_key, key_ts)
     async def mark_fanned_out(self, post_id, fanned_out, lsn):
         self.fanned_out.append(fanned_out)
 
@@ -51,15 +53,16 @@ class _Inbox:
         self.pushes: list[int] = []  # first reader of each attempted page
         self.rows: set[int] = set()
 
-    async def push(self, readers, post_id, author_id, lsn, ttl_s):
+    async def push(self, readers, post_id, author_id, rank_key, key_ts, ttl_s):
         assert 0 < ttl_s <= 7 * 86400
+        assert key_ts == int(T0.timestamp() * 1_000_000)  # a first push: at the post's time
         self.pushes.append(readers[0])
         if readers[0] == 100 + 2 * PAGE and self.pushes.count(readers[0]) <= 2:
             raise OperationTimedOut("node overloaded")
         self.rows.update(readers)
         return len(readers)
 
-    async def enforce_cap(self, readers, post_id, lsn):
+    async def enforce_cap(self, readers, post_id, ts):
         return 0
 
 
@@ -84,7 +87,8 @@ async def _no_sleep(_s: float) -> None:
 def _fanout(copies, inbox, tiers, publisher, now: datetime) -> PostFanout:
     return PostFanout(copies, inbox, tiers, publisher, "t",  # type: ignore[arg-type]
                       retry=StoreRetry(attempts=3, base_s=0.01, sleep=_no_sleep),
-                      wall_clock_ms=lambda: int(now.timestamp() * 1000))
+                      wall_clock_ms=lambda: int(now.timestamp() * 1000),
+                      monotonic=lambda: 0.0)  # no time passes: no capacity sample, only halvings
 
 
 def test_a_timed_out_page_is_retried_alone_and_lowers_the_capacity_estimate():

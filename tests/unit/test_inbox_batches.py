@@ -39,14 +39,17 @@ class _Cql(str):
 class _Runner:
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
+        self.statements: list[list[str]] = []
         self.running = self.peak = 0
 
     async def execute(self, batch, params=()):
         self.running += 1
         self.peak = max(self.peak, self.running)
         await asyncio.sleep(0)
-        self.batches.append([int(re.search(r"VALUES \((\d+),", text).group(1))
-                             for _prepared, text, _params in batch._statements_and_parameters])
+        texts = [text for _prepared, text, _params in batch._statements_and_parameters]
+        self.statements.append(texts)
+        self.batches.append([int(m.group(1)) for t in texts
+                             if (m := re.search(r"VALUES \((\d+),", t))])
         self.running -= 1
         return []
 
@@ -71,10 +74,26 @@ def test_rows_are_grouped_by_replica_set():
 def test_push_writes_every_row_once_with_bounded_batches_in_flight():
     runner = _Runner()
     store = _store(2, runner)
-    written = asyncio.run(store.push(range(1, 301), post_id=9, author_id=5, lsn=7))
+    written = asyncio.run(store.push(range(1, 301), post_id=9, author_id=5, rank_key=1.5, key_ts=7))
     assert written == 300
     assert len(runner.batches) == 2 * -(-150 // PUSH_BATCH_ROWS)  # 3 batches per replica set
     assert runner.peak <= 3
     rows = [r for batch in runner.batches for r in batch]
     assert sorted(rows) == list(range(1, 301))
     assert all(len({r % 2 for r in batch}) == 1 for batch in runner.batches)  # one replica set each
+
+
+def test_a_move_keeps_each_readers_tombstone_and_new_row_in_one_batch():
+    runner = _Runner()
+    store = _store(1, runner)
+    written = asyncio.run(store.move(range(1, 61), post_id=9, author_id=5, old_keys=[1.5, 2.0],
+                                     new_key=3.0, key_ts=8, ttl_s=100))
+    assert written == 60
+    texts = [text for batch in runner.statements for text in batch]
+    assert len(texts) == 60 * 3                        # two tombstones and a row per reader
+    for batch in runner.statements:
+        readers = [int(re.search(r"reader_id=(\d+)|VALUES \((\d+),", t).group(1)
+                       or re.search(r"VALUES \((\d+),", t).group(1)) for t in batch]
+        assert len(batch) <= PUSH_BATCH_ROWS and len(batch) % 3 == 0
+        for i in range(0, len(readers), 3):            # a reader never spans two batches
+            assert readers[i] == readers[i + 1] == readers[i + 2]

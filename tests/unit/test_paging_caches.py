@@ -7,42 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.api.feed import paging, snapshot
-from services.api.feed.bodies import ScoreCache
 from services.common.ranking import Ranked
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_score_is_trusted_only_while_fresh() -> None:
-    clock = Clock()
-    cache = ScoreCache(10, max_age_s=5.0, monotonic=clock)
-    cache.put(1, 2.5)
-    cache.put(2, None)
-    assert cache.fresh()(1) == (100.0, 2.5)
-    assert cache.fresh()(2) == (100.0, None)  # "no score yet" is a cached answer too
-    assert cache.fresh()(3) is None
-    clock.now += 5.0
-    assert cache.fresh()(1) is None  # past its age: the copy is read again
-
-
-def test_score_cache_evicts_the_oldest_read_and_can_be_off() -> None:
-    clock = Clock()
-    cache = ScoreCache(2, max_age_s=60.0, monotonic=clock)
-    for post_id in (1, 2, 1, 3):  # 1 is re-read, so 2 is the oldest
-        cache.put(post_id, float(post_id))
-    lookup = cache.fresh()
-    assert lookup(2) is None and lookup(1) == (100.0, 1.0) and lookup(3) == (100.0, 3.0)
-    off = ScoreCache(100, max_age_s=0.0, monotonic=clock)
-    off.put(1, 1.0)
-    assert off.fresh()(1) is None
 
 
 def test_cached_snapshot_expires_with_its_ttl() -> None:
@@ -82,3 +49,20 @@ def test_packed_entries_read_like_the_unpacked_list(rows: list, rank: float, pos
     start = len(unpacked) // 3
     assert paging.window(packed, start, 5, 0.5) == paging.window(unpacked, start, 5, 0.5)
     assert snapshot.pack(unpacked) == blob
+
+
+@given(RANKED, RANKED, st.booleans())
+def test_extending_a_snapshot_appends_and_keeps_the_order(first: list, below: list, more: bool) -> None:
+    head = sorted(first, reverse=True)
+    tail = sorted((r for r in below if not head or (r[0], r[1]) < (head[-1][0], head[-1][1])),
+                  reverse=True)
+    blob = snapshot.extend(snapshot.pack_tuples(head, more=True), tail, more)
+    packed = snapshot.PackedEntries(blob)
+    assert [(e.rank, e.post_id) for e in packed] == [(r, p) for r, p, _ in head + tail]
+    assert packed.more is more
+
+
+def test_a_snapshot_of_another_format_is_refused() -> None:
+    import pytest
+    with pytest.raises(ValueError):
+        snapshot.PackedEntries(bytes([1]) + b"\0" * 24)  # the v1 layout (no flags byte)

@@ -1,15 +1,12 @@
-"""Post copies for a page, fetched in batches behind two in-process caches.
+"""Post copies for a page, fetched in batches behind an in-process body cache.
 
-* ``BodyCache``: what a post *says* (author, created_at, text) never changes after it is
-  written, so it is cached per process (bounded LRU) for as long as there is room.
-* ``ScoreCache``: the stored score (the ranker's rank key) for ``max_age_s``. It is used
-  only to *rank* a new snapshot, which then holds those ranks for up to the snapshot
-  TTL (900 s) anyway; a score a few seconds old changes nothing a reader could tell.
-  A post seen for the first time is always read, so a new post is ranked on its score.
+``BodyCache``: what a post *says* (author, created_at, text) never changes after it is
+written, so it is cached per process (bounded LRU) for as long as there is room; it is
+an accelerator over Cassandra, never the only copy of anything.
 
-What decides whether a post may be shown (visibility, deleted) is never cached: every
-page reads the current state of every item it returns (``PostCopies.fetch``). Both
-caches are accelerators over Cassandra, never the only copy of anything.
+What decides whether a post may be shown (visibility, deleted) and where its rows are
+(its rank keys) is never cached: every page reads the current state of every item it
+returns (``PostCopies.fetch``).
 
 Reads are IN queries of ``CHUNK`` ids, issued concurrently. A chunk that fails or times
 out is reported back (``failed``), never raised: the caller decides (rank by recency on
@@ -19,10 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Iterable
 
 from .eligibility import PostState
 from .store import FeedStore
@@ -47,11 +43,24 @@ class PostBody:
 
 @dataclass(frozen=True, slots=True)
 class PostView:
-    """A post as read for this request: current state, current score, and its body."""
+    """A post as read for this request: current state, rank keys, and its body."""
 
     state: PostState
-    score: float | None
+    keys: tuple[float | None, float | None]  # rank_key, rank_key_next
+    key_ts: int | None                       # WRITETIME(rank_key), µs
     body: PostBody | None
+
+    def holds_row(self, rank_key: float, snapshot_us: int) -> bool:
+        """Whether a row or snapshot entry under ``rank_key`` is this post's live row.
+
+        A row is the post's while its key is the copy's key or the key a move is taking
+        it to. A snapshot built before the copy's key last moved (``key_ts`` after
+        ``snapshot_us``) keeps the entry where it was ranked: pages of one snapshot do
+        not reorder. Anything else is a row left behind by a race (docs/read-path.md).
+        """
+        if rank_key in self.keys:
+            return True
+        return self.key_ts is not None and self.key_ts > snapshot_us
 
 
 class BodyCache:
@@ -85,39 +94,6 @@ class BodyCache:
             self._items.popitem(last=False)
 
 
-class ScoreCache:
-    """``post_id -> score`` as last read, trusted for ``max_age_s`` (monotonic clock).
-
-    Entries are kept in read order (a re-read moves an entry to the end), so the oldest
-    is evicted first when over ``capacity``; an entry past its age is a miss.
-    """
-
-    def __init__(self, capacity: int, max_age_s: float,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._capacity = max(0, capacity)
-        self._max_age_s = max_age_s
-        self._monotonic = monotonic
-        self._items: dict[int, tuple[float, float | None]] = {}
-
-    def fresh(self) -> Callable[[int], tuple[float, float | None] | None]:
-        """A lookup for one request: ``post_id -> (read_at, score)`` or None when stale."""
-        oldest = self._monotonic() - self._max_age_s
-        items = self._items
-
-        def lookup(post_id: int) -> tuple[float, float | None] | None:
-            hit = items.get(post_id)
-            return hit if hit is not None and hit[0] > oldest else None
-        return lookup
-
-    def put(self, post_id: int, score: float | None, now: float | None = None) -> None:
-        if self._capacity == 0 or self._max_age_s <= 0:
-            return
-        self._items.pop(post_id, None)
-        self._items[post_id] = (self._monotonic() if now is None else now, score)
-        while len(self._items) > self._capacity:
-            del self._items[next(iter(self._items))]
-
-
 @dataclass
 class FetchResult:
     views: dict[int, PostView]
@@ -130,10 +106,9 @@ def _chunks(ids: list[int], size: int) -> Iterable[list[int]]:
 
 
 class PostCopies:
-    def __init__(self, store: FeedStore, cache: BodyCache, scores: ScoreCache | None = None) -> None:
+    def __init__(self, store: FeedStore, cache: BodyCache) -> None:
         self._store = store
         self.cache = cache
-        self.scores = scores or ScoreCache(0, 0.0)
 
     async def fetch(self, post_ids: Iterable[int]) -> FetchResult:
         """Current copies of ``post_ids``; ids with no copy are simply absent from ``views``."""
@@ -147,19 +122,17 @@ class PostCopies:
             *(self._store.posts(chunk, with_text=with_text) for chunk, with_text in jobs),
             return_exceptions=True)
         out = FetchResult({}, set())
-        read_at = time.monotonic()
         for (chunk, with_text), rows in zip(jobs, results):
             if isinstance(rows, BaseException):
                 log.warning("post copy read failed for %d posts: %r", len(chunk), rows)
                 out.failed.update(chunk)
                 continue
             for row in rows:
-                post_id, author_id, created_ms, visibility, deleted, score = row[:6]
+                post_id, author_id, created_ms, visibility, deleted, key, key_next, key_ts = row[:8]
                 body = cached.get(post_id)
                 if body is None and with_text and author_id is not None and created_ms is not None:
-                    body = PostBody(author_id, created_ms, row[6] or "")
+                    body = PostBody(author_id, created_ms, row[8] or "")
                     self.cache.put(post_id, body)
-                self.scores.put(post_id, score, read_at)
                 state = PostState(post_id, author_id, created_ms, visibility, deleted)
-                out.views[post_id] = PostView(state, score, body)
+                out.views[post_id] = PostView(state, (key, key_next), key_ts, body)
         return out

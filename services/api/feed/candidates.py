@@ -1,18 +1,26 @@
-"""Which posts a first page may rank: inbox ∪ followed celebrity partitions ∪ fallback.
+"""What a snapshot is built from: the top of each source, in rank-key order, merged.
 
-* the reader's inbox, head of the partition (newest ``inbox_limit`` rows);
-* the newest posts of every followed author in ``celebrities`` (current, or demoted
-  less than ``MERGE_DEMOTED_MS`` ago: their celebrity-period posts were never fanned
-  out), from the current and previous day buckets;
-* the fan-out-behind fallback (seed section 7): the newest bucket of a bounded, rotating
-  set of followed ordinary authors, so a post whose fan-out is late still reaches the
-  feed. A reader following at most ``fallback_authors`` ordinary authors is fully
-  covered on every first page; a larger list is covered over successive first pages.
+Sources (all clustered by the time-invariant rank key, 0005_rank_keys.cql):
 
-Author partitions are read ``AUTHORS_PER_READ`` authors at a time (one multi-partition
-read with a per-partition limit). Every such read is independent: one that fails or
-times out is logged and counted (``failed_sources``) and the page is built from the
-rest. Selection is pure; ``gather`` and ``CelebrityList`` do the I/O.
+* the reader's inbox (``feed_inbox``): its top ``depth`` rows;
+* every followed author in ``celebrities`` (current, or demoted less than
+  ``MERGE_DEMOTED_MS`` ago: their celebrity-period posts were never fanned out): the top
+  ``per_celebrity`` rows of today's and yesterday's ``author_timeline`` partitions;
+* the fan-out-behind fallback (seed section 7): today's top ``per_fallback_author`` rows
+  of a slice of ``fallback_authors`` followed ordinary authors, the slice starting at a
+  point of the follow list that rotates every second (a reader following at most that
+  many authors is fully covered on every first page), so a post whose fan-out is late
+  still reaches the feed.
+
+The merge keeps the ``depth`` highest rows (one per post): a first page's reads are
+bounded by ``depth`` and by the number of followed celebrities, never by history. Which
+follows matter is read with the sources (``followed_id IN`` the celebrity list, and the
+fallback's slice), never the whole follow list. ``after`` reads the same sources strictly
+below a boundary, to extend a snapshot that a walk has reached the end of.
+
+Author partitions are read ``AUTHORS_PER_READ`` authors at a time. Every source read is
+independent: one that fails or times out is logged and counted (``failed_sources``) and
+the snapshot is built from the rest. The selection and the merge are pure.
 """
 from __future__ import annotations
 
@@ -20,7 +28,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from services.common import ids
 
@@ -28,7 +36,9 @@ from .store import FeedStore
 
 log = logging.getLogger(__name__)
 
-# Inbox rows live 7 days (0001_serving.cql) and a demoted author's celebrities row lives
+Row = tuple[float, int, int]  # (rank_key, post_id, author_id)
+
+# Inbox rows live 7 days (feed_inbox's TTL) and a demoted author's celebrities row lives
 # 8 (tier_store.DEMOTED_MERGE_TTL_S); merge a demoted author for as long as the row is
 # there, the bound below only guards against a row written without a TTL.
 MERGE_DEMOTED_MS = 8 * 24 * 3600 * 1000
@@ -40,6 +50,12 @@ BUCKETS_PER_AUTHOR = 2
 # partition 11.9 ms and 7.8 ms of client CPU; 8-10 authors per read 3.6 ms and 1.3 ms.
 # Small enough that a failed read loses a few authors, not the whole source.
 AUTHORS_PER_READ = 8
+# Celebrity ids per ``followed_id IN ?`` read of the reader's follow partition: one
+# request for any realistic celebrity list, under Cassandra's IN-size warnings.
+CELEBRITIES_PER_FOLLOW_READ = 100
+# The fallback's slice start moves through the id space every second.
+_MIX = 0x9E3779B97F4A7C15
+_ID_SPACE = 1 << 63
 
 
 class CelebrityList:
@@ -68,20 +84,22 @@ class CelebrityList:
 
 @dataclass(frozen=True)
 class Limits:
-    inbox: int
+    depth: int
     per_celebrity: int
     max_celebrities: int
     fallback_authors: int
     per_fallback_author: int
-    max_candidates: int
 
 
 @dataclass
-class Gathered:
-    """Candidates as ``post_id -> author_id`` (deduplicated) and the sources that failed."""
+class Sources:
+    """The merged top rows and what was learned about the reader on the way."""
 
-    authors_by_post: dict[int, int] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    more: bool = False                      # rows remain below the last one kept
     failed_sources: list[str] = field(default_factory=list)
+    following: dict[int, int] = field(default_factory=dict)  # follows read (author -> since ms)
+    asked: set[int] = field(default_factory=set)  # authors whose follow status is known
 
 
 def merged_celebrities(following: Mapping[int, int], celebrities: Sequence[tuple[int, int | None]],
@@ -98,72 +116,168 @@ def merged_celebrities(following: Mapping[int, int], celebrities: Sequence[tuple
     return (sorted(current) + sorted(demoted))[:max(0, limit)]
 
 
-def fallback_authors(following: Mapping[int, int], merged: Sequence[int], limit: int,
-                     rotation: int) -> list[int]:
-    """Up to ``limit`` followed ordinary authors, a window rotating with ``rotation``."""
-    skip = set(merged)
-    ordinary = sorted(a for a in following if a not in skip)
-    if limit <= 0 or not ordinary:
-        return []
-    if len(ordinary) <= limit:
-        return ordinary
-    start = rotation % len(ordinary)
-    return [ordinary[(start + i) % len(ordinary)] for i in range(limit)]
+def fallback_start(now_ms: int) -> int:
+    """Where the fallback's slice of the follow list starts: a point of the id space
+    that moves every second (Fibonacci hashing spreads consecutive seconds evenly)."""
+    return ((now_ms // 1000) * _MIX) % _ID_SPACE
+
+
+def fallback_slice(from_start: Mapping[int, int], from_zero: Mapping[int, int],
+                   skip: Iterable[int], limit: int) -> dict[int, int]:
+    """Up to ``limit`` follows from the slice start on, wrapping to the list's start."""
+    skipped = set(skip)
+    out: dict[int, int] = {}
+    for part in (from_start, from_zero):
+        for author in sorted(part):
+            if len(out) >= limit:
+                return out
+            if author not in skipped:
+                out.setdefault(author, part[author])
+    return out
 
 
 def day_buckets(now_ms: int, count: int) -> list[int]:
-    """The current day bucket (as ``author_posts`` numbers them) and the ``count - 1`` before."""
+    """The current day bucket (as ``author_timeline`` numbers them) and the ``count - 1`` before."""
     today = ids.day_bucket(ids.lowest_id_at(now_ms))
     return [today - i for i in range(count) if today - i >= 0]
 
 
-def keep_newest(authors_by_post: dict[int, int], limit: int) -> dict[int, int]:
-    """Bound the candidate set by recency (post ids are time-ordered)."""
-    if len(authors_by_post) <= limit:
-        return authors_by_post
-    newest = sorted(authors_by_post, reverse=True)[:limit]
-    return {p: authors_by_post[p] for p in newest}
+def merge_top(sources: Iterable[Sequence[Row]], depth: int, blocked: frozenset[int] = frozenset(),
+              exclude: Callable[[int], bool] = lambda _post: False) -> tuple[list[Row], bool]:
+    """The ``depth`` highest rows of all sources, one per post (its highest row), minus
+    blocked authors and excluded posts; and whether any row was left below them."""
+    best: dict[int, Row] = {}
+    for rows in sources:
+        for row in rows:
+            post_id = row[1]
+            if row[2] in blocked or exclude(post_id):
+                continue
+            held = best.get(post_id)
+            if held is None or row > held:
+                best[post_id] = row
+    merged = sorted(best.values(), reverse=True)
+    return merged[:depth], len(merged) > depth
 
 
-def _chunks(authors: Sequence[int], size: int) -> list[list[int]]:
-    return [list(authors[i:i + size]) for i in range(0, len(authors), size)]
+def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
-async def gather(store: FeedStore, reader_id: int, following: Mapping[int, int],
-                 blocked: frozenset[int], inbox_rows: Sequence[tuple[int, int]] | None,
-                 celebrities: Sequence[tuple[int, int | None]], now_ms: int, limits: Limits,
-                 ) -> Gathered:
-    """Read the author partitions and merge them with the (already read) inbox head.
+async def _settled(reads: list[Awaitable[list[Row]]]) -> list[list[Row] | BaseException]:
+    return await asyncio.gather(*reads, return_exceptions=True)
 
-    ``inbox_rows`` is None when the inbox read failed. Candidates from unfollowed or
-    blocked authors are dropped here already (the page-time check repeats it).
-    """
-    out = Gathered()
-    if inbox_rows is None:
-        out.failed_sources.append("inbox")
-        inbox_rows = []
-    celebs = merged_celebrities(following, celebrities, now_ms, limits.max_celebrities)
-    fallback = fallback_authors(following, celebs, limits.fallback_authors, now_ms // 1000)
-    reads: list[tuple[str, list[int], list[int], int]] = []
-    buckets = day_buckets(now_ms, BUCKETS_PER_AUTHOR)
-    reads += [("celebrity", chunk, buckets, limits.per_celebrity)
-              for chunk in _chunks(celebs, AUTHORS_PER_READ)]
-    newest = day_buckets(now_ms, 1)
-    reads += [("fallback", chunk, newest, limits.per_fallback_author)
-              for chunk in _chunks(fallback, AUTHORS_PER_READ)]
-    results = await asyncio.gather(*(store.author_buckets(a, b, n) for _, a, b, n in reads),
-                                   return_exceptions=True)
-    merged: dict[int, int] = {}
-    for post_id, author_id in inbox_rows:
-        merged[post_id] = author_id
-    for (source, authors, bucket_list, _), rows in zip(reads, results):
-        if isinstance(rows, BaseException):
-            log.warning("%s partition read failed (authors %s, buckets %s): %r",
-                        source, authors, bucket_list, rows)
-            out.failed_sources.append(source)
-            continue
-        for author, post_id in rows:
-            merged.setdefault(post_id, author)
-    visible = {p: a for p, a in merged.items() if a in following and a not in blocked}
-    out.authors_by_post = keep_newest(visible, limits.max_candidates)
+
+async def followed_celebrities(store: FeedStore, reader_id: int,
+                               celebrities: Sequence[tuple[int, int | None]]) -> dict[int, int]:
+    """Which of the listed celebrities the reader follows (author -> since ms)."""
+    authors = [a for a, _ in celebrities]
+    parts = await asyncio.gather(*(store.following_among(reader_id, c)
+                                   for c in _chunks(authors, CELEBRITIES_PER_FOLLOW_READ)))
+    out: dict[int, int] = {}
+    for part in parts:
+        out.update(part)
     return out
+
+
+class SourceReader:
+    """Reads and merges the sources of one reader's snapshot."""
+
+    def __init__(self, store: FeedStore, limits: Limits) -> None:
+        self._store = store
+        self._limits = limits
+
+    async def first(self, reader_id: int, celebrities: Sequence[tuple[int, int | None]],
+                    blocks: Awaitable[frozenset[int]], inbox: Awaitable[list[Row]],
+                    now_ms: int) -> tuple[Sources, frozenset[int]]:
+        """The snapshot's rows for a first page, and the reader's blocks. ``inbox`` and
+        ``blocks`` are reads the caller already started (they go out with the follow
+        reads); a failure of ``blocks`` is raised (it is a correctness input)."""
+        lim, store = self._limits, self._store
+        start = fallback_start(now_ms)
+        follows = await asyncio.gather(
+            followed_celebrities(store, reader_id, celebrities),
+            store.following_from(reader_id, start, lim.fallback_authors),
+            store.following_from(reader_id, 0, lim.fallback_authors), return_exceptions=True)
+        out = Sources()
+        celeb_follows, from_start, from_zero = follows
+        if isinstance(celeb_follows, BaseException):
+            out.failed_sources.append("celebrity")
+            celeb_follows = {}
+        celebs = merged_celebrities(celeb_follows, celebrities, now_ms, lim.max_celebrities)
+        if isinstance(from_start, BaseException) or isinstance(from_zero, BaseException):
+            out.failed_sources.append("fallback")
+            fallback: dict[int, int] = {}
+        else:
+            fallback = fallback_slice(from_start, from_zero, celeb_follows, lim.fallback_authors)
+        out.following = {**fallback, **celeb_follows}
+        out.asked = set(out.following) | (set() if "celebrity" in out.failed_sources
+                                          else {a for a, _ in celebrities})
+        celeb_chunks = _chunks(celebs, AUTHORS_PER_READ)
+        fallback_chunks = _chunks(sorted(fallback), AUTHORS_PER_READ)
+        labels = ["celebrity"] * len(celeb_chunks) + ["fallback"] * len(fallback_chunks)
+        reads = [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR), lim.per_celebrity)
+                 for c in celeb_chunks]
+        reads += [store.authors_top(c, day_buckets(now_ms, 1), lim.per_fallback_author)
+                  for c in fallback_chunks]
+        results = await _settled([inbox, *reads])
+        blocked = await blocks
+        full = _full_inbox(results[0], lim.depth) or _full_partitions(
+            results[1:1 + len(celeb_chunks)], lim.per_celebrity)
+        out.rows, more = merge_top(self._usable(["inbox", *labels], results, out), lim.depth,
+                                   blocked)
+        out.more = more or full
+        return out, blocked
+
+    async def after(self, reader_id: int, celebrities: Sequence[tuple[int, int | None]],
+                    blocked: frozenset[int], boundary: tuple[float, int], newest_id: int,
+                    exclude: Callable[[int], bool], now_ms: int) -> Sources:
+        """The next ``depth`` rows strictly below ``boundary`` (inbox and celebrities; the
+        fallback only ever covers today's newest), without posts newer than the snapshot
+        (``post_id > newest_id``: they arrive through the stream) or already in it."""
+        lim, store = self._limits, self._store
+        out = Sources()
+        try:
+            celeb_follows = await followed_celebrities(store, reader_id, celebrities)
+        except Exception:  # noqa: BLE001 - the snapshot ends early; the stream still works
+            out.failed_sources.append("celebrity")
+            celeb_follows = {}
+        celebs = merged_celebrities(celeb_follows, celebrities, now_ms, lim.max_celebrities)
+        reads = [store.inbox_top(reader_id, lim.depth, boundary)]
+        reads += [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR), lim.per_celebrity,
+                                    boundary) for c in _chunks(celebs, AUTHORS_PER_READ)]
+        results = await _settled(reads)
+        labels = ["inbox"] + ["celebrity"] * (len(reads) - 1)
+        out.rows, more = merge_top(self._usable(labels, results, out), lim.depth, blocked,
+                                   lambda p: p > newest_id or exclude(p))
+        out.more = more or _full_inbox(results[0], lim.depth) or _full_partitions(
+            results[1:], lim.per_celebrity)
+        return out
+
+    @staticmethod
+    def _usable(labels: list[str], results: list[list[Row] | BaseException],
+                out: Sources) -> list[list[Row]]:
+        usable: list[list[Row]] = []
+        for label, rows in zip(labels, results):
+            if isinstance(rows, BaseException):
+                log.warning("%s source read failed: %r", label, rows)
+                out.failed_sources.append(label)
+            else:
+                usable.append(rows)
+        return usable
+
+
+def _full_inbox(rows: list[Row] | BaseException, depth: int) -> bool:
+    return not isinstance(rows, BaseException) and len(rows) >= depth
+
+
+def _full_partitions(results: Sequence[list[Row] | BaseException], per_partition: int) -> bool:
+    """Whether some author read returned a full partition (it may hold more rows)."""
+    for rows in results:
+        if isinstance(rows, BaseException):
+            continue
+        counts: dict[int, int] = {}
+        for _key, _post, author in rows:
+            counts[author] = counts.get(author, 0) + 1
+        if any(n >= per_partition for n in counts.values()):
+            return True
+    return False

@@ -1,20 +1,25 @@
 """``FeedReader``: the first-page and next-page use cases behind ``GET /v1/feed``.
 
-First page (round trips): (1) the reader's graph, the inbox head and the celebrity list
-(cached for a second); (2) the merged author partitions; (3) only when some candidate is
-new to this process: its copy (text, state, score); then rank every candidate
-(``services.common.ranking``: stored score + recency; recency alone when the score or the
-copy is missing) from the body cache and the score cache; (4) the current state of the
-first page's window, concurrently with storing the snapshot. Next page: verify the
-cursor; the snapshot from this process's cache or one point read; then, per window, the
-window's post states, which of its authors the reader follows, and the reader's blocks,
-all concurrently: one round trip when the snapshot is cached.
+First page (round trips): (1) the inbox top, the reader's blocks, and which of the
+celebrities (list cached for a second) and of a rotating slice of follows the reader
+follows; (2) the top rows of those authors' timeline partitions; then the merge of the
+``feed_snapshot_depth`` highest rows by rank key into the snapshot (no copy is read to
+rank: the rows carry their keys); (3) the current state of the first page's window, and
+which of its authors the reader follows, concurrently with storing the snapshot. Next
+page: verify the cursor; the snapshot from this process's cache or one point read; then
+per window the same reads as (3): one round trip when the snapshot is cached. A walk
+that reaches the end of a snapshot whose sources held more extends it with the next
+rows strictly below its last entry (``SourceReader.after``), up to ``feed_max_candidates``.
 
-Failure rules (seed section 7): a candidate partition that cannot be read is skipped
-(logged, counted, and the page says ``incomplete_candidates``); the graph is a
-correctness input (blocks, unfollows), so without it the request fails with 503 instead
-of showing what may be hidden; a post whose current state cannot be read ends the page
-before it (``partial_page``), so nothing is skipped and nothing unchecked is shown.
+An entry is shown only if the post is eligible now (``eligibility.judge``) and the entry
+is the post's live row (``PostView.holds_row``: its key is the copy's, or the copy moved
+after the snapshot was made); so a row left behind by a racing move is never shown.
+
+Failure rules (seed section 7): a source that cannot be read is skipped (logged,
+counted, and the page says ``incomplete_candidates``); the graph is a correctness input
+(blocks, unfollows), so without it the request fails with 503 instead of showing what
+may be hidden; a post whose current state cannot be read ends the page before it
+(``partial_page``), so nothing is skipped and nothing unchecked is shown.
 """
 from __future__ import annotations
 
@@ -26,14 +31,14 @@ from typing import Callable, Sequence
 
 from services.common import ids
 from services.common.cursor import Cursor, CursorKeys, decode_cursor, encode_cursor
-from services.common.ranking import Ranked, rank_at
+from services.common.ranking import Ranked
 from services.common.settings import Settings
 
 from . import candidates as cand
 from . import paging, snapshot
 from .bodies import FetchResult, PostBody, PostCopies, PostView
 from .eligibility import ReaderGraph, Verdict, judge
-from .graph import GraphUnavailable, PageGraph, read_full
+from .graph import PageGraph
 from .metrics import FeedMetrics
 from .store import FeedStore
 
@@ -63,6 +68,20 @@ class FeedPage:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _Walk:
+    """One snapshot as a page walks it: its blob (extended in place) and when it was made."""
+
+    reader_id: int
+    version: str
+    blob: bytes
+    generated_at: datetime
+
+    @property
+    def generated_us(self) -> int:
+        return int(self.generated_at.timestamp() * 1_000_000)
+
+
 class FeedReader:
     def __init__(self, store: FeedStore, copies: PostCopies, settings: Settings,
                  metrics: FeedMetrics, clock: Callable[[], datetime]) -> None:
@@ -75,101 +94,66 @@ class FeedReader:
         self._celebrities = cand.CelebrityList(store, settings.feed_celebrities_cache_s)
         self._snapshots = snapshot.SnapshotCache(settings.feed_snapshot_cache_size,
                                                  settings.feed_snapshot_ttl_s)
-        self._limits = cand.Limits(
-            inbox=settings.feed_inbox_candidates,
+        self._depth = settings.feed_snapshot_depth
+        self._sources = cand.SourceReader(store, cand.Limits(
+            depth=settings.feed_snapshot_depth,
             per_celebrity=settings.feed_celebrity_posts_per_author,
             max_celebrities=settings.feed_max_celebrities,
             fallback_authors=settings.feed_fallback_authors,
-            per_fallback_author=settings.feed_fallback_posts_per_author,
-            max_candidates=settings.feed_max_candidates)
+            per_fallback_author=settings.feed_fallback_posts_per_author))
 
-    async def graph(self, reader_id: int) -> ReaderGraph:
-        """Follows and blocks, read together; either failing fails the request."""
+    async def _celebrity_list(self) -> list[tuple[int, int | None]]:
         try:
-            return await read_full(self._store, reader_id, self._settings.feed_max_following)
-        except GraphUnavailable as exc:
-            raise FeedUnavailable(str(exc)) from exc
+            return await self._celebrities.get()
+        except Exception:  # noqa: BLE001 - served without celebrity partitions, and said so
+            self._metrics.source_failures.labels("celebrities").inc()
+            return []
 
     async def first_page(self, reader_id: int, limit: int, *, reason: str = "first_page",
                          warnings: tuple[str, ...] = ()) -> FeedPage:
         now = self._clock()
         now_ms = int(now.timestamp() * 1000)
-        graph_r, inbox_r, celebs_r = await asyncio.gather(
-            self.graph(reader_id), self._store.inbox_head(reader_id, self._limits.inbox),
-            self._celebrities.get(), return_exceptions=True)
-        if isinstance(graph_r, BaseException):
-            raise graph_r
-        graph: ReaderGraph = graph_r
-        if isinstance(celebs_r, BaseException):
-            self._metrics.source_failures.labels("celebrities").inc()
-            celebs_r = []
-        gathered = await cand.gather(
-            self._store, reader_id, graph.following_since_ms, graph.blocked,
-            None if isinstance(inbox_r, BaseException) else inbox_r, celebs_r, now_ms,
-            self._limits)
-        for source in gathered.failed_sources:
+        inbox = asyncio.ensure_future(self._store.inbox_top(reader_id, self._depth))
+        blocks = asyncio.ensure_future(self._store.blocked(reader_id))
+        celebrities = await self._celebrity_list()
+        try:
+            sources, blocked = await self._sources.first(reader_id, celebrities, blocks, inbox, now_ms)
+        except Exception as exc:  # noqa: BLE001 - only the blocks read raises here
+            inbox.cancel()
+            raise FeedUnavailable("the reader's blocks could not be read") from exc
+        failed = sources.failed_sources
+        for source in failed:
             self._metrics.source_failures.labels(source).inc()
-        blob, count, known = await self._rank(gathered.authors_by_post, graph, now_ms)
         self._metrics.snapshots.labels(reason).inc()
-        self._metrics.candidates.inc(count)
-        version = snapshot.new_feed_version(now)
+        self._metrics.candidates.inc(len(sources.rows))
+        walk = _Walk(reader_id, snapshot.new_feed_version(now),
+                     snapshot.pack_tuples(sources.rows, sources.more), now)
+        graph = PageGraph(self._store, reader_id, following=sources.following,
+                          asked=sources.asked, blocked=blocked)
         # The snapshot is stored while the page's post states are read: the page does
         # not return before both are done, so a next page can always find it.
-        save = asyncio.ensure_future(self._save(reader_id, version, blob, now))
+        save = asyncio.ensure_future(self._save(walk))
         try:
-            page = await self._fill(reader_id, version, snapshot.PackedEntries(blob), 0, limit,
-                                    PageGraph(self._store, reader_id, graph), known)
+            page = await self._fill(walk, 0, limit, graph)
         finally:
             await save
-        page.generated_at = now
-        degraded = ["incomplete_candidates"] if gathered.failed_sources else []
+        degraded = ["incomplete_candidates"] if failed else []
         page.warnings = list(warnings) + degraded + page.warnings
         return page
 
-    async def _rank(self, authors_by_post: dict[int, int], graph: ReaderGraph, now_ms: int,
-                    ) -> tuple[bytes, int, dict[int, PostView]]:
-        """The packed snapshot, its size, and the copies read on the way.
-
-        A candidate whose body is cached and whose score is fresh is ranked without a
-        read; whether it may still be shown is checked when a page returns it, as for
-        every entry. The others are read now and only eligible ones are kept.
-        """
-        peek, fresh_score = self._copies.cache.peek, self._copies.scores.fresh()
-        since_of = graph.following_since_ms
-        ranked: list[tuple[float, int, int | None]] = []
-        unknown: list[int] = []
-        for post_id, author_id in authors_by_post.items():
-            body = peek(post_id)
-            hit = fresh_score(post_id) if body is not None else None
-            if hit is None:
-                unknown.append(post_id)
-            elif body.created_at_ms >= since_of.get(author_id, now_ms + 1):  # type: ignore[union-attr]
-                ranked.append((rank_at(hit[1], body.created_at_ms, now_ms), post_id, author_id))  # type: ignore[union-attr]
-        fetched = await self._copies.fetch(unknown) if unknown else FetchResult({}, set())
-        for post_id in unknown:
-            author_id = authors_by_post[post_id]
-            view = fetched.views.get(post_id)
-            if view is not None:
-                if judge(view.state, graph) is Verdict.ELIGIBLE:
-                    created = view.state.created_at_ms or ids.timestamp_ms(post_id)
-                    ranked.append((rank_at(view.score, created, now_ms), post_id, author_id))
-            elif post_id in fetched.failed:
-                # Copy unreadable now: rank by recency; the page-time check decides.
-                ranked.append((rank_at(None, ids.timestamp_ms(post_id), now_ms), post_id, author_id))
-        # Feed order (ranking.sort_key): rank descending, then post_id descending; post
-        # ids are unique, so plain tuple order reversed is exactly that.
-        ranked.sort(reverse=True)
-        return snapshot.pack_tuples(ranked), len(ranked), fetched.views
-
-    async def _save(self, reader_id: int, version: str, blob: bytes, now: datetime) -> None:
+    async def _save(self, walk: _Walk) -> None:
+        ttl = self._settings.feed_snapshot_ttl_s
+        left = ttl - int((self._clock() - walk.generated_at).total_seconds())
         try:
-            await self._store.save_snapshot(reader_id, version, blob, now,
-                                            self._settings.feed_snapshot_ttl_s)
+            if left <= 0:
+                return
+            await self._store.save_snapshot(walk.reader_id, walk.version, walk.blob,
+                                            walk.generated_at, left)
         except Exception:  # noqa: BLE001 - the page is still right; the next one restarts
-            log.warning("snapshot save failed for reader %d", reader_id, exc_info=True)
+            log.warning("snapshot save failed for reader %d", walk.reader_id, exc_info=True)
             self._metrics.snapshot_save_failures.inc()
             return
-        self._snapshots.put(reader_id, version, blob, now)
+        self._snapshots.put(walk.reader_id, walk.version, walk.blob, walk.generated_at)
 
     async def next_page(self, reader_id: int, limit: int, token: str) -> FeedPage:
         """The page after ``token``; raises ``CursorRejected`` for a cursor not ours."""
@@ -186,20 +170,55 @@ class FeedReader:
                 return await self.first_page(reader_id, limit, reason="snapshot_expired",
                                              warnings=("snapshot_expired",))
             blob, generated_at = stored
+            generated_at = generated_at or self._clock()
             self._snapshots.put(reader_id, cursor.feed_version, blob, generated_at)
-        entries = snapshot.PackedEntries(blob)
+        try:
+            entries = snapshot.PackedEntries(blob)
+        except ValueError:  # a snapshot of an older format: start again
+            return await self.first_page(reader_id, limit, reason="snapshot_expired",
+                                         warnings=("snapshot_expired",))
         start = paging.start_after(entries, (cursor.rank, cursor.post_id))
-        page = await self._fill(reader_id, cursor.feed_version, entries, start, limit,
-                                PageGraph(self._store, reader_id), {})
-        page.generated_at = generated_at or self._clock()
-        return page
+        walk = _Walk(reader_id, cursor.feed_version, blob, generated_at)
+        return await self._fill(walk, start, limit, PageGraph(self._store, reader_id))
 
-    async def _fill(self, reader_id: int, version: str, entries: Sequence[Ranked], start: int,
-                    limit: int, graph: PageGraph, known: dict[int, PostView]) -> FeedPage:
+    async def _extend(self, walk: _Walk) -> snapshot.PackedEntries | None:
+        """The snapshot with the next rows below its last entry, saved; None when the
+        sources have nothing more (or the snapshot is at its size bound)."""
+        entries = snapshot.PackedEntries(walk.blob)
+        if not entries.more or not len(entries) or len(entries) >= self._settings.feed_max_candidates:
+            return None
+        last = entries[len(entries) - 1]
+        held = {e.post_id for e in entries}
+        generated_ms = int(walk.generated_at.timestamp() * 1000)
+        newest_id = ids.lowest_id_at(generated_ms + 1) - 1
+        sources = await self._sources.after(
+            walk.reader_id, await self._celebrity_list(), frozenset(), (last.rank, last.post_id),
+            newest_id, held.__contains__, int(self._clock().timestamp() * 1000))
+        for source in sources.failed_sources:
+            self._metrics.source_failures.labels(source).inc()
+        room = self._settings.feed_max_candidates - len(entries)
+        rows = sources.rows[:room]
+        more = sources.more or len(sources.rows) > room
+        if sources.failed_sources:
+            more = True  # try again on the next page rather than end the walk
+        walk.blob = snapshot.extend(walk.blob, rows, more and bool(rows))
+        self._metrics.candidates.inc(len(rows))
+        self._metrics.snapshots.labels("extended").inc()
+        await self._save(walk)
+        return snapshot.PackedEntries(walk.blob) if rows else None
+
+    async def _fill(self, walk: _Walk, start: int, limit: int, graph: PageGraph) -> FeedPage:
+        entries: Sequence[Ranked] = snapshot.PackedEntries(walk.blob)
+        known: dict[int, PostView] = {}
         items: list[PageItem] = []
         index = start
         stalled = False
-        while len(items) < limit and index < len(entries):
+        while len(items) < limit:
+            if index >= len(entries):
+                extended = await self._extend(walk)
+                if extended is None:
+                    break
+                entries = extended
             win = paging.window(entries, index, limit - len(items), PAGE_SLACK)
             missing = [e.post_id for e in win if e.post_id not in known]
             fetched, covered = await asyncio.gather(
@@ -211,9 +230,9 @@ class FeedReader:
                 raise fetched
             known.update(fetched.views)
             usable = paging.until_unknown(win, fetched.failed)
-            current = graph.graph
+            current, made_us = graph.graph, walk.generated_us
             got = paging.fill(usable, limit - len(items),
-                              lambda e: self._eligible(known.get(e.post_id), current))
+                              lambda e: self._eligible(e, known.get(e.post_id), current, made_us))
             items += [PageItem(e, known[e.post_id].body) for e in got.items]  # type: ignore[arg-type]
             index += got.consumed
             if got.consumed == len(usable) < len(win) and len(items) < limit:
@@ -226,16 +245,22 @@ class FeedReader:
                 raise FeedUnavailable("post copies could not be read")
             warnings.append("partial_page")
         next_cursor = None
-        if items and (stalled or paging.has_more(entries, index)):
+        more = paging.has_more(entries, index) or snapshot.PackedEntries(walk.blob).more
+        if items and (stalled or more):
             last = items[-1].entry
-            next_cursor = encode_cursor(Cursor(reader_id, version, last.rank, last.post_id),
+            next_cursor = encode_cursor(Cursor(walk.reader_id, walk.version, last.rank, last.post_id),
                                         self._keys)
-        return FeedPage(items, next_cursor, version, self._clock(), warnings)
+        return FeedPage(items, next_cursor, walk.version, walk.generated_at, warnings)
 
-    def _eligible(self, view: PostView | None, graph: ReaderGraph) -> bool:
+    def _eligible(self, entry: Ranked, view: PostView | None, graph: ReaderGraph,
+                  snapshot_us: int) -> bool:
         verdict = judge(view.state if view else None, graph)
-        if verdict is Verdict.ELIGIBLE and view is not None and view.body is not None:
-            return True
+        if verdict is Verdict.ELIGIBLE and view is not None:
+            if not view.holds_row(entry.rank, snapshot_us):
+                self._metrics.skipped.labels("stale_row").inc()
+                return False
+            if view.body is not None:
+                return True
         self._metrics.skipped.labels(verdict.value).inc()
         return False
 

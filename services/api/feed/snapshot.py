@@ -1,10 +1,11 @@
 """Ranking snapshots: the version a first page creates and the packed list it stores.
 
-One first-page request ranks the reader's candidates once and stores the result in
-``feed_snapshots`` (Cassandra, TTL = ``Settings.feed_snapshot_ttl_s``); later pages read
-it back by ``(reader_id, feed_version)``. The list is packed as fixed-width records
-(rank float64, post_id int64, author_id int64: 24 bytes each, so 800 entries are 19 KB)
-behind a one-byte format tag. ``PackedEntries`` reads records in place, so a next page
+One first-page request merges the top of the reader's sources once and stores the
+result in ``feed_snapshots`` (Cassandra, TTL = ``Settings.feed_snapshot_ttl_s``); later
+pages read it back by ``(reader_id, feed_version)``. The list is packed as fixed-width
+records (rank key float64, post_id int64, author_id int64: 24 bytes each, so 800 entries
+are 19 KB) behind a format tag and a flags byte (``MORE``: the sources had more rows
+below the last entry, so a walk that reaches the end extends the snapshot). ``PackedEntries`` reads records in place, so a next page
 bisects and decodes only the ~10 records of its search and the window it returns, not
 the whole list. ``SnapshotCache`` keeps recent blobs in the process (a snapshot never
 changes once written; Cassandra stays the copy every process reads). Pure, no I/O.
@@ -20,7 +21,10 @@ from typing import Iterable, Sequence, overload
 
 from services.common.ranking import Ranked
 
-FORMAT_V1 = 1
+FORMAT_V2 = 2
+_HEADER = 2
+# Flags: the sources held rows below the last entry (a walk may extend the snapshot).
+MORE = 1
 _RECORD = struct.Struct("<dqq")
 # Length of a feed version: "v-YYYYMMDD-HHMMSS-" + 8 hex characters of randomness, so
 # two snapshots of one reader in the same second never collide.
@@ -44,26 +48,34 @@ def new_feed_version(now: datetime) -> str:
     return f"v-{stamp}-{secrets.token_hex(_VERSION_RANDOM_BYTES)}"
 
 
-def pack(entries: Sequence[Ranked]) -> bytes:
+def pack(entries: Sequence[Ranked], more: bool = False) -> bytes:
     """The ``ranked`` blob for ``entries`` (order kept)."""
-    return pack_tuples((e.rank, e.post_id, e.author_id) for e in entries)
+    return pack_tuples(((e.rank, e.post_id, e.author_id) for e in entries), more)
 
 
-def pack_tuples(entries: Iterable[tuple[float, int, int | None]]) -> bytes:
-    """The ``ranked`` blob for ``(rank, post_id, author_id)`` tuples already in feed order."""
+def pack_tuples(entries: Iterable[tuple[float, int, int | None]], more: bool = False) -> bytes:
+    """The ``ranked`` blob for ``(rank_key, post_id, author_id)`` tuples in feed order."""
     record = _RECORD.pack
-    return bytes([FORMAT_V1]) + b"".join([record(r, p, a or 0) for r, p, a in entries])
+    return bytes([FORMAT_V2, MORE if more else 0]) + b"".join([record(r, p, a or 0) for r, p, a in entries])
+
+
+def extend(blob: bytes, entries: Iterable[tuple[float, int, int | None]], more: bool) -> bytes:
+    """``blob`` with ``entries`` appended (they sort after its last entry) and new flags."""
+    record = _RECORD.pack
+    return (bytes([FORMAT_V2, MORE if more else 0]) + blob[_HEADER:]
+            + b"".join([record(r, p, a or 0) for r, p, a in entries]))
 
 
 class PackedEntries(Sequence[Ranked]):
-    """A v1 blob as a read-only sequence of ``Ranked``, decoded one record at a time."""
+    """A v2 blob as a read-only sequence of ``Ranked``, decoded one record at a time."""
 
-    __slots__ = ("_view", "_count")
+    __slots__ = ("_view", "_count", "more")
 
     def __init__(self, blob: bytes) -> None:
-        if not blob or blob[0] != FORMAT_V1 or (len(blob) - 1) % _RECORD.size:
-            raise ValueError("not a v1 snapshot blob")
-        self._view = memoryview(blob)[1:]
+        if len(blob) < _HEADER or blob[0] != FORMAT_V2 or (len(blob) - _HEADER) % _RECORD.size:
+            raise ValueError("not a v2 snapshot blob")
+        self.more = bool(blob[1] & MORE)
+        self._view = memoryview(blob)[_HEADER:]
         self._count = len(self._view) // _RECORD.size
 
     def __len__(self) -> int:

@@ -54,6 +54,8 @@ class FeedStore:
         self._following = p("SELECT followed_id, toUnixTimestamp(following_since) FROM following "
                             "WHERE follower_id=? LIMIT ?")
         self._following.fetch_size = max_following
+        self._following_from = p("SELECT followed_id, toUnixTimestamp(following_since) FROM following "
+                                 "WHERE follower_id=? AND followed_id >= ? LIMIT ?")
         self._following_among = p("SELECT followed_id, toUnixTimestamp(following_since) "
                                   "FROM following WHERE follower_id=? AND followed_id IN ?")
         self._following_one = p("SELECT toUnixTimestamp(following_since) FROM following "
@@ -64,16 +66,21 @@ class FeedStore:
         self._celebrities = p("SELECT author_id, toUnixTimestamp(until) FROM celebrities "
                               "WHERE shard=?")
         self._celebrities.fetch_size = 100_000
-        self._inbox_head = p("SELECT post_id, author_id FROM inbox WHERE reader_id=? LIMIT ?")
-        self._author_bucket = p("SELECT post_id FROM author_posts "
-                                "WHERE author_id=? AND bucket=? LIMIT ?")
-        self._author_buckets = p("SELECT author_id, post_id FROM author_posts "
-                                 "WHERE author_id IN ? AND bucket IN ? PER PARTITION LIMIT ?")
-        self._author_buckets.fetch_size = 5000
-        self._posts_full = p("SELECT post_id, author_id, toUnixTimestamp(created_at), visibility, "
-                             "deleted, score, text FROM posts WHERE post_id IN ?")
-        self._posts_state = p("SELECT post_id, author_id, toUnixTimestamp(created_at), visibility, "
-                              "deleted, score FROM posts WHERE post_id IN ?")
+        self._inbox_top = p("SELECT rank_key, post_id, author_id FROM feed_inbox "
+                            "WHERE reader_id=? LIMIT ?")
+        self._inbox_after = p("SELECT rank_key, post_id, author_id FROM feed_inbox "
+                              "WHERE reader_id=? AND (rank_key, post_id) < (?, ?) LIMIT ?")
+        self._authors_top = p("SELECT rank_key, post_id, author_id FROM author_timeline "
+                              "WHERE author_id IN ? AND bucket IN ? PER PARTITION LIMIT ?")
+        self._authors_top.fetch_size = 5000
+        self._authors_after = p("SELECT rank_key, post_id, author_id FROM author_timeline "
+                                "WHERE author_id IN ? AND bucket IN ? AND (rank_key, post_id) < (?, ?) "
+                                "PER PARTITION LIMIT ?")
+        self._authors_after.fetch_size = 5000
+        state = ("post_id, author_id, toUnixTimestamp(created_at), visibility, deleted, "
+                 "rank_key, rank_key_next, WRITETIME(rank_key)")
+        self._posts_full = p(f"SELECT {state}, text FROM posts WHERE post_id IN ?")
+        self._posts_state = p(f"SELECT {state} FROM posts WHERE post_id IN ?")
         self._save_snapshot = p("INSERT INTO feed_snapshots (reader_id, feed_version, ranked, "
                                 "created_at) VALUES (?,?,?,?) USING TTL ?")
         self._load_snapshot = p("SELECT ranked, created_at FROM feed_snapshots "
@@ -126,29 +133,38 @@ class FeedStore:
     async def blocked_between(self, reader_id: int, other_id: int) -> bool:
         return bool(await self._rows(self._blocks_between, (reader_id, other_id)))
 
+    async def following_from(self, reader_id: int, start: int, limit: int) -> dict[int, int]:
+        """Up to ``limit`` follows from ``followed_id >= start`` on (a slice of the list)."""
+        rows = await self._rows(self._following_from, (reader_id, start, limit))
+        return {author: since or 0 for author, since in rows}
+
     async def celebrities(self) -> list[tuple[int, int | None]]:
         """``(author_id, until ms or None)``: current (None) and recently demoted authors."""
         return await self._rows(self._celebrities, (CELEBRITY_SHARD,))
 
-    # -- candidates ---------------------------------------------------------------------------
-    async def inbox_head(self, reader_id: int, limit: int) -> list[tuple[int, int]]:
-        """The newest ``limit`` inbox rows as ``(post_id, author_id)``."""
-        return [(p, a) for p, a in await self._rows(self._inbox_head, (reader_id, limit))]
+    # -- sources, in rank-key order -------------------------------------------------------------
+    async def inbox_top(self, reader_id: int, limit: int,
+                        after: tuple[float, int] | None = None) -> list[tuple[float, int, int]]:
+        """The reader's ``limit`` highest inbox rows (strictly after ``after``), as
+        ``(rank_key, post_id, author_id)`` in feed order."""
+        if after is None:
+            return await self._rows(self._inbox_top, (reader_id, limit))
+        return await self._rows(self._inbox_after, (reader_id, after[0], after[1], limit))
 
-    async def author_bucket(self, author_id: int, bucket: int, limit: int) -> list[int]:
-        """The newest ``limit`` post ids of one author's day bucket."""
-        return [r[0] for r in await self._rows(self._author_bucket, (author_id, bucket, limit))]
-
-    async def author_buckets(self, authors: Sequence[int], buckets: Sequence[int],
-                             per_partition: int) -> list[tuple[int, int]]:
-        """The newest ``per_partition`` post ids of every (author, bucket) partition, as
-        ``(author_id, post_id)``: one multi-partition read instead of one per partition."""
-        return await self._rows(self._author_buckets, (list(authors), list(buckets), per_partition))
+    async def authors_top(self, authors: Sequence[int], buckets: Sequence[int], per_partition: int,
+                          after: tuple[float, int] | None = None) -> list[tuple[float, int, int]]:
+        """The ``per_partition`` highest rows of every (author, day bucket) timeline
+        partition (strictly after ``after``), as ``(rank_key, post_id, author_id)``: one
+        multi-partition read instead of one per partition. Ordered per partition only."""
+        if after is None:
+            return await self._rows(self._authors_top, (list(authors), list(buckets), per_partition))
+        return await self._rows(self._authors_after, (list(authors), list(buckets), after[0],
+                                                      after[1], per_partition))
 
     # -- post copies ------------------------------------------------------------------------
     async def posts(self, post_ids: Sequence[int], *, with_text: bool) -> list[tuple]:
-        """Copies of ``post_ids`` (one IN query; the caller chunks):
-        ``(post_id, author_id, created_at_ms, visibility, deleted, score[, text])``."""
+        """Copies of ``post_ids`` (one IN query; the caller chunks): ``(post_id, author_id,
+        created_at_ms, visibility, deleted, rank_key, rank_key_next, key_ts[, text])``."""
         statement = self._posts_full if with_text else self._posts_state
         return await self._rows(statement, (list(post_ids),))
 

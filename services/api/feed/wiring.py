@@ -19,7 +19,7 @@ from services.common.settings import Settings
 from ..stream.gate import EligibilityGate
 from ..stream.hub import StreamHub
 from ..stream.leases import StreamLeases
-from .bodies import BodyCache, PostCopies, ScoreCache
+from .bodies import BodyCache, PostCopies
 from .metrics import FeedMetrics
 from .reader import FeedReader, utc_now
 from .store import FeedStore
@@ -33,8 +33,7 @@ def _build(app: FastAPI, settings: Settings) -> None:
     app.state.cassandra = session
     app.state.feed_metrics = metrics
     app.state.feed_store = store
-    copies = PostCopies(store, BodyCache(settings.feed_body_cache_size),
-                        ScoreCache(settings.feed_score_cache_size, settings.feed_score_cache_s))
+    copies = PostCopies(store, BodyCache(settings.feed_body_cache_size))
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now)
     # A lease outlives two missed heartbeats, so one slow refresh does not free the slot.
     app.state.stream_leases = StreamLeases(session, store, int(settings.stream_heartbeat_s * 2) + 5)

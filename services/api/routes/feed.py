@@ -11,13 +11,14 @@ document the response in OpenAPI). Measured: ~0.4 ms less CPU per page of 20.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
 
 from services.common.cursor import MAX_CURSOR_CHARS, CursorRejected
+from services.common.ranking import rank_of_key
 
 from ..auth import CurrentUser
 from ..feed.reader import FeedPage, FeedReader, FeedUnavailable
@@ -55,12 +56,20 @@ def _iso_ms(unix_ms: int) -> str:
     return iso_utc(datetime.fromtimestamp(unix_ms / 1000, tz=timezone.utc))
 
 
+def _rank(page: FeedPage) -> Callable[[float], float]:
+    """Snapshot entries hold time-invariant rank keys; a client sees the rank at the
+    snapshot's time (``ranking.rank_of_key``), which orders the same way."""
+    at_ms = int(page.generated_at.timestamp() * 1000)
+    return lambda key: rank_of_key(key, at_ms)
+
+
 def page_json(page: FeedPage) -> bytes:
     """The response body: the same document as ``page_out(page)`` with unset fields left out."""
+    rank = _rank(page)
     out: dict[str, Any] = {
         "items": [{"post_id": str(i.entry.post_id), "author_id": str(i.body.author_id),
                    "text": i.body.text, "created_at": _iso_ms(i.body.created_at_ms),
-                   "rank": i.entry.rank} for i in page.items],
+                   "rank": rank(i.entry.rank)} for i in page.items],
         "next_cursor": page.next_cursor, "feed_version": page.feed_version,
         "generated_at": iso_utc(page.generated_at)}
     if page.warnings:
@@ -69,11 +78,12 @@ def page_json(page: FeedPage) -> bytes:
 
 
 def page_out(page: FeedPage) -> FeedPageOut:
+    rank = _rank(page)
     items = [FeedItemOut(post_id=str(i.entry.post_id), author_id=str(i.body.author_id),
                          text=i.body.text,
                          created_at=iso_utc(datetime.fromtimestamp(i.body.created_at_ms / 1000,
                                                                    tz=timezone.utc)),
-                         rank=i.entry.rank) for i in page.items]
+                         rank=rank(i.entry.rank)) for i in page.items]
     out = FeedPageOut(items=items, next_cursor=page.next_cursor, feed_version=page.feed_version,
                       generated_at=iso_utc(page.generated_at))
     if page.warnings:

@@ -1,0 +1,57 @@
+"""Building a snapshot from the top of each source: the pure merge, the fallback slice
+and the live-row rule (services/api/feed/candidates.py, bodies.PostView)."""
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.api.feed.bodies import PostView
+from services.api.feed.candidates import fallback_slice, fallback_start, merge_top
+from services.api.feed.eligibility import PostState
+
+ROWS = st.lists(st.tuples(st.floats(0, 2000), st.integers(1, 10**6), st.integers(1, 50)), max_size=80)
+
+
+@given(st.lists(ROWS, max_size=5), st.integers(1, 60))
+def test_merge_keeps_the_highest_rows_one_per_post(sources: list, depth: int) -> None:
+    rows, more = merge_top(sources, depth)
+    everything = [r for rows_ in sources for r in rows_]
+    best: dict[int, tuple] = {}
+    for r in everything:
+        if r[1] not in best or r > best[r[1]]:
+            best[r[1]] = r
+    expected = sorted(best.values(), reverse=True)
+    assert rows == expected[:depth]
+    assert more == (len(expected) > depth)
+    assert len({r[1] for r in rows}) == len(rows)
+
+
+def test_merge_drops_blocked_authors_and_excluded_posts() -> None:
+    inbox = [(10.0, 1, 7), (9.0, 2, 8), (8.0, 3, 7)]
+    celebs = [(9.5, 4, 9), (7.0, 1, 7)]  # post 1 again, lower: the higher row wins
+    rows, more = merge_top([inbox, celebs], 10, frozenset({8}), lambda p: p == 3)
+    assert rows == [(10.0, 1, 7), (9.5, 4, 9)] and not more
+
+
+def test_fallback_slice_wraps_to_the_start_of_the_list_and_skips_celebrities() -> None:
+    follows = {a: a * 10 for a in (3, 5, 9, 12, 20)}
+    from_start = {a: s for a, s in follows.items() if a >= 10}
+    picked = fallback_slice(from_start, follows, skip={20}, limit=3)
+    assert list(picked) == [12, 3, 5]
+    assert fallback_slice(from_start, follows, skip=(), limit=10) == follows  # small lists: all
+
+
+def test_fallback_start_moves_every_second() -> None:
+    assert fallback_start(1_000) == fallback_start(1_999) != fallback_start(2_000)
+    assert 0 <= fallback_start(123_456_789) < 2**63
+
+
+def view(keys: tuple, key_ts: int | None) -> PostView:
+    return PostView(PostState(1, 2, 3, 1, False), keys, key_ts, None)
+
+
+def test_a_row_is_live_only_under_the_copys_keys_or_if_the_copy_moved_since() -> None:
+    moving = view((5.0, 6.5), key_ts=100)
+    assert moving.holds_row(5.0, snapshot_us=200) and moving.holds_row(6.5, snapshot_us=200)
+    assert not moving.holds_row(4.0, snapshot_us=200)   # left behind by a race: skipped
+    assert moving.holds_row(4.0, snapshot_us=50)        # moved after the snapshot: stays put
