@@ -27,7 +27,7 @@ def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn factory): logging set up in that process."""
     configure_logging()
     # uvicorn silenced its access log before calling us; configure_logging re-routed it.
-    # RequestContextMiddleware already writes one JSON line per request.
+    # RequestContextMiddleware is the access log (5xx always, every request on demand).
     logging.getLogger("uvicorn.access").propagate = False
     return create_app(get_settings())
 
@@ -35,7 +35,7 @@ def worker_app() -> FastAPI:
 def main() -> None:
     configure_logging()
     settings = get_settings()
-    # access_log off: RequestContextMiddleware writes one JSON line per request instead.
+    # uvicorn's access_log off: RequestContextMiddleware is the access log (logs.py).
     if settings.api_workers <= 1:
         uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
                     log_config=None, access_log=False)

@@ -13,6 +13,9 @@ from datetime import datetime, timezone
 
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 
+# RequestContextMiddleware's logger: one INFO line per request when enabled, ERROR for 5xx.
+ACCESS_LOGGER = "services.api.access"
+
 # Attributes every LogRecord has; anything else passed via ``extra=`` is emitted as a field.
 _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
 
@@ -39,13 +42,19 @@ class JsonLogFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure_logging(level: str = "INFO") -> None:
-    """Route the root logger (and uvicorn's) to stderr as JSON lines."""
+def configure_logging(level: str = "INFO", *, access_log: bool = False) -> None:
+    """Route the root logger (and uvicorn's) to stderr as JSON lines.
+
+    Without ``access_log`` the access logger only passes WARNING and above: 5xx responses
+    are logged, successful requests are not (a JSON line per request costs CPU on every
+    request; metrics count them instead).
+    """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLogFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.NOTSET if access_log else logging.WARNING)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
