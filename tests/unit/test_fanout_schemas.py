@@ -12,9 +12,10 @@ from services.common.schemas import examples_for, validation_errors
 from services.fanout.audience import post_action, post_fields
 from services.fanout.cleanup import purges_for_block, purges_for_unfollow
 from services.fanout.events import celebrity_posted, post_landed_in_inbox
+from services.common import rank_moves
 from services.ranker.features import parse_feature_event
 
-OWN_TOPICS = ("inbox-events", "author-events", "rank-features")
+OWN_TOPICS = ("inbox-events", "author-events", "rank-features", "rank-key-moves")
 
 
 def _raw(x):
@@ -60,3 +61,21 @@ def test_published_events_conform_to_their_schemas():
     for suffix, (key, value) in (("inbox-events", post_landed_in_inbox(7, 1311768467294912, 3, ts)),
                                  ("author-events", celebrity_posted(3, 1311768467294912, ts))):
         assert validation_errors(suffix, json.loads(key), json.loads(value)) == []
+
+
+def test_rank_key_moves_round_trip_and_their_examples_are_parsed_by_the_fanout():
+    for ex in examples_for("rank-key-moves"):
+        move = rank_moves.parse(_raw(ex.value))
+        assert move is not None and str(move.post_id) == ex.value["post_id"]
+        key, value = rank_moves.encode(move)
+        assert rank_moves.parse(value) == move
+        assert validation_errors("rank-key-moves", json.loads(key), json.loads(value)) == []
+
+
+@pytest.mark.parametrize("bad", [b"[]", b'{"post_id": "1"}', b"not json",
+                                 b'{"post_id":"1","author_id":"2","created_at":"2026-11-29T10:00:00Z",'
+                                 b'"from_keys":[],"to_key":1.0,"key_ts":5}'])
+def test_a_malformed_rank_move_is_refused_for_the_dead_letter_queue(bad):
+    from services.common.envelope import MalformedEnvelope
+    with pytest.raises(MalformedEnvelope):
+        rank_moves.parse(bad)

@@ -1,6 +1,7 @@
 """The ranking formula (services/common/ranking.py, docs/ranking.md)."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -57,3 +58,40 @@ def test_items_after_a_boundary_are_strictly_after_it():
     ranked = rank_candidates([Candidate(i, NOW - i * HOUR_MS) for i in range(1, 6)], NOW)
     boundary = (ranked[1].rank, ranked[1].post_id)
     assert [r.post_id for r in after_boundary(ranked, boundary)] == [r.post_id for r in ranked[2:]]
+
+
+@given(st.floats(-5, 20), st.integers(0, 10**10), st.floats(-5, 20), st.integers(0, 10**10),
+       st.integers(0, 10**10))
+def test_rank_keys_order_posts_as_ranks_do_at_any_time(s1, t1, s2, t2, later):
+    """The stored key is time-invariant: comparing keys is comparing ranks, now or later."""
+    from services.common.ranking import rank_key, rank_of_key
+    created1, created2 = NOW - t1, NOW - t2
+    now = NOW + later
+    k1, k2 = rank_key(s1, created1), rank_key(s2, created2)
+    assert rank_of_key(k1, now) == pytest.approx(rank_at(s1, created1, now), abs=1e-6)
+    if abs(k1 - k2) > 1e-6:
+        assert (k1 > k2) == (rank_at(s1, created1, now) > rank_at(s2, created2, now))
+
+
+def test_rows_move_only_when_the_key_moves_by_the_threshold():
+    from services.common.ranking import MOVE_THRESHOLD, needs_move
+    assert needs_move(None, 3.0)
+    assert not needs_move(3.0, 3.0 + MOVE_THRESHOLD * 0.99)
+    assert needs_move(3.0, 3.0 - MOVE_THRESHOLD)
+
+
+def test_a_ranker_move_is_coalesced_and_never_made_for_a_hidden_post():
+    from services.ranker.rank_keys import planned_move
+    from services.ranker.store import KeyState
+    from services.common.ranking import rank_key
+    key0 = rank_key(0.0, NOW)
+    state = KeyState(author_id=5, created_at_ms=NOW, alive=True, rank_key=key0,
+                     rank_key_next=None, key_ts=1_000)
+    assert planned_move(9, state, 0.3, now_us=2_000) is None             # within the threshold
+    move = planned_move(9, state, 1.0, now_us=500)                        # a like: one unit up
+    assert move is not None and move.to_key == pytest.approx(key0 + 1.0)
+    assert move.from_keys == (key0,) and move.key_ts == 1_001             # after the key's time
+    mid_move = KeyState(5, NOW, True, key0, key0 + 1.0, 1_000)
+    assert planned_move(9, mid_move, 3.0, 5_000).from_keys == (key0, key0 + 1.0)
+    hidden = KeyState(5, NOW, False, key0, None, 1_000)
+    assert planned_move(9, hidden, 5.0, 5_000) is None
