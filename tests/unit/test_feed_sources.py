@@ -55,3 +55,11 @@ def test_a_row_is_live_only_under_the_copys_keys_or_if_the_copy_moved_since() ->
     assert moving.holds_row(5.0, snapshot_us=200) and moving.holds_row(6.5, snapshot_us=200)
     assert not moving.holds_row(4.0, snapshot_us=200)   # left behind by a race: skipped
     assert moving.holds_row(4.0, snapshot_us=50)        # moved after the snapshot: stays put
+
+
+def test_posts_with_rows_under_two_keys_are_in_doubt_and_the_live_row_wins() -> None:
+    from services.api.feed.candidates import rows_in_doubt
+    inbox = [(99.0, 1, 7), (5.0, 2, 7), (4.0, 1, 7)]   # post 1: a stray row above its live one
+    assert rows_in_doubt([inbox, [(5.0, 2, 7)]]) == {1}
+    rows, _ = merge_top([inbox], 10, live=lambda row: row[1] != 1 or row[0] == 4.0)
+    assert rows == [(5.0, 2, 7), (4.0, 1, 7)]

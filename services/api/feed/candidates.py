@@ -32,6 +32,7 @@ from typing import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from services.common import ids
 
+from .graph import GraphUnavailable
 from .store import FeedStore
 
 log = logging.getLogger(__name__)
@@ -143,20 +144,33 @@ def day_buckets(now_ms: int, count: int) -> list[int]:
 
 
 def merge_top(sources: Iterable[Sequence[Row]], depth: int, blocked: frozenset[int] = frozenset(),
-              exclude: Callable[[int], bool] = lambda _post: False) -> tuple[list[Row], bool]:
-    """The ``depth`` highest rows of all sources, one per post (its highest row), minus
-    blocked authors and excluded posts; and whether any row was left below them."""
+              exclude: Callable[[int], bool] = lambda _post: False,
+              live: Callable[[Row], bool] = lambda _row: True) -> tuple[list[Row], bool]:
+    """The ``depth`` highest rows of all sources, one per post (its highest ``live`` row),
+    minus blocked authors and excluded posts; and whether any row was left below them."""
     best: dict[int, Row] = {}
     for rows in sources:
         for row in rows:
             post_id = row[1]
-            if row[2] in blocked or exclude(post_id):
+            if row[2] in blocked or exclude(post_id) or not live(row):
                 continue
             held = best.get(post_id)
             if held is None or row > held:
                 best[post_id] = row
     merged = sorted(best.values(), reverse=True)
     return merged[:depth], len(merged) > depth
+
+
+def rows_in_doubt(sources: Iterable[Sequence[Row]]) -> set[int]:
+    """Posts with rows under more than one key: all but one were left behind by a race
+    (a move's tombstone lost or overtaken), and only the post's copy says which."""
+    keys: dict[int, float] = {}
+    doubt: set[int] = set()
+    for rows in sources:
+        for key, post_id, _author in rows:
+            if keys.setdefault(post_id, key) != key:
+                doubt.add(post_id)
+    return doubt
 
 
 def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
@@ -191,7 +205,7 @@ class SourceReader:
                     now_ms: int) -> tuple[Sources, frozenset[int]]:
         """The snapshot's rows for a first page, and the reader's blocks. ``inbox`` and
         ``blocks`` are reads the caller already started (they go out with the follow
-        reads); a failure of ``blocks`` is raised (it is a correctness input)."""
+        reads); a failure of ``blocks`` raises ``GraphUnavailable`` (a correctness input)."""
         lim, store = self._limits, self._store
         start = fallback_start(now_ms)
         follows = await asyncio.gather(
@@ -220,11 +234,14 @@ class SourceReader:
         reads += [store.authors_top(c, day_buckets(now_ms, 1), lim.per_fallback_author)
                   for c in fallback_chunks]
         results = await _settled([inbox, *reads])
-        blocked = await blocks
+        try:
+            blocked = await blocks
+        except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
+            raise GraphUnavailable("the reader's blocks could not be read") from exc
         full = _full_inbox(results[0], lim.depth) or _full_partitions(
             results[1:1 + len(celeb_chunks)], lim.per_celebrity)
-        out.rows, more = merge_top(self._usable(["inbox", *labels], results, out), lim.depth,
-                                   blocked)
+        usable = self._usable(["inbox", *labels], results, out)
+        out.rows, more = merge_top(usable, lim.depth, blocked, live=await self._live(usable))
         out.more = more or full
         return out, blocked
 
@@ -247,11 +264,26 @@ class SourceReader:
                                     boundary) for c in _chunks(celebs, AUTHORS_PER_READ)]
         results = await _settled(reads)
         labels = ["inbox"] + ["celebrity"] * (len(reads) - 1)
-        out.rows, more = merge_top(self._usable(labels, results, out), lim.depth, blocked,
-                                   lambda p: p > newest_id or exclude(p))
+        usable = self._usable(labels, results, out)
+        out.rows, more = merge_top(usable, lim.depth, blocked,
+                                   lambda p: p > newest_id or exclude(p), await self._live(usable))
         out.more = more or _full_inbox(results[0], lim.depth) or _full_partitions(
             results[1:], lim.per_celebrity)
         return out
+
+    async def _live(self, sources: list[list[Row]]) -> Callable[[Row], bool]:
+        """Which rows of posts in doubt are the live ones (one read, only when some post
+        has rows under two keys; if it fails, the highest row is kept as usual)."""
+        doubt = rows_in_doubt(sources)
+        if not doubt:
+            return lambda _row: True
+        try:
+            copies = await self._store.posts(sorted(doubt), with_text=False)
+        except Exception:  # noqa: BLE001 - the page-time check still hides a stale row
+            log.warning("copies of %d posts in doubt could not be read", len(doubt), exc_info=True)
+            return lambda _row: True
+        keys = {c[0]: (c[5], c[6]) for c in copies}
+        return lambda row: row[1] not in doubt or row[0] in keys.get(row[1], ())
 
     @staticmethod
     def _usable(labels: list[str], results: list[list[Row] | BaseException],

@@ -38,7 +38,7 @@ from . import candidates as cand
 from . import paging, snapshot
 from .bodies import FetchResult, PostBody, PostCopies, PostView
 from .eligibility import ReaderGraph, Verdict, judge
-from .graph import PageGraph
+from .graph import GraphUnavailable, PageGraph
 from .metrics import FeedMetrics
 from .store import FeedStore
 
@@ -118,9 +118,8 @@ class FeedReader:
         celebrities = await self._celebrity_list()
         try:
             sources, blocked = await self._sources.first(reader_id, celebrities, blocks, inbox, now_ms)
-        except Exception as exc:  # noqa: BLE001 - only the blocks read raises here
-            inbox.cancel()
-            raise FeedUnavailable("the reader's blocks could not be read") from exc
+        except GraphUnavailable as exc:
+            raise FeedUnavailable(str(exc)) from exc
         failed = sources.failed_sources
         for source in failed:
             self._metrics.source_failures.labels(source).inc()
