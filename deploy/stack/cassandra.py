@@ -153,6 +153,22 @@ def _probe(layout: Layout, i: int, *, ring: bool) -> bool:
         cluster.shutdown()
 
 
+def nodetool(layout: Layout, *args: str, node: int = 1, timeout: float = 300) -> str:
+    """Run ``nodetool ARGS`` against a running node over JMX (``compact``, ``flush``,
+    ``tablestats`` ...); returns its output. ``NodeTool`` is in ``cassandra-all`` and
+    needs the same JPMS flags as the daemon."""
+    import subprocess
+    lib = jars(layout, "cassandra")
+    argv = [java17(layout), "-Xmx256m", *JPMS_FLAGS,
+            f"-Dlogback.configurationFile={TEMPLATES / 'logback.xml'}", "-cp", f"{lib}/*",
+            "org.apache.cassandra.tools.NodeTool", "-h", "127.0.0.1",
+            "-p", str(_jmx_port(layout, node)), *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise StackError(f"nodetool {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
 def up(layout: Layout, started: list[Daemon]) -> dict:
     java = java17(layout)
     lib = jars(layout, "cassandra")
