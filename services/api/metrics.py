@@ -45,11 +45,26 @@ def route_label(scope: Scope) -> str:
 
 
 class MetricsMiddleware:
-    """Count and time every HTTP request."""
+    """Count and time every HTTP request.
+
+    The labelled children are kept per (method, route, status): ``labels()`` checks and
+    stringifies its arguments and takes a lock on every call, twice per request. The
+    dict holds no more entries than the metrics already have series.
+    """
 
     def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+
+    def _series(self, method: str, route: str, status: int) -> tuple[Counter, Histogram]:
+        key = (method, route, status)
+        series = self._children.get(key)
+        if series is None:
+            series = (self.metrics.requests.labels(method, route, str(status)),
+                      self.metrics.latency.labels(method, route))
+            self._children[key] = series
+        return series
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,7 +82,6 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, recording_send)
         finally:
-            method = scope.get("method", "")
-            route = route_label(scope)
-            self.metrics.requests.labels(method, route, str(status)).inc()
-            self.metrics.latency.labels(method, route).observe(time.perf_counter() - started)
+            count, latency = self._series(scope.get("method", ""), route_label(scope), status)
+            count.inc()
+            latency.observe(time.perf_counter() - started)
