@@ -1,7 +1,7 @@
 """``python -m services.api``: serve the API with uvicorn on FEED_API_HOST:FEED_API_PORT.
 
-``FEED_API_WORKERS`` (``Settings.api_workers``, default 1) processes share the
-listening socket.
+``FEED_API_WORKERS`` (``Settings.api_workers``; 0, the default, means one per core
+this process may run on) processes share the listening socket.
 Each builds its own app through ``worker_app`` (uvicorn imports it by name in every
 worker): its own Postgres pool, Snowflake node lease, Cassandra session, caches and
 stream consumer. Nothing in a process is the only copy of anything: snapshots live in
@@ -11,6 +11,7 @@ uvloop and httptools are used when installed (uvicorn's ``auto``; both are pinne
 from __future__ import annotations
 
 import logging
+import os
 
 import uvicorn
 from fastapi import FastAPI
@@ -21,6 +22,24 @@ from .app import create_app
 from .logs import configure_logging
 
 WORKER_APP = "services.api.__main__:worker_app"
+
+
+def worker_count(configured: int, usable_cores: int | None) -> int:
+    """The worker processes to run: ``configured`` when positive, else one per core.
+
+    ``usable_cores`` is None when the platform cannot tell; then one worker.
+    """
+    if configured > 0:
+        return configured
+    return max(1, usable_cores or 1)
+
+
+def usable_cores() -> int | None:
+    """Cores this process may run on: its CPU affinity (a cpuset, taskset) where the
+    platform has one, else every core of the machine."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
 
 
 def worker_app() -> FastAPI:
@@ -35,12 +54,13 @@ def worker_app() -> FastAPI:
 def main() -> None:
     configure_logging()
     settings = get_settings()
+    workers = worker_count(settings.api_workers, usable_cores())
     # uvicorn's access_log off: RequestContextMiddleware is the access log (logs.py).
-    if settings.api_workers <= 1:
+    if workers == 1:
         uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
                     log_config=None, access_log=False)
         return
-    uvicorn.run(WORKER_APP, factory=True, workers=settings.api_workers,
+    uvicorn.run(WORKER_APP, factory=True, workers=workers,
                 host=settings.api_host, port=settings.api_port, log_config=None,
                 access_log=False)
 

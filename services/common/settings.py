@@ -132,11 +132,12 @@ class Settings(BaseSettings):
     api_port: int = 8080
     # Postgres connections per API process; 2 cores, so more would only queue in Postgres.
     api_pg_pool_max: int = 10
-    # uvicorn worker processes (python -m services.api). Set it to the cores the API has
-    # to itself. On the 2-core bench machine Cassandra, Kafka and the load generator
-    # already use the second core: 2 workers measured no faster than 1 (pages/s within
-    # noise at c4 and c16, docs/read-path.md) and cost a second stream consumer, so 1.
-    api_workers: int = 1
+    # uvicorn worker processes (python -m services.api). 0 = one per core this process may
+    # run on (services/api/__main__.py worker_count): a worker is one Python thread of
+    # request handling, so a second core is idle to the API without a second worker
+    # (/healthz at c16 on the 2-core machine: ~2,800 req/s with 1, ~5,400 with 2). Set
+    # a number when the API shares its cores with the stores (docs/read-path.md).
+    api_workers: int = 0
     # Snowflake node-id lease (seconds). Renewed every third of it; long against the 1 s of
     # logical clock drift that ids may run ahead, short enough that a crashed process frees
     # its node id quickly.
