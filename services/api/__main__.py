@@ -44,16 +44,17 @@ def usable_cores() -> int | None:
 
 def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn factory): logging set up in that process."""
-    configure_logging()
+    settings = get_settings()
+    configure_logging(access_log=settings.api_access_log)
     # uvicorn silenced its access log before calling us; configure_logging re-routed it.
     # RequestContextMiddleware is the access log (5xx always, every request on demand).
     logging.getLogger("uvicorn.access").propagate = False
-    return create_app(get_settings())
+    return create_app(settings)
 
 
 def main() -> None:
-    configure_logging()
     settings = get_settings()
+    configure_logging(access_log=settings.api_access_log)
     workers = worker_count(settings.api_workers, usable_cores())
     # uvicorn's access_log off: RequestContextMiddleware is the access log (logs.py).
     if workers == 1:

@@ -138,6 +138,9 @@ class Settings(BaseSettings):
     # (/healthz at c16 on the 2-core machine: ~2,800 req/s with 1, ~5,400 with 2). Set
     # a number when the API shares its cores with the stores (docs/read-path.md).
     api_workers: int = 0
+    # One log line per request (FEED_API_ACCESS_LOG=true). Off by default: formatting a
+    # line per request was ~a quarter of /healthz's CPU; 5xx responses are always logged.
+    api_access_log: bool = False
     # Snowflake node-id lease (seconds). Renewed every third of it; long against the 1 s of
     # logical clock drift that ids may run ahead, short enough that a crashed process frees
     # its node id quickly.
