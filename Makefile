@@ -7,7 +7,7 @@ STACK := $(PY) -m deploy.stack
 NODES ?= 1
 
 .PHONY: help venv up down status logs reset migrate run stop-services test test-unit \
-        test-integration test-e2e bench bench-full token lag
+        test-integration test-e2e bench bench-full bench-read token lag
 
 help:
 	@echo "make run    - stack up, migrations, all services, demo data; prints the API address"
@@ -67,6 +67,11 @@ bench: migrate
 
 bench-full: migrate
 	$(PY) -m bench.run --mode full
+
+# Read benchmark grid with wrk: ours vs the pull baseline (bench/read_grid.py); pass
+# options as BENCH_READ_ARGS="--duration 5 --skip 90x2000".
+bench-read: migrate
+	$(PY) -m bench.read_grid $(BENCH_READ_ARGS)
 
 token: venv
 	@$(PY) -m services.api.token $(USER_ID)

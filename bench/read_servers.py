@@ -1,0 +1,127 @@
+"""The two HTTP services under test, as real subprocesses on free loopback ports.
+
+* ``ours``: ``python -m services.api`` (FEED_API_WORKERS=``workers``, default 1) on the
+  bench's database, keyspace and topic prefix (all named like the database: its stream
+  consumer sees no other traffic); ready when ``/readyz`` answers 200.
+* ``pull-<shape>``: ``python -m bench.pull_service --query <shape> --workers <workers>`` on
+  the same database; ready when ``/healthz`` answers 200.
+
+Both get the run's own JWT secret and cursor key (``secrets_env``: FEED_JWT_SECRET,
+FEED_CURSOR_KEYS), never the built-in development ones. ``Servers`` is a context manager: every process it started is terminated (then killed)
+on the way out, whatever happened. Store pids (Postgres, Cassandra) come from the stack
+manager, for the CPU the stores spend per page.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+ROOT = Path(__file__).resolve().parents[1]
+# Our API connects to Postgres, Cassandra and Kafka and pins stream offsets before
+# /readyz says ready: tens of seconds on a loaded 2-core machine.
+READY_DEADLINE_S = 120
+# Grace between SIGTERM and SIGKILL: uvicorn drains in well under this.
+STOP_GRACE_S = 15
+
+
+@dataclass
+class Server:
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    ready_path: str
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def store_pids() -> dict[str, int]:
+    """Pids of the running stack's Postgres and Cassandra (the stores' CPU is shared with
+    anything else using them on this machine)."""
+    out = subprocess.run([sys.executable, "-m", "deploy.stack", "status", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60).stdout
+    rows = json.loads(out or "[]")
+    return {r["name"].split("-")[0]: int(r["pid"]) for r in rows
+            if r.get("pid") and r["name"].split("-")[0] in ("postgres", "cassandra")}
+
+
+class Servers:
+    def __init__(self, database: str, log_dir: Path, secrets_env: dict[str, str],
+                 workers: int = 1) -> None:
+        self._database = database
+        self._log_dir = log_dir
+        self._secrets_env = secrets_env
+        self._workers = workers
+        self.started: dict[str, Server] = {}
+
+    def _spawn(self, name: str, port: int, argv: list[str], env: dict[str, str],
+               ready_path: str) -> Server:
+        env = dict(os.environ, FEED_PG_DATABASE=self._database, PYTHONPATH=str(ROOT),
+                   **self._secrets_env, **env)
+        log = open(self._log_dir / f"{name}.log", "wb")
+        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()  # the child holds its own descriptor
+        server = Server(name, f"http://127.0.0.1:{port}", process, ready_path)
+        self.started[name] = server
+        return server
+
+    def start_ours(self) -> Server:
+        port = free_port()
+        return self._spawn("ours", port, [sys.executable, "-m", "services.api"],
+                           {"FEED_CASSANDRA_KEYSPACE": self._database,
+                            "FEED_API_WORKERS": str(self._workers),
+                            "FEED_API_PORT": str(port), "FEED_TOPIC_PREFIX": self._database},
+                           "/readyz")
+
+    def start_pull(self, shape: str) -> Server:
+        port = free_port()
+        return self._spawn(f"pull-{shape}", port, [sys.executable, "-m", "bench.pull_service",
+                                                   "--query", shape, "--port", str(port),
+                                                   "--workers", str(self._workers)],
+                           {}, "/healthz")
+
+    def wait_ready(self) -> None:
+        for server in self.started.values():
+            deadline = time.monotonic() + READY_DEADLINE_S
+            while True:
+                try:
+                    with urllib.request.urlopen(server.url + server.ready_path, timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except (urllib.error.URLError, OSError):
+                    pass
+                if server.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{server.name} did not become ready; see "
+                                       f"{self._log_dir / (server.name + '.log')}")
+                time.sleep(0.3)
+
+    def __enter__(self) -> "Servers":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for server in self.started.values():
+            if server.process.poll() is None:
+                server.process.terminate()
+        for server in self.started.values():
+            try:
+                server.process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                server.process.kill()
+                server.process.wait(STOP_GRACE_S)
