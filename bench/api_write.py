@@ -28,6 +28,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import bench  # noqa: E402,F401 - sets FEED_DEV_MODE when run as a script
 from services.api.auth import mint_token  # noqa: E402
 from services.common import ids  # noqa: E402
 from services.common.idgen import SnowflakeGenerator  # noqa: E402

@@ -43,6 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import bench  # noqa: E402,F401 - sets FEED_DEV_MODE when run as a script
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
 from psycopg_pool import AsyncConnectionPool  # noqa: E402

@@ -13,6 +13,7 @@ if one of them fails.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import urllib.request
 
@@ -21,6 +22,10 @@ from deploy.stack.process import Daemon, StackError, spawn, stop, wait_ready
 from services.common.settings import get_settings
 
 ORDER = ("cdc", "fanout", "ranker", "api")
+# The services started here run beside the local stack, on the built-in development
+# secrets unless FEED_JWT_SECRET / FEED_CURSOR_KEYS are set: the API refuses those without
+# the development flag (services/common/secret_policy.py). An explicit value is kept.
+DEV_MODE_ENV = "FEED_DEV_MODE"
 
 
 def _probe_url(name: str) -> str:
@@ -53,7 +58,8 @@ def start(layout: Layout, names: list[str]) -> list[str]:
             if d.alive():
                 continue
             spawn(d, [sys.executable, "-m", "deploy.supervise", f"services.{name}"],
-                  env=layout.client_env(), cwd=REPO)
+                  env={**layout.client_env(), DEV_MODE_ENV: os.environ.get(DEV_MODE_ENV, "true")},
+                  cwd=REPO)
             started.append(d)
             wait_ready(d, f"service {name}", lambda n=name: _http_ok(_probe_url(n)),
                        timeout=90, log_file=d.log_file)

@@ -16,6 +16,7 @@ import os
 import uvicorn
 from fastapi import FastAPI
 
+from services.common.secret_policy import UnsafeSecrets, require_safe_secrets
 from services.common.settings import get_settings
 
 from .app import create_app
@@ -54,6 +55,12 @@ def worker_app() -> FastAPI:
 
 def main() -> None:
     settings = get_settings()
+    try:
+        # Also checked in the app's lifespan; here it is one clear line, before uvicorn
+        # starts any worker, instead of a traceback per worker.
+        require_safe_secrets(settings)
+    except UnsafeSecrets as exc:
+        raise SystemExit(f"services.api: {exc}") from None
     configure_logging(access_log=settings.api_access_log)
     workers = worker_count(settings.api_workers, usable_cores())
     # uvicorn's access_log off: RequestContextMiddleware is the access log (logs.py).

@@ -25,6 +25,7 @@ from fastapi.telemetry import TelemetryConfig
 
 from services.common import pg
 from services.common.idgen import NodeLease, SnowflakeGenerator
+from services.common.secret_policy import require_safe_secrets
 from services.common.settings import Settings, get_settings
 
 from .metrics import ApiMetrics, MetricsMiddleware
@@ -61,6 +62,7 @@ BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = [purge_expired_pe
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    require_safe_secrets(settings)  # before any client: a refused app opens nothing
     pool = pg.async_pool(settings, min_size=1, max_size=settings.api_pg_pool_max)
     await pool.open(wait=True, timeout=30)
     lease = await asyncio.to_thread(NodeLease.acquire, settings)

@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     cassandra_keyspace: str = "feed"
     cassandra_replication_factor: int = 1
 
+    # Development machine (FEED_DEV_MODE=true): the API accepts the built-in secrets below.
+    # Off by default, so a deployment that forgets to set its secrets refuses to start
+    # instead of accepting tokens anyone can forge (services/common/secret_policy.py).
+    dev_mode: bool = False
     # Auth. Development default only; production sets FEED_JWT_SECRET.
     jwt_secret: SecretStr = Field(default=SecretStr("dev-only-change-me-0123456789abcdef"))
     # Cursor signing keys, "kid:secret,kid:secret"; the first signs, all verify (rotation).
