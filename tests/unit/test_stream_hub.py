@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from services.api.stream.hub import StreamHub
+from services.api.stream.hub import QUEUE_LIMIT, RESYNC, StreamEvent, StreamHub
 
 
 class _Gate:
@@ -45,5 +45,47 @@ def test_a_failed_connect_leaves_no_open_queue():
         with pytest.raises(ConnectionError):
             await hub.connect(42)
         assert hub.open_streams() == 0
+
+    asyncio.run(scenario())
+
+
+def test_resync_all_tells_every_open_stream_and_refuses_resume_from_before_the_gap():
+    async def scenario() -> None:
+        async def load_followed(reader_id: int) -> frozenset[int]:
+            return frozenset({7})
+
+        hub = StreamHub(_Gate(), load_followed, buffer_size=10, window_s=300)
+        first, second = await hub.connect(42), await hub.connect(43)
+        assert await hub.author_posted(7, 1001) == 2
+        before = (await first.get()).event_id
+        await second.get()
+        assert not hub.resume(42, before).resync
+
+        assert hub.resync_all() == 2
+        assert await first.get() == RESYNC and await second.get() == RESYNC
+        assert hub.resume(42, before).resync, "an id from before the gap must not resume"
+        assert await hub.author_posted(7, 1002) == 2
+        after = await first.get()
+        assert isinstance(after, StreamEvent) and after.post_id == 1002
+        assert not hub.resume(42, after.event_id).resync
+
+    asyncio.run(scenario())
+
+
+def test_a_stream_too_full_to_take_the_resync_is_dropped_and_resyncs_on_reconnect():
+    async def scenario() -> None:
+        async def load_followed(reader_id: int) -> frozenset[int]:
+            return frozenset({7})
+
+        hub = StreamHub(_Gate(), load_followed, buffer_size=QUEUE_LIMIT + 10, window_s=300)
+        stuck = await hub.connect(42)
+        await hub.author_posted(7, 1)
+        seen = (await stuck.get()).event_id
+        for post_id in range(2, QUEUE_LIMIT + 2):  # the client stops reading
+            await hub.author_posted(7, post_id)
+        assert stuck.full()
+        assert hub.resync_all() == 0
+        assert not hub.is_open(42, stuck)
+        assert hub.resume(42, seen).resync
 
     asyncio.run(scenario())

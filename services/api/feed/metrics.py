@@ -33,3 +33,7 @@ class FeedMetrics:
         self.stream_consumer_errors = Counter("feed_stream_consumer_errors_total",
                                               "Errors of the stream's Kafka consumer",
                                               registry=registry)
+        self.stream_consumer_restarts = Counter(
+            "feed_stream_consumer_restarts_total",
+            "Stream consumer restarts by outcome: replayed (the gap) or resync (streams told)",
+            ("outcome",), registry=registry)

@@ -13,7 +13,10 @@ connected to. ``StreamHub`` keeps one ``ReaderChannel`` per reader seen recently
   this process) while a stream is open and ``window_s`` after the last one closed, so a
   client reconnecting with ``Last-Event-ID`` gets what it missed. An id this process did
   not issue (another process, or evicted) cannot be resumed: the client is told to
-  ``resync`` (refetch its first page), never silently given a gap.
+  ``resync`` (refetch its first page), never silently given a gap;
+* when the consumer restarts and cannot replay what it missed (``restart_plan.py``),
+  ``resync_all`` puts a ``ResyncNeeded`` on every open stream's queue and starts a new
+  id epoch, so an id issued before the gap cannot be resumed either.
 """
 from __future__ import annotations
 
@@ -46,12 +49,22 @@ class StreamEvent:
     author_id: int
 
 
+@dataclass(frozen=True)
+class ResyncNeeded:
+    """Events for this stream may have been lost: it sends ``event: resync``."""
+
+
+RESYNC = ResyncNeeded()
+# What an open stream's queue carries.
+StreamItem = StreamEvent | ResyncNeeded
+
+
 @dataclass
 class ReaderChannel:
     reader_id: int
     buffer: deque[StreamEvent]
     followed: frozenset[int] = frozenset()
-    queues: set[asyncio.Queue[StreamEvent]] = field(default_factory=set)
+    queues: set[asyncio.Queue[StreamItem]] = field(default_factory=set)
     idle_since: float = 0.0
 
 
@@ -72,14 +85,16 @@ class StreamHub:
         self._buffer_size = max(1, buffer_size)
         self._window_s = window_s
         self._monotonic = monotonic
-        self._boot = secrets.token_hex(4)
+        # Prefix of event ids: new for each hub (process) and at every resync_all, so an
+        # id from before a gap is never resumed as if nothing had been missed.
+        self._epoch = secrets.token_hex(4)
         self._seq = itertools.count(1)
         self._channels: dict[int, ReaderChannel] = {}
         self._by_author: dict[int, set[int]] = {}
         self.ready = asyncio.Event()
 
     # -- connections --------------------------------------------------------------------------
-    async def connect(self, reader_id: int) -> asyncio.Queue[StreamEvent]:
+    async def connect(self, reader_id: int) -> asyncio.Queue[StreamItem]:
         """Open a stream for ``reader_id``; events arrive on the returned queue.
 
         The queue joins the channel before the follow list is read: a channel without
@@ -92,7 +107,7 @@ class StreamHub:
             channel = ReaderChannel(reader_id, deque(maxlen=self._buffer_size),
                                     idle_since=self._monotonic())
             self._channels[reader_id] = channel
-        queue: asyncio.Queue[StreamEvent] = asyncio.Queue(QUEUE_LIMIT)
+        queue: asyncio.Queue[StreamItem] = asyncio.Queue(QUEUE_LIMIT)
         channel.queues.add(queue)
         try:
             await self.refresh_followed(reader_id)
@@ -101,7 +116,7 @@ class StreamHub:
             raise
         return queue
 
-    def disconnect(self, reader_id: int, queue: asyncio.Queue[StreamEvent]) -> None:
+    def disconnect(self, reader_id: int, queue: asyncio.Queue[StreamItem]) -> None:
         channel = self._channels.get(reader_id)
         if channel is None:
             return
@@ -134,20 +149,38 @@ class StreamHub:
     def resume(self, reader_id: int, last_event_id: str) -> Resume:
         """Events after ``last_event_id`` in this reader's buffer, or a resync."""
         channel = self._channels.get(reader_id)
-        if channel is None or not last_event_id.startswith(self._boot + "-"):
+        if channel is None or not last_event_id.startswith(self._epoch + "-"):
             return Resume([], True)
         ids = [e.event_id for e in channel.buffer]
         if last_event_id not in ids:
             return Resume([], True)
         return Resume(list(channel.buffer)[ids.index(last_event_id) + 1:], False)
 
-    def is_open(self, reader_id: int, queue: asyncio.Queue[StreamEvent]) -> bool:
+    def is_open(self, reader_id: int, queue: asyncio.Queue[StreamItem]) -> bool:
         """False once the hub dropped the queue (the client stopped reading)."""
         channel = self._channels.get(reader_id)
         return channel is not None and queue in channel.queues
 
     def open_streams(self) -> int:
         return sum(len(c.queues) for c in self._channels.values())
+
+    def resync_all(self) -> int:
+        """Events may have been lost for anyone: tell every open stream to resync.
+
+        Also starts a new id epoch: a client that reconnects later with an id from
+        before the gap is told to resync instead of resuming past it. A queue too full
+        to take the signal is dropped (as for an event); its client reconnects with an
+        old id and is told then. Returns the streams told."""
+        self._epoch = secrets.token_hex(4)
+        told = 0
+        for channel in self._channels.values():
+            for queue in list(channel.queues):
+                try:
+                    queue.put_nowait(RESYNC)
+                    told += 1
+                except asyncio.QueueFull:
+                    channel.queues.discard(queue)
+        return told
 
     # -- events ----------------------------------------------------------------------------------
     async def post_landed(self, reader_id: int, post_id: int, author_id: int) -> int:
@@ -182,7 +215,7 @@ class StreamHub:
                 continue
             if any(e.post_id == post_id for e in channel.buffer):
                 continue  # at-least-once upstream: one event per post per reader
-            event = StreamEvent(f"{self._boot}-{next(self._seq)}", post_id, author_id)
+            event = StreamEvent(f"{self._epoch}-{next(self._seq)}", post_id, author_id)
             channel.buffer.append(event)
             for queue in list(channel.queues):
                 try:

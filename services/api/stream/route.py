@@ -5,7 +5,8 @@ Events are ``event: new_item``, ``id: <boot>-<seq>``, ``data: {"post_id", "feed_
 knows the item belongs above that list; ``live`` when not given). A comment heartbeat
 is sent every ``Settings.stream_heartbeat_s`` and refreshes the stream's lease. A client
 reconnecting with ``Last-Event-ID`` gets the events it missed from this process's
-buffer, re-checked, or an ``event: resync`` telling it to refetch its first page. More
+buffer, re-checked, or an ``event: resync`` telling it to refetch its first page; an open
+stream also gets ``resync`` when the hub's consumer lost events it cannot replay. More
 than ``Settings.stream_max_per_user`` open streams gives a 429 problem.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..auth import CurrentUser
 from ..problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
-from .hub import StreamEvent, StreamHub
+from .hub import ResyncNeeded, StreamEvent, StreamHub
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["feed"])
@@ -102,6 +103,9 @@ async def feed_stream(
                     except Exception:  # noqa: BLE001 - keep streaming; the lease has slack
                         log.warning("stream heartbeat upkeep failed", exc_info=True)
                     yield ServerSentEvent(comment="heartbeat")
+                    continue
+                if isinstance(event, ResyncNeeded):
+                    yield ServerSentEvent("{}", event="resync")
                     continue
                 yield _new_item(event, version)
         finally:
