@@ -52,10 +52,12 @@ def free_port() -> int:
 
 
 async def raw_insert_rate(session, rows: int, in_flight: int) -> float:
-    stmt = session.prepare("INSERT INTO inbox (reader_id, post_id, author_id) VALUES (?,?,?) USING TIMESTAMP ?")
+    stmt = session.prepare("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
+                           "VALUES (?,?,?,?) USING TIMESTAMP ?")
     runner = CqlRunner(session)
     start = time.perf_counter()
-    await runner.run_bounded(((stmt, (10**12 + i % 5000, i, 1, 1)) for i in range(rows)), in_flight)
+    await runner.run_bounded(((stmt, (10**12 + i % 5000, float(i), i, 1, 1)) for i in range(rows)),
+                             in_flight)
     return rows / (time.perf_counter() - start)
 
 
@@ -97,7 +99,7 @@ def main() -> int:
     try:
         rows = args.followers * args.posts
         raw = asyncio.run(raw_insert_rate(session, rows, s.fanout_max_in_flight))
-        session.execute("TRUNCATE inbox")
+        session.execute("TRUNCATE feed_inbox")
         print(f"raw insert: {raw:,.0f} rows/s ({rows} rows, {s.fanout_max_in_flight} in flight)")
 
         events = CdcEvents(name)

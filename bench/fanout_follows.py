@@ -44,7 +44,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from bench.fanout import raw_insert_rate  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
-from services.common import cql, ids  # noqa: E402
+from services.common import cql, ids, ranking  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.common.topics import all_topics, cdc_topic  # noqa: E402
 from tests.integration.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
@@ -121,14 +121,18 @@ def seed_author_posts(session, authors: list[int], per_author: int) -> None:
     now = datetime.now(timezone.utc)
     copy = session.prepare("UPDATE posts USING TIMESTAMP 1 SET author_id=?, created_at=?, "
                            "visibility=1, deleted=false, fanned_out=true WHERE post_id=?")
-    part = session.prepare("INSERT INTO author_posts (author_id, bucket, post_id) VALUES (?,?,?) "
-                           "USING TIMESTAMP 1")
+    key = session.prepare("UPDATE posts USING TIMESTAMP ? SET rank_key=? WHERE post_id=?")
+    part = session.prepare("INSERT INTO author_timeline (author_id, bucket, rank_key, post_id) "
+                           "VALUES (?,?,?,?) USING TIMESTAMP ?")
     for a in authors:
         for i in range(per_author):
             created = now - timedelta(hours=36 * (i + 1) / per_author)
             post = post_id_at(created, a % 4096)
+            rank = ranking.rank_key(None, int(created.timestamp() * 1000))
+            created_us = int(created.timestamp() * 1_000_000)
             session.execute(copy, (a, created, post))
-            session.execute(part, (a, ids.day_bucket(post), post))
+            session.execute(key, (created_us, rank, post))
+            session.execute(part, (a, ids.day_bucket(post), rank, post, created_us))
 
 
 def timed_changes(module: str, root: Path, s: Settings, table: str, warm_up: list, changes: list,
@@ -171,7 +175,7 @@ def run_variant(label: str, root: Path, args: argparse.Namespace, fraction: floa
     session = cluster.connect(name)
     try:
         raw = asyncio.run(raw_insert_rate(session, RAW_ROWS, s.fanout_max_in_flight))
-        session.execute("TRUNCATE inbox")
+        session.execute("TRUNCATE feed_inbox")
         authors = [AUTHOR_BASE + i for i in range(args.authors)]
         seed_author_posts(session, authors, args.posts_per_author)
         events = CdcEvents(name)
@@ -184,7 +188,7 @@ def run_variant(label: str, root: Path, args: argparse.Namespace, fraction: floa
         f_rate = timed_changes("services.fanout", root, s, "follows", warm, follows,
                                log_dir / f"{name}-fanout.log")
         counted = sum(r.followers for r in session.execute("SELECT followers FROM author_stats"))
-        inbox_rows = session.execute("SELECT count(*) AS n FROM inbox", timeout=120).one().n
+        inbox_rows = session.execute("SELECT count(*) AS n FROM feed_inbox", timeout=120).one().n
         expect_rows = (n_follows + 1) * args.posts_per_author
         print(f"[{label}] follows: {f_rate:,.0f}/s ({n_follows} changes); follower counters "
               f"sum {counted} (expect {n_follows + 1}); backfilled inbox rows {inbox_rows} "
