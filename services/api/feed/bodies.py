@@ -114,10 +114,15 @@ class PostCopies:
         """Current copies of ``post_ids``; ids with no copy are simply absent from ``views``."""
         wanted = list(dict.fromkeys(post_ids))
         cached = {p: b for p in wanted if (b := self.cache.get(p)) is not None}
-        uncached = [p for p in wanted if p not in cached]
-        known = [p for p in wanted if p in cached]
-        jobs = ([(c, True) for c in _chunks(uncached, CHUNK)]
-                + [(c, False) for c in _chunks(known, CHUNK)])
+        # A window (at most CHUNK posts) is one request: with text when any body is not
+        # cached (the request costs more than the bytes), state alone when all are.
+        if len(wanted) <= CHUNK:
+            jobs = [(wanted, len(cached) < len(wanted))] if wanted else []
+        else:
+            uncached = [p for p in wanted if p not in cached]
+            known = [p for p in wanted if p in cached]
+            jobs = ([(c, True) for c in _chunks(uncached, CHUNK)]
+                    + [(c, False) for c in _chunks(known, CHUNK)])
         results = await asyncio.gather(
             *(self._store.posts(chunk, with_text=with_text) for chunk, with_text in jobs),
             return_exceptions=True)

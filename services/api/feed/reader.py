@@ -130,8 +130,10 @@ class FeedReader:
         graph = PageGraph(self._store, reader_id, following=sources.following,
                           asked=sources.asked, blocked=blocked)
         # The snapshot is stored while the page's post states are read: the page does
-        # not return before both are done, so a next page can always find it.
-        save = asyncio.ensure_future(self._save(walk))
+        # not return before both are done, so a next page can always find it. A snapshot
+        # that one page shows whole has no next page, so it is not stored at all.
+        one_page = not sources.more and len(sources.rows) <= limit
+        save = asyncio.ensure_future(_nothing() if one_page else self._save(walk))
         try:
             page = await self._fill(walk, 0, limit, graph)
         finally:
