@@ -63,6 +63,23 @@ def _decode_json(raw: bytes | str | None, what: str) -> Any:
         raise MalformedEnvelope(f"{what} is not JSON: {exc}") from exc
 
 
+def json_object(raw: bytes | str | None, what: str) -> dict[str, Any] | None:
+    """A message value that must be a JSON object; None for a null value (a tombstone).
+    Raises ``MalformedEnvelope`` naming ``what`` for anything else."""
+    value = _decode_json(raw, what)
+    if value is not None and not isinstance(value, dict):
+        raise MalformedEnvelope(f"{what} is not an object")
+    return value
+
+
+def id_string(value: Mapping[str, Any], name: str) -> int:
+    """A 64-bit id carried as a decimal string (every JSON body of the project)."""
+    raw = value.get(name)
+    if not isinstance(raw, str) or not raw.isdigit() or int(raw) >= 1 << 63:
+        raise MalformedEnvelope(f"{name} must be a decimal string id, got {raw!r}")
+    return int(raw)
+
+
 def parse_key(raw: bytes | str | None) -> dict[str, Any]:
     """The message key: the primary key as a JSON object (``{}`` when absent)."""
     key = _decode_json(raw, "key")

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from .envelope import MalformedEnvelope, parse_timestamp
+from .envelope import MalformedEnvelope, id_string, json_object, parse_timestamp
 
 
 @dataclass(frozen=True)
@@ -39,13 +39,6 @@ def encode(move: RankKeyMoved) -> tuple[bytes, bytes]:
     return json.dumps(str(move.post_id)).encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
-def _id(value: dict, name: str) -> int:
-    raw = value.get(name)
-    if not isinstance(raw, str) or not raw.isdigit() or int(raw) >= 1 << 63:
-        raise MalformedEnvelope(f"{name} must be a decimal string id, got {raw!r}")
-    return int(raw)
-
-
 def _key(raw: object, name: str) -> float:
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
         raise MalformedEnvelope(f"{name} must be a finite number, got {raw!r}")
@@ -54,14 +47,9 @@ def _key(raw: object, name: str) -> float:
 
 def parse(raw_value: bytes | str | None) -> RankKeyMoved | None:
     """One move event; ``None`` for a null value. Raises ``MalformedEnvelope``."""
-    if raw_value is None:
+    value = json_object(raw_value, "rank-key-moves value")
+    if value is None:
         return None
-    try:
-        value = json.loads(raw_value)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedEnvelope(f"rank-key-moves value is not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise MalformedEnvelope("rank-key-moves value is not an object")
     created = parse_timestamp(value.get("created_at"))
     if created is None:
         raise MalformedEnvelope("created_at is required")
@@ -71,6 +59,6 @@ def parse(raw_value: bytes | str | None) -> RankKeyMoved | None:
     key_ts = value.get("key_ts")
     if isinstance(key_ts, bool) or not isinstance(key_ts, int) or key_ts <= 0:
         raise MalformedEnvelope(f"key_ts must be a positive integer, got {key_ts!r}")
-    return RankKeyMoved(_id(value, "post_id"), _id(value, "author_id"), created,
+    return RankKeyMoved(id_string(value, "post_id"), id_string(value, "author_id"), created,
                         tuple(_key(k, "from_keys") for k in from_keys),
                         _key(value.get("to_key"), "to_key"), key_ts)

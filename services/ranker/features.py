@@ -7,12 +7,11 @@ event wins whatever order the events arrive in, and a replay changes nothing.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from services.common.envelope import MalformedEnvelope, parse_timestamp
+from services.common.envelope import MalformedEnvelope, id_string, json_object, parse_timestamp
 
 # Names are short identifiers; a bound keeps one bad producer from bloating a post row.
 MAX_FEATURES_PER_EVENT = 64
@@ -32,17 +31,10 @@ class FeaturesObserved:
 
 def parse_feature_event(raw_value: bytes | str | None) -> FeaturesObserved | None:
     """Parse one rank-features message; ``None`` for a null value. Raises MalformedEnvelope."""
-    if raw_value is None:
+    value = json_object(raw_value, "rank-features value")
+    if value is None:
         return None
-    try:
-        value = json.loads(raw_value)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise MalformedEnvelope(f"rank-features value is not JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise MalformedEnvelope("rank-features value is not an object")
-    post_id = value.get("post_id")
-    if not isinstance(post_id, str) or not post_id.isdigit() or int(post_id) >= 1 << 63:
-        raise MalformedEnvelope(f"post_id must be a decimal string id, got {post_id!r}")
+    post_id = id_string(value, "post_id")
     features = value.get("features")
     if not isinstance(features, dict) or not features or len(features) > MAX_FEATURES_PER_EVENT:
         raise MalformedEnvelope("features must be a non-empty object of at most "
@@ -57,4 +49,4 @@ def parse_feature_event(raw_value: bytes | str | None) -> FeaturesObserved | Non
     event_time = parse_timestamp(value.get("event_time"))
     if event_time is None:
         raise MalformedEnvelope("event_time is required")
-    return FeaturesObserved(int(post_id), clean, event_time)
+    return FeaturesObserved(post_id, clean, event_time)
