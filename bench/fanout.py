@@ -114,7 +114,8 @@ def main() -> int:
         log = open(f"/tmp/{name}-worker.log", "wb")
         worker = subprocess.Popen([sys.executable, "-m", "services.fanout"], cwd=args.worker_root, env=env,
                                   stdout=log, stderr=subprocess.STDOUT)
-        stat = session.prepare("SELECT followers FROM author_stats WHERE author_id=?")
+        # The author's follower count: the static count of its follow_edges partition.
+        stat = session.prepare("SELECT followers FROM follow_edges WHERE followed_id=? LIMIT 1")
         wait(lambda: (r := list(session.execute(stat, (big,)))) and r[0].followers == args.followers
              and (r2 := list(session.execute(stat, (small,)))) and r2[0].followers == 100,
              300, "follows applied")

@@ -187,7 +187,8 @@ def run_variant(label: str, root: Path, args: argparse.Namespace, fraction: floa
         log_dir = Path("/tmp")
         f_rate = timed_changes("services.fanout", root, s, "follows", warm, follows,
                                log_dir / f"{name}-fanout.log")
-        counted = sum(r.followers for r in session.execute("SELECT followers FROM author_stats"))
+        counted = sum(r.followers or 0 for r in session.execute(
+            "SELECT DISTINCT followed_id, followers FROM follow_edges"))
         inbox_rows = session.execute("SELECT count(*) AS n FROM feed_inbox", timeout=120).one().n
         expect_rows = (n_follows + 1) * args.posts_per_author
         print(f"[{label}] follows: {f_rate:,.0f}/s ({n_follows} changes); follower counters "
@@ -201,7 +202,7 @@ def run_variant(label: str, root: Path, args: argparse.Namespace, fraction: floa
         warm = events.liked(LIKED_POST_BASE, LIKER_BASE - 1, now)
         l_rate = timed_changes("services.ranker", root, s, "likes", warm, likes,
                                log_dir / f"{name}-ranker.log")
-        counted = sum(r.likes for r in session.execute("SELECT likes FROM post_counters"))
+        counted = sum(r.likes or 0 for r in session.execute("SELECT DISTINCT post_id, likes FROM like_edges"))
         print(f"[{label}] likes: {l_rate:,.0f}/s ({n_likes} changes over {args.liked_posts} posts); "
               f"like counters sum {counted} (expect {n_likes + 1})", flush=True)
         return VariantResult(label, raw, f_rate, n_follows, l_rate, n_likes)

@@ -26,11 +26,17 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, NoHostAvailable, Session
 from cassandra.connection import ConnectionException
 from cassandra.query import BatchStatement, PreparedStatement, named_tuple_factory, tuple_factory
 
-# Errors worth retrying with backoff (the node is slow, restarting or overloaded);
-# anything else from the driver (invalid query, bad value) is a bug or poison data.
+class WriteContended(Exception):
+    """A conditional write kept losing its condition to other writers of the partition;
+    later, once they are done, it applies (services/common/counted_edges.py)."""
+
+
+# Errors worth retrying with backoff (the node is slow, restarting or overloaded, or
+# other writers hold a partition); anything else from the driver (invalid query, bad
+# value) is a bug or poison data.
 TRANSIENT_STORE_ERRORS: tuple[type[BaseException], ...] = (
     OperationTimedOut, ReadTimeout, WriteTimeout, Unavailable, NoHostAvailable,
-    ConnectionException,
+    ConnectionException, WriteContended,
 )
 
 T = TypeVar("T")

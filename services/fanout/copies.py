@@ -2,9 +2,10 @@
 
 Every write of a CDC-derived row carries ``USING TIMESTAMP <lsn>`` (idempotent replay,
 deletes beat late creates), except the rank-key rows (``author_timeline`` and the copy's
-``rank_key`` cells), which are in microseconds (0005_rank_keys.cql). Follower counts are counters: they move only when the
-follow's state cell says the change is a transition (services/common/edge_transitions.py): one read of
-``follow_state`` before the write, no read back.
+``rank_key`` cells), which are in microseconds (0005_rank_keys.cql). A follow's state and
+its author's follower count live in ``follow_edges`` (0006_counted_edges.cql) and change
+together in one conditional batch (services/common/counted_edges.py): a crash or a retry
+never loses or doubles a count.
 """
 from __future__ import annotations
 
@@ -16,11 +17,16 @@ from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.common import ids
+from services.common.counted_edges import CountedEdges, EdgeTable
 from services.common.cql_async import CqlRunner
-from services.common.edge_transitions import EdgeState, EdgeStep, edge_step
+from services.common.edge_transitions import EdgeChange, EdgeStep
 
 from .audience import Follower, PostCopy, PostFields
 
+
+# A follow and its author's follower count (0006_counted_edges.cql).
+FOLLOW_EDGES = EdgeTable("follow_edges", partition="followed_id", edge="follower_id",
+                         state="following", count="followers")
 
 # Post ids per multi-partition read: the backfill's candidates are a few posts; a bound
 # keeps one request from fanning out to hundreds of partitions on the coordinator.
@@ -59,12 +65,7 @@ class CopyStore:
         self._del_follower = p("DELETE FROM followers USING TIMESTAMP ? WHERE followed_id=? AND follower_id=?")
         self._del_following = p("DELETE FROM following USING TIMESTAMP ? WHERE follower_id=? AND followed_id=?")
         self._read_follower = p("SELECT following_since FROM followers WHERE followed_id=? AND follower_id=?")
-        self._read_follow_state = p("SELECT following, WRITETIME(following) AS lsn FROM follow_state "
-                                    "WHERE followed_id=? AND follower_id=?")
-        self._write_follow_state = p("UPDATE follow_state USING TIMESTAMP ? SET following=? "
-                                     "WHERE followed_id=? AND follower_id=?")
-        self._bump_followers = p("UPDATE author_stats SET followers = followers + ? WHERE author_id=?")
-        self._read_followers_count = p("SELECT followers FROM author_stats WHERE author_id=?")
+        self._follows = CountedEdges(session, runner, FOLLOW_EDGES)
         self._page_followers = p("SELECT follower_id, following_since FROM followers WHERE followed_id=?")
         self._page_followers.fetch_size = follower_page
         self._add_block = p("INSERT INTO blocks (user_id, other_id, direction) VALUES (?,?,?) USING TIMESTAMP ?")
@@ -141,13 +142,6 @@ class CopyStore:
         return sorted((r.post_id for r in rows if r.post_id >= lowest_id), reverse=True)
 
     # -- follows -------------------------------------------------------------------------
-    async def follow_state(self, follower_id: int, followed_id: int) -> EdgeState | None:
-        """The follow's state cell: following or not, and the LSN that set it."""
-        rows = await self._run.execute(self._read_follow_state, (followed_id, follower_id))
-        if not rows or rows[0].following is None:
-            return None
-        return EdgeState(bool(rows[0].following), int(rows[0].lsn))
-
     async def write_following_copy(self, follower_id: int, followed_id: int,
                                    since: datetime | None, lsn: int) -> None:
         """The reader-side copy (``following``): a row, or its tombstone when ``since`` is None."""
@@ -156,33 +150,31 @@ class CopyStore:
         else:
             await self._run.execute(self._add_following, (follower_id, followed_id, since, lsn))
 
-    async def write_follower_copy_and_state(self, follower_id: int, followed_id: int,
-                                            since: datetime | None, lsn: int) -> None:
-        """The author-side copy (``followers``) and the state cell, one partition, one batch:
-        the state never carries an LSN whose copy is not written."""
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+    async def write_follower_copy(self, follower_id: int, followed_id: int,
+                                  since: datetime | None, lsn: int) -> None:
+        """The author-side copy (``followers``): a row, or its tombstone when ``since`` is None."""
         if since is None:
-            batch.add(self._del_follower, (lsn, followed_id, follower_id))
+            await self._run.execute(self._del_follower, (lsn, followed_id, follower_id))
         else:
-            batch.add(self._add_follower, (followed_id, follower_id, since, lsn))
-        batch.add(self._write_follow_state, (lsn, since is not None, followed_id, follower_id))
-        await self._run.execute(batch)
+            await self._run.execute(self._add_follower, (followed_id, follower_id, since, lsn))
 
     async def apply_follow(self, follower_id: int, followed_id: int, since: datetime | None,
                            lsn: int) -> EdgeStep:
-        """Apply a follow (``since`` set) or an unfollow (None) to both copies and the state
-        cell: read the state while writing ``following``, then the ``followers`` copy with
-        the state unless the change is already applied or overtaken. The caller moves the
-        counter by ``step.delta`` (after this returned: never before the state is written)."""
-        stored, _ = await asyncio.gather(self.follow_state(follower_id, followed_id),
-                                         self.write_following_copy(follower_id, followed_id, since, lsn))
-        step = edge_step(stored, since is not None, lsn)
-        if step.write:
-            await self.write_follower_copy_and_state(follower_id, followed_id, since, lsn)
+        """Apply a follow (``since`` set) or an unfollow (None): both copies, and the
+        follow's state with the author's follower count (one conditional batch).
+
+        The copies are written every time, replays and overtaken changes included: by
+        LSN write time, so the newest change wins whatever the order, and nothing depends
+        on whether the state batch ran before a crash. When this returns, the count has
+        moved by ``step.delta``; the step says whether the change is the edge's newest."""
+        step, _, _ = await asyncio.gather(
+            self._follows.apply(followed_id, EdgeChange(follower_id, since is not None, lsn)),
+            self.write_following_copy(follower_id, followed_id, since, lsn),
+            self.write_follower_copy(follower_id, followed_id, since, lsn))
         return step
 
     async def add_follow(self, follower_id: int, followed_id: int, since: datetime, lsn: int) -> int:
-        """Write both directions; returns +1 when the follow appeared (count it), else 0."""
+        """Write both directions; returns +1 when the follow appeared (counted), else 0."""
         return (await self.apply_follow(follower_id, followed_id, since, lsn)).delta
 
     async def remove_follow(self, follower_id: int, followed_id: int, lsn: int) -> int:
@@ -193,12 +185,9 @@ class CopyStore:
         rows = await self._run.execute(self._read_follower, (followed_id, follower_id))
         return _utc(rows[0].following_since) if rows else None
 
-    async def bump_followers(self, author_id: int, delta: int) -> None:
-        await self._run.execute(self._bump_followers, (delta, author_id))
-
     async def followers_count(self, author_id: int) -> int:
-        rows = await self._run.execute(self._read_followers_count, (author_id,))
-        return int(rows[0].followers or 0) if rows else 0
+        """The author's follower count (what the tier decision weighs)."""
+        return await self._follows.count(author_id)
 
     async def follower_pages(self, author_id: int) -> AsyncIterator[list[Follower]]:
         """The author's followers, one page at a time (bounded memory for any author)."""

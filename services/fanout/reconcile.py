@@ -1,7 +1,8 @@
 """``python -m services.fanout.reconcile``: compare follower counts with Postgres; report drift.
 
-The counters in ``author_stats`` are updated relatively by the fan-out (seed 003). This
-job recounts ``follows`` in Postgres (run it against a replica in production), compares,
+The follower counts (``follow_edges.followers``, moved by the fan-out in one conditional
+batch with each follow's state, seed 003) are denormalised. This job recounts ``follows``
+in Postgres (run it against a replica in production), compares,
 prints every author whose stored count differs, and exports the number of drifting
 authors (gauge ``feed_reconcile_follower_drift_authors``, to a Prometheus textfile when
 ``--metrics-file`` is given). It never repairs: drift means a consumer bug to find, or
@@ -20,9 +21,10 @@ from prometheus_client import REGISTRY, write_to_textfile
 from services.common import cql, pg
 from services.common.settings import Settings, get_settings
 
+from .copies import FOLLOW_EDGES
 from .metrics import FOLLOWER_DRIFT
 
-# Pages of author_stats read at once: bounded memory on a large keyspace.
+# Partitions of follow_edges read at once: bounded memory on a large keyspace.
 PAGE_SIZE = 5000
 
 
@@ -49,8 +51,9 @@ def stored_counts(settings: Settings) -> dict[int, int]:
     try:
         session = cluster.connect(settings.cassandra_keyspace)
         session.default_fetch_size = PAGE_SIZE
-        return {r.author_id: int(r.followers or 0)
-                for r in session.execute("SELECT author_id, followers FROM author_stats")}
+        t = FOLLOW_EDGES  # one row per author: the partition key and its static count
+        return {int(r[0]): int(r[1] or 0)
+                for r in session.execute(f"SELECT DISTINCT {t.partition}, {t.count} FROM {t.name}")}
     finally:
         cluster.shutdown()
 

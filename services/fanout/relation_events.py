@@ -6,12 +6,14 @@ the result independent of whether the post or the follow was processed first. Ol
 posts never come back (no surprise backfill).
 
 Round trips of a follow change, each step's statements concurrent:
-1. read the follow's state cell, write the ``following`` copy;
-2. write the ``followers`` copy with the state cell (one single-partition batch), skipped
-   when the state shows the change already applied (replay) or overtaken;
-3. bump the follower count (only on a transition, after the state is written, so a
-   replay never counts twice), and read the author's posts of the window (after the
-   follow is written: see docs/fanout.md, post-before-follow);
+1. write the ``following`` and ``followers`` copies, and read the follow's edge and its
+   author's follower count (``follow_edges``);
+2. the edge's new state with the moved count, in one conditional batch shared with the
+   author's other follows in flight (skipped when the edge shows the change already
+   applied or overtaken: a replay never counts twice, and a crash before it loses
+   nothing, services/common/counted_edges.py);
+3. read the author's posts of the window (after the follow is written: see
+   docs/fanout.md, post-before-follow);
 4. only when there are such posts: the block check and the posts' copies, then pushes.
 """
 from __future__ import annotations
@@ -60,8 +62,6 @@ class RelationChanges:
                 raise ValueError("follows row without following_since")
         step = await self._copies.apply_follow(follower, followed, since, change.lsn)
         work: list[Awaitable[None]] = []
-        if step.delta:
-            work.append(self._copies.bump_followers(followed, step.delta))
         if change.is_delete:
             old_since = parse_timestamp(row.get("following_since"))
             work += [self._purge(p, "unfollow", old_since) for p in purges_for_unfollow(change)]

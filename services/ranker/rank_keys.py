@@ -59,9 +59,8 @@ class RankKeys:
     async def on_like_changed(self, change: ChangeRecord) -> None:
         row = change.row
         post_id, user_id = require_int(row, "post_id"), require_int(row, "user_id")
-        delta = await self._store.set_like(post_id, user_id, not change.is_delete, change.lsn)
-        if delta:
-            await self._store.bump_likes(post_id, delta)
+        # The like count moves with the like's state, in one conditional batch.
+        await self._store.set_like(post_id, user_id, not change.is_delete, change.lsn)
         self._pending.add(post_id)
 
     async def on_features_observed(self, update: FeaturesObserved) -> None:

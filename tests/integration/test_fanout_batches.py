@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 from services.common.topics import cdc_topic, dlq_topic
 
 from .cdc_events import CdcMessage, post_id_at
-from .test_fanout_harness import group_caught_up, serving_state, wait_until, worker_env  # noqa: F401
+from .test_fanout_harness import (follower_counts, group_caught_up, like_counts,  # noqa: F401
+                                  serving_state, wait_until, worker_env)
 from .test_fanout_pipeline import _read_all
 
 FANOUT_TOPICS = ("posts", "follows", "blocks")
@@ -47,8 +48,7 @@ def test_one_batch_keeps_key_order_isolates_poison_and_replays_idempotently(work
     env.start("services.fanout", "batch")
     _caught_up(env, "batch", FANOUT_TOPICS)
 
-    stats = {r.author_id: r.followers for r in env.rows("SELECT * FROM author_stats")}
-    assert stats == {author: 2, crowd_author: len(crowd)}           # reader + returner
+    assert follower_counts(env) == {author: 2, crowd_author: len(crowd)}           # reader + returner
     assert {r.follower_id for r in env.rows("SELECT follower_id FROM followers WHERE followed_id=%s",
                                             author)} == {reader, returner}
     assert env.inbox(reader) == [p2]                                 # p1 was deleted
@@ -76,12 +76,10 @@ def test_likes_of_one_key_in_one_batch_count_once_and_replay_counts_nothing(work
     tables = ("likes",)
     _caught_up(env, "likes", tables)
 
-    def counters() -> dict[int, int]:
-        return {r.post_id: r.likes for r in env.rows("SELECT * FROM post_counters")}
-    assert counters() == {post: 1, hot: 300}
+    assert like_counts(env) == {post: 1, hot: 300}
     assert [r.user_id for r in env.rows("SELECT user_id FROM post_likes WHERE post_id=%s", post)] == [1]
     scores = {r.post_id: r.score for r in env.rows("SELECT post_id, score FROM posts")}
     assert scores[hot] > scores[post] > 0                            # rescored once per batch
     env.start("services.ranker", "likes-replay")
     _caught_up(env, "likes-replay", tables)
-    assert counters() == {post: 1, hot: 300}
+    assert like_counts(env) == {post: 1, hot: 300}

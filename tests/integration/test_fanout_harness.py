@@ -136,7 +136,25 @@ def group_caught_up(settings: Settings, group: str, topics: list[str]) -> bool:
 
 
 SERVING_TABLES = ("posts", "author_timeline", "feed_inbox", "following", "followers", "blocks",
-                  "author_stats", "author_tiers", "celebrities", "post_likes", "post_counters")
+                  "follow_edges", "author_tiers", "celebrities", "post_likes", "like_edges")
+
+
+def follower_counts(env: WorkerEnv) -> dict[int, int]:
+    """Every author's stored follower count (the static count of its follow_edges partition)."""
+    return {r.followed_id: r.followers for r in env.rows("SELECT DISTINCT followed_id, followers FROM follow_edges")
+            if r.followers is not None}
+
+
+def follower_count(env: WorkerEnv, author_id: int) -> int | None:
+    """One author's stored follower count; None before anything was counted."""
+    rows = env.rows("SELECT followers FROM follow_edges WHERE followed_id=%s LIMIT 1", author_id)
+    return rows[0].followers if rows else None
+
+
+def like_counts(env: WorkerEnv) -> dict[int, int]:
+    """Every post's stored like count (the static count of its like_edges partition)."""
+    return {r.post_id: r.likes for r in env.rows("SELECT DISTINCT post_id, likes FROM like_edges")
+            if r.likes is not None}
 
 
 def serving_state(env: WorkerEnv) -> dict[str, list[tuple]]:

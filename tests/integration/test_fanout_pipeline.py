@@ -10,8 +10,8 @@ from confluent_kafka import Consumer
 from services.common.topics import cdc_topic, dlq_topic, inbox_events_topic
 
 from .cdc_events import CdcMessage, post_id_at
-from .test_fanout_harness import (group_caught_up, serving_state, wait_until,  # noqa: F401
-                                  worker_env)
+from .test_fanout_harness import (follower_count, follower_counts, group_caught_up,  # noqa: F401
+                                  serving_state, wait_until, worker_env)
 
 FANOUT_TOPICS = ("posts", "follows", "blocks")
 
@@ -52,8 +52,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     assert [r.post_id for r in env.rows("SELECT post_id FROM author_timeline")] == [p3, p1]
     deleted = env.rows("SELECT deleted FROM posts WHERE post_id=%s", p2)
     assert deleted and deleted[0].deleted is True
-    stats = {r.author_id: r.followers for r in env.rows("SELECT * FROM author_stats")}
-    assert stats == {author: 3, 99: 1}       # early, late, blocked (a block is not an unfollow)
+    assert follower_counts(env) == {author: 3, 99: 1}       # early, late, blocked (a block is not an unfollow)
     events = _read_all(env.settings.kafka_bootstrap, inbox_events_topic(env.settings.topic_prefix))
     landed = {(json.loads(v)["reader_id"], json.loads(v)["post_id"]) for _, v in events}
     assert {(str(early), str(p1)), (str(early), str(p3))} <= landed
@@ -75,9 +74,8 @@ def test_sigkill_mid_fanout_then_restart_gives_every_follower_the_post_once(work
     env.send([m for f in followers for m in e.followed(f, author, since)])
     # Two writes in flight: slow enough that the kill lands mid-way.
     worker = env.start("services.fanout", "crash", fanout_max_in_flight=2, fanout_follower_page=100)
-    wait_until(lambda: env.rows("SELECT followers FROM author_stats WHERE author_id=%s", author)
-               and env.rows("SELECT followers FROM author_stats WHERE author_id=%s", author)[0].followers
-               == len(followers), timeout=120, message="follows applied")
+    wait_until(lambda: follower_count(env, author) == len(followers), timeout=120,
+               message="follows applied")
     post = post_id_at(_now(), 7)
     env.send(e.post_created(e.post_row(post, author, _now())))
     written = wait_until(lambda: env.rows("SELECT count(*) AS n FROM feed_inbox")[0].n,
@@ -101,9 +99,7 @@ def test_tier_transitions_never_lose_or_duplicate_a_post(worker_env):
     env.start("services.fanout", "tiers", fanout_capacity_pinned_rows_per_s=10.0)
 
     def followers_are(n: int) -> None:
-        wait_until(lambda: (rows := env.rows("SELECT followers FROM author_stats WHERE author_id=%s",
-                                             author)) and rows[0].followers == n,
-                   message=f"{n} followers")
+        wait_until(lambda: follower_count(env, author) == n, message=f"{n} followers")
 
     def post(seq: int) -> int:
         p = post_id_at(_now(), seq)

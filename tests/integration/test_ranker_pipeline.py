@@ -36,7 +36,7 @@ def test_likes_and_features_keep_counters_and_score_whatever_the_order(worker_en
 
     def settled() -> bool:
         likers = sorted(r.user_id for r in env.rows("SELECT user_id FROM post_likes WHERE post_id=%s", post))
-        counter = env.rows("SELECT likes FROM post_counters WHERE post_id=%s", post)
+        counter = env.rows("SELECT likes FROM like_edges WHERE post_id=%s LIMIT 1", post)
         copy = env.rows("SELECT score, features FROM posts WHERE post_id=%s", post)
         return (likers == [1, 2] and bool(counter) and counter[0].likes == 2 and bool(copy)
                 and copy[0].features == {"quality": 0.5} and copy[0].score == pytest.approx(expected))

@@ -14,6 +14,7 @@ SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 def exported_names() -> set[str]:
     import services.cdc.metrics  # noqa: F401 - registers the relay's collectors
     import services.common.batch_consumer  # noqa: F401
+    import services.common.counted_edges  # noqa: F401 - the fan-out's and ranker's counted edges
     import services.common.poison_guard  # noqa: F401
     import services.fanout.metrics  # noqa: F401
     from services.api.feed.metrics import FeedMetrics

@@ -12,7 +12,6 @@ from services.common.faust_app import RawMessage
 from services.common.poison_guard import GuardedProcessing, WorkerMustStop
 from services.common.settings import Settings
 from services.fanout.tiering import OverlapMeter
-from services.ranker.store import LikeState, LikeStep, like_step
 
 from .test_fanout_decisions import _Publisher, _Transient
 
@@ -115,13 +114,6 @@ def test_store_retries_for_a_batch_step_then_stop():
 ])
 def test_edge_transitions_from_one_read(stored, active, lsn, step):
     assert edge_step(stored, active, lsn) == step
-
-
-def test_like_transitions_follow_the_same_rule():
-    assert like_step(None, True, 5) == LikeStep(1, True)
-    assert like_step(LikeState(True, 5), True, 5) == LikeStep(0, False)
-    assert like_step(LikeState(True, 5), False, 9) == LikeStep(-1, True)
-    assert like_step(LikeState(False, 9), True, 5) == LikeStep(0, False)
 
 
 def test_overlapping_fanouts_are_measured_over_their_union():

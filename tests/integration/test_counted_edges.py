@@ -1,0 +1,286 @@
+"""Follower and like counts on real Cassandra (and Kafka): a crash or a retry at any point
+neither loses nor doubles a count (services/common/counted_edges.py).
+
+The changes carry duplicates and reorderings (an edge's newer change delivered before
+its older one). The truth is the number of edges whose newest change is active.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from typing import Any, Sequence
+
+from cassandra.query import BatchStatement
+from prometheus_client import REGISTRY
+
+from services.common.batch_consumer import apply_batch
+from services.common.counted_edges import CountedEdges
+from services.common.cql_async import CqlRunner, Executable
+from services.common.edge_transitions import EdgeChange
+from services.common.envelope import parse_change
+from services.common.faust_app import RawMessage
+from services.common.topics import cdc_topic
+from services.fanout.copies import FOLLOW_EDGES, CopyStore
+from services.fanout.inbox import InboxStore
+from services.fanout.relation_events import RelationChanges
+from services.ranker.rank_keys import RankKeys
+from services.ranker.store import RankStore
+
+from .cdc_events import CdcEvents, CdcMessage
+from .test_fanout_harness import (follower_counts, group_caught_up, like_counts, wait_until,  # noqa: F401
+                                  worker_env)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def true_counts(messages: Sequence[CdcMessage], partition: str, edge: str) -> dict[int, int]:
+    """Per partition, the edges whose newest change (highest LSN) is not a delete."""
+    newest: dict[tuple[int, int], tuple[int, bool]] = {}
+    for m in messages:
+        if m.value is None:
+            continue
+        value, key = json.loads(m.value), json.loads(m.key)
+        lsn, ident = value["source"]["lsn"], (key[partition], key[edge])
+        if ident not in newest or lsn > newest[ident][0]:
+            newest[ident] = (lsn, value["op"] != "d")
+    counts: dict[int, int] = defaultdict(int)
+    for (p, _), (_, active) in newest.items():
+        counts[p] += active
+    return dict(counts)
+
+
+def differences(stored: dict[int, int], want: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """Partitions whose stored count is not the true one (a count never written is 0)."""
+    return {p: (stored.get(p, 0), want.get(p, 0)) for p in set(stored) | set(want)
+            if stored.get(p, 0) != want.get(p, 0)}
+
+
+def follow_changes(e: CdcEvents, authors: Sequence[int], followers: Sequence[int]) -> list[CdcMessage]:
+    """Follows of ``authors`` with a duplicate, an unfollow, a re-follow and a reordering."""
+    since = _now() - timedelta(hours=1)
+    first, second = authors
+    out = [m for f in followers for m in e.followed(f, second, since)]      # one partition, coalesced
+    follow = e.followed(followers[0], first, since)
+    out += follow + follow                                                  # duplicate
+    out += e.followed(followers[1], first, since) + e.unfollowed(followers[1], first, since)
+    older, newer = e.followed(followers[2], first, since), e.unfollowed(followers[2], first, since)
+    out += newer + older                                                    # newer change first
+    out += e.unfollowed(followers[3], second, since) + e.followed(followers[3], second, since)
+    return out
+
+
+def like_changes(e: CdcEvents, posts: Sequence[int], users: Sequence[int]) -> list[CdcMessage]:
+    """Likes of a hot post and a quiet one, with duplicates, unlikes and a reordering."""
+    hot, quiet = posts
+    now = _now()
+    likes = [m for u in users for m in e.liked(hot, u, now)]
+    out = likes + likes[:4]                                                 # duplicates
+    out += e.unliked(hot, users[0], now)
+    older, newer = e.liked(quiet, users[1], now), e.unliked(quiet, users[1], now)
+    out += newer + older + e.liked(quiet, users[2], now)
+    return out
+
+
+# -- a crash after (or before) any statement, then the whole batch replayed -----------------------
+
+class SimulatedCrash(Exception):
+    """The worker died here: nothing after it runs, nothing of its batch is acked."""
+
+
+class CrashingRunner(CqlRunner):
+    """The worker's store calls, dying at the ``crash_at``-th statement of a pass: after
+    the node applied it (the caller never learns) or before it is sent; once dead, every
+    statement fails until the restart (``revive``)."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(session)
+        self.crash_at: int | None = None
+        self.after = True
+        self.executed = 0
+        self.dead = False
+        self.crashed_on: Executable | None = None
+
+    def arm(self, crash_at: int | None, after: bool) -> None:
+        self.crash_at, self.after, self.executed, self.dead, self.crashed_on = crash_at, after, 0, False, None
+
+    async def _call(self, statement: Executable, params: Sequence[Any],
+                    paging_state: bytes | None) -> tuple[list[Any], bytes | None]:
+        if self.dead:
+            raise SimulatedCrash("after the crash")
+        self.executed += 1
+        if self.executed == self.crash_at:
+            if self.after:
+                await super()._call(statement, params, paging_state)
+            self.dead, self.crashed_on = True, statement
+            raise SimulatedCrash(f"statement {self.executed}")
+        return await super()._call(statement, params, paging_state)
+
+
+class _NoGuard:
+    """GuardedProcessing's place in ``apply_batch``: an error ends the batch (the crash)."""
+
+    async def process(self, msg: RawMessage, handle: Any) -> str:
+        await handle(msg)
+        return "ok"
+
+
+class _Publisher:
+    async def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = ()) -> asyncio.Future:
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+def _raw(messages: Sequence[CdcMessage]) -> list[RawMessage]:
+    return [RawMessage(m.topic, 0, i, m.key, m.value) for i, m in enumerate(messages)]
+
+
+async def _settle() -> None:
+    """Let every task the dead pass left behind finish (they fail: the runner is dead)."""
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    await asyncio.gather(*others, return_exceptions=True)
+
+
+def test_a_crash_after_or_before_any_statement_then_the_replay_counts_each_follow_and_like_once(worker_env):
+    env, e = worker_env, worker_env.events
+    prefix = env.settings.topic_prefix
+
+    async def scenario() -> tuple[int, int]:
+        runner = CrashingRunner(env.session)
+        copies = CopyStore(env.session, runner, 100)
+        inbox = InboxStore(env.session, runner, max_in_flight=8, cap=500, trim_every=1_000_000)
+        relations = RelationChanges(copies, inbox, _Publisher(), prefix, _now)  # type: ignore[arg-type]
+        ranks = RankStore(env.session, runner=runner)
+        keys = RankKeys(ranks, lambda move: asyncio.sleep(0))
+        conditional_ids = {stmt.query_id for edges in (copies._follows, ranks._likes)  # noqa: SLF001
+                           for stmt in (edges._write_edge, edges._write_count)}  # noqa: SLF001
+
+        async def handle(msg: RawMessage) -> None:
+            change = parse_change(msg.key, msg.value)
+            if change is None:
+                return
+            if msg.topic == cdc_topic("follows", prefix):
+                await relations.on_follow_changed(change)
+            else:
+                await keys.on_like_changed(change)
+
+        points = after_cas = 0
+        crash_at = 1
+        while True:
+            for after in (True, False):
+                # Fresh ids each pass: every crash lands in a first application, not a replay.
+                base = 1_000_000 * (2 * crash_at + after)
+                follows = follow_changes(e, [base + 1, base + 2], [base + 10 + i for i in range(6)])
+                likes = like_changes(e, [base + 3, base + 4], [base + 100 + i for i in range(12)])
+                batch = _raw(follows + likes)
+                runner.arm(crash_at, after)
+                try:
+                    await apply_batch(batch, _NoGuard(), handle, 64)  # type: ignore[arg-type]
+                except SimulatedCrash:
+                    pass
+                await _settle()
+                if runner.crash_at is not None and runner.executed < runner.crash_at:
+                    return points, after_cas                       # past the last statement
+                points += 1
+                after_cas += after and _counted_batch(runner.crashed_on, conditional_ids)
+                runner.arm(None, True)
+                await apply_batch(batch, _NoGuard(), handle, 64)  # type: ignore[arg-type]  # the replay
+                for author, n in true_counts(follows, "followed_id", "follower_id").items():
+                    assert await copies.followers_count(author) == n, (crash_at, after, author)
+                for post, n in true_counts(likes, "post_id", "user_id").items():
+                    assert await ranks.likes(post) == n, (crash_at, after, post)
+            crash_at += 1
+
+    points, after_cas = asyncio.run(scenario())
+    print(f"{points} crash points, {after_cas} right after a conditional batch")
+    # Every statement of a pass was a crash point, the conditional batches among them:
+    # right after one is where a counter bumped after the state lost its increment.
+    assert points >= 40 and after_cas >= 4, (points, after_cas)
+
+
+def _counted_batch(statement: Executable | None, conditional_ids: set[bytes]) -> bool:
+    """Whether ``statement`` is a round of counted edges (a batch of conditional updates)."""
+    if not isinstance(statement, BatchStatement):
+        return False
+    # Entries are (prepared, query id, values).
+    return any(entry[1] in conditional_ids for entry in statement._statements_and_parameters)  # noqa: SLF001
+
+
+# -- workers SIGKILLed mid-batch, several times ---------------------------------------------------
+
+def test_workers_killed_mid_batch_and_restarted_never_lose_or_double_a_count(worker_env):
+    env, e = worker_env, worker_env.events
+    prefix = env.settings.topic_prefix
+    authors, posts = [501, 502, 503], [601, 602, 603]
+    follows = [m for i, a in enumerate(authors)
+               for m in follow_changes(e, [a, 900 + i], list(range(10_000 * (i + 1), 10_000 * (i + 1) + 300)))]
+    likes = [m for i, p in enumerate(posts)
+             for m in like_changes(e, [p, 700 + i], list(range(20_000 * (i + 1), 20_000 * (i + 1) + 300)))]
+    env.send(follows, likes)
+    want_follows = true_counts(follows, "followed_id", "follower_id")
+    want_likes = true_counts(likes, "post_id", "user_id")
+    topics = {"services.fanout": [cdc_topic("follows", prefix)], "services.ranker": [cdc_topic("likes", prefix)]}
+    # Small batches: every kill lands among many acked and unacked batches.
+    options = {"consumer_batch_max": 40}
+
+    def progress() -> int:
+        return sum(follower_counts(env).values()) + sum(like_counts(env).values())
+
+    workers = {m: env.start(m, f"kill-{m.rsplit('.', 1)[1]}", **options) for m in topics}
+    total = sum(want_follows.values()) + sum(want_likes.values())
+    for share in (0.2, 0.45, 0.7):
+        wait_until(lambda: progress() >= share * total, timeout=180, message=f"{share:.0%} counted")
+        for module, proc in workers.items():
+            env.kill(proc)
+            workers[module] = env.start(module, f"kill-{module.rsplit('.', 1)[1]}", **options)
+    for module, proc in workers.items():
+        group = f"kill-{module.rsplit('.', 1)[1]}"
+        wait_until(lambda: group_caught_up(env.settings, group, topics[module]), timeout=240,
+                   message=f"{module} caught up after the kills")
+    assert differences(follower_counts(env), want_follows) == {}
+    assert differences(like_counts(env), want_likes) == {}
+
+
+# -- a second writer of the same partition -------------------------------------------------------
+
+class GatedRunner(CqlRunner):
+    """Holds every batch until ``gate`` opens (``held`` is set once one waits): the
+    round's reads are answered, its write is not sent."""
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(session)
+        self.gate, self.held = asyncio.Event(), asyncio.Event()
+
+    async def _call(self, statement: Executable, params: Sequence[Any],
+                    paging_state: bytes | None) -> tuple[list[Any], bytes | None]:
+        if isinstance(statement, BatchStatement):
+            self.held.set()
+            await self.gate.wait()
+        return await super()._call(statement, params, paging_state)
+
+
+def test_a_batch_planned_before_another_writers_batch_is_planned_again(worker_env):
+    env = worker_env
+    author = 4242
+
+    def conflicts() -> float:
+        return REGISTRY.get_sample_value("feed_counted_edge_conflicts_total", {"table": FOLLOW_EDGES.name}) or 0.0
+
+    async def scenario() -> tuple[int, int, int]:
+        gated = GatedRunner(env.session)
+        slow = CountedEdges(env.session, gated, FOLLOW_EDGES)       # one worker ...
+        fast = CountedEdges(env.session, CqlRunner(env.session), FOLLOW_EDGES)  # ... and another
+        held = asyncio.ensure_future(slow.apply(author, EdgeChange(1, True, 10)))
+        await asyncio.wait_for(gated.held.wait(), 30)    # planned from count None, batch not sent
+        fast_step = await fast.apply(author, EdgeChange(2, True, 11))  # moves the count first
+        gated.gate.set()
+        slow_step = await asyncio.wait_for(held, 30)
+        return fast_step.delta, slow_step.delta, await fast.count(author)
+
+    before = conflicts()
+    assert asyncio.run(scenario()) == (1, 1, 2)          # both counted, neither lost
+    assert conflicts() - before == 1                     # the held batch lost its condition once
