@@ -30,6 +30,8 @@ from services.common.settings import Settings
 from services.common.topics import CAPTURED_TABLES, cdc_topic, heartbeat_topic
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# How long teardown waits for a stopped relay to release its slot and connections.
+TEARDOWN_DEADLINE_S = 60
 _counter = itertools.count(1)
 
 
@@ -63,15 +65,26 @@ def source(settings: Settings) -> Iterator[Settings]:
     migrate_kafka(s, name)
     yield s
     with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
-        for _ in range(50):
+        # A relay the test stopped can take seconds to let go of its slot and its
+        # connections on a loaded machine (the replication role's sessions cannot be
+        # ended by this one): wait for both, with a deadline, rather than fail teardown.
+        deadline = time.monotonic() + TEARDOWN_DEADLINE_S
+        while True:
             rows = conn.execute("SELECT slot_name, active_pid FROM pg_replication_slots "
                                 "WHERE database = %s", (name,)).fetchall()
-            if all(pid is None for _, pid in rows):
+            if all(pid is None for _, pid in rows) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         for slot, _ in rows:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        while True:
+            try:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                break
+            except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ObjectInUse):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
 
 @dataclass
