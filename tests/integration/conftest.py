@@ -11,6 +11,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -88,11 +89,18 @@ def stop_server(server: _ThreadedServer, thread: threading.Thread) -> None:
 
 # Module scope: some modules restart Postgres on purpose; a fresh server per module keeps
 # one module's outage (and the pool's reconnect back-off) out of the next module.
-@pytest.fixture(scope="module")
-def api_server(settings: Settings) -> Iterator[RunningApi]:
+@contextmanager
+def running_api(settings: Settings) -> Iterator[RunningApi]:
+    """The API app on ``settings``, served in a thread until the block ends."""
     app = create_app(settings)
     server, thread, base_url = serve_in_thread(app)
     try:
         yield RunningApi(base_url=base_url, settings=settings, app=app)
     finally:
         stop_server(server, thread)
+
+
+@pytest.fixture(scope="module")
+def api_server(settings: Settings) -> Iterator[RunningApi]:
+    with running_api(settings) as api:
+        yield api

@@ -8,10 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from services.api.app import create_app
 from services.common.settings import Settings
 
-from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server
+from .conftest import RunningApi, new_user_id, running_api
 from .test_feed_support import FeedWorld, feed_ids, utc_now, walk, world  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -22,13 +21,8 @@ DEPTH = 4
 @pytest.fixture(scope="module")
 def shallow_api(settings: Settings) -> Iterator[RunningApi]:
     """An API whose snapshots start with DEPTH entries, so walks extend them."""
-    shallow = settings.model_copy(update={"feed_snapshot_depth": DEPTH})
-    app = create_app(shallow)
-    server, thread, base_url = serve_in_thread(app)
-    try:
-        yield RunningApi(base_url=base_url, settings=shallow, app=app)
-    finally:
-        stop_server(server, thread)
+    with running_api(settings.model_copy(update={"feed_snapshot_depth": DEPTH})) as api:
+        yield api
 
 
 def test_a_walk_past_the_snapshot_depth_extends_it_without_repeats_or_gaps(
