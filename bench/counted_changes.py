@@ -36,13 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cassandra import InvalidRequest  # noqa: E402
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from services.common import cql  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.common.topics import all_topics, cdc_topic  # noqa: E402
 from tests.integration.cdc_events import CdcEvents, CdcMessage, send  # noqa: E402
+from tests.integration.test_fanout_harness import group_caught_up  # noqa: E402
 
 # Ids far from anything the workload generates; every follower / liker is new.
 AUTHOR_BASE, FOLLOWER_BASE, POST_BASE, LIKER_BASE = 7_000_000, 8_000_000, 9_000_000, 20_000_000
@@ -70,23 +70,9 @@ def migrate(root: Path, name: str) -> None:
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
 
 
-def committed_at_end(bootstrap: str, group: str, topic: str) -> bool:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        meta = consumer.list_topics(topic, timeout=10)
-        tps = [TopicPartition(topic, p) for p in meta.topics[topic].partitions]
-        for tp in consumer.committed(tps, timeout=10):
-            _, high = consumer.get_watermark_offsets(tp, timeout=10)
-            if high > 0 and tp.offset < high:
-                return False
-        return True
-    finally:
-        consumer.close()
-
-
 def wait_caught_up(s: Settings, group: str, topic: str, worker: subprocess.Popen) -> None:
     deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-    while not committed_at_end(s.kafka_bootstrap, group, topic):
+    while not group_caught_up(s, group, [topic]):
         if worker.poll() is not None:
             raise SystemExit(f"bench: worker exited with {worker.returncode}")
         if time.monotonic() > deadline:
