@@ -36,6 +36,7 @@ from .feed.wiring import close_read_path, open_read_path
 from .routes import feed, health, moderation, posts, social
 from .stream import route as feed_stream
 from .stream.consumer import run_stream_consumer
+from .feed.notices import run_notice_consumer
 from .store.idempotency import purge_expired_periodically
 from .users import KnownUsers
 
@@ -56,7 +57,8 @@ ROUTERS: list[APIRouter] = [health.router, posts.router, social.router, moderati
                             feed.router, feed_stream.router]
 # Coroutines run for the life of the app, given the app (periodic clean-ups).
 BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = [purge_expired_periodically,
-                                                               run_stream_consumer]
+                                                               run_stream_consumer,
+                                                               run_notice_consumer]
 
 
 @asynccontextmanager

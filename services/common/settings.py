@@ -187,6 +187,20 @@ class Settings(BaseSettings):
     # next page usually follows within seconds on the same keep-alive connection; a miss
     # is one point read in Cassandra, which every process can do.
     feed_snapshot_cache_size: int = 1024
+    # Serving cache (services/api/feed/serving_cache.py): the copies a page reads (post
+    # states, readers' follows and blocks, author-timeline tops), dropped by the workers'
+    # serving-changes notices and bypassed while those notices may be late. Sizes: posts
+    # (~0.4 KB each), follow entries over all cached readers (~0.1 KB each), timeline
+    # partitions (~0.5 KB each): about 60 MB per API process at these defaults. Entries
+    # also expire after ``feed_cache_ttl_s``, a bound on what a lost notice could cost.
+    feed_cache_enabled: bool = True
+    feed_cache_posts: int = 100_000
+    feed_cache_follows: int = 200_000
+    feed_cache_timelines: int = 20_000
+    feed_cache_ttl_s: float = 300.0
+    # Notices older than this (the consumer's last fetch response) make the cache stand
+    # aside: reads go to Cassandra until the consumer is current again.
+    feed_cache_max_silence_s: float = 2.0
     # Celebrity list cache: re-read after this long. Bounded staleness well under the
     # freshness target, so a promotion is merged by readers within a second.
     feed_celebrities_cache_s: float = 1.0

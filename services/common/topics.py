@@ -49,6 +49,11 @@ def rank_moves_topic(prefix: str | None = None) -> str:
     return f"{prefix or get_settings().topic_prefix}.rank-key-moves"
 
 
+def serving_changes_topic(prefix: str | None = None) -> str:
+    """Workers name the serving copies they changed; API caches drop them (key = first id)."""
+    return f"{prefix or get_settings().topic_prefix}.serving-changes"
+
+
 def heartbeat_topic(prefix: str | None = None) -> str:
     """CDC relay heartbeats (Debezium's __debezium-heartbeat.<prefix> equivalent)."""
     return f"__feed-heartbeat.{prefix or get_settings().topic_prefix}"
@@ -66,6 +71,7 @@ def all_topics(prefix: str | None = None) -> list[TopicSpec]:
         TopicSpec(author_events_topic(prefix), 3, {"retention.ms": str(24 * 3600 * 1000)}),
         TopicSpec(rank_features_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
         TopicSpec(rank_moves_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
+        TopicSpec(serving_changes_topic(prefix), 3, {"retention.ms": str(3600 * 1000)}),
         TopicSpec(heartbeat_topic(prefix), 1, {"retention.ms": str(3600 * 1000)}),
     ]
     consumed = [s.name for s in specs if s.name.startswith(f"{prefix or get_settings().topic_prefix}.")]

@@ -28,7 +28,8 @@ from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, r
 from services.common.poison_guard import GuardedProcessing
 from services.common.settings import Settings
 from services.common.rank_moves import parse as parse_rank_move
-from services.common.topics import cdc_topic, rank_moves_topic
+from services.common.serving_changes import Notices
+from services.common.topics import cdc_topic, rank_moves_topic, serving_changes_topic
 
 from .copies import CopyStore
 from .inbox import InboxStore
@@ -65,15 +66,16 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     session = cql.session(settings, timeout=settings.worker_store_timeout_s)
     use_cached_rows(session)
     runner = CqlRunner(session, settings.store_max_in_flight)
-    copies = CopyStore(session, runner, settings.fanout_follower_page)
+    publisher = EventPublisher(settings)
+    await publisher.start()
+    copies = CopyStore(session, runner, settings.fanout_follower_page,
+                       Notices(publisher, serving_changes_topic(settings.topic_prefix)))
     inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
                        cap=settings.inbox_cap, trim_every=settings.inbox_trim_every,
                        push_batches_in_flight=settings.fanout_push_batches_in_flight)
     capacity = CapacityEstimate(settings.fanout_capacity_floor_rows_per_s,
                                 settings.fanout_capacity_pinned_rows_per_s)
     tiers = TierStore(session, runner, tier_policy(settings), capacity, _utc_now)
-    publisher = EventPublisher(settings)
-    await publisher.start()
     return FanoutPorts(
         posts=PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
                          retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s)),

@@ -20,6 +20,7 @@ from services.common import ids
 from services.common.counted_edges import CountedEdges, EdgeTable
 from services.common.cql_async import CqlRunner
 from services.common.edge_transitions import EdgeChange, EdgeStep
+from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
 from .audience import Follower, PostCopy, PostFields
 
@@ -34,8 +35,12 @@ READ_POSTS_PER_QUERY = 50
 
 
 class CopyStore:
-    def __init__(self, session: Session, runner: CqlRunner, follower_page: int) -> None:
+    def __init__(self, session: Session, runner: CqlRunner, follower_page: int,
+                 notices: ChangeSink = NO_NOTICES) -> None:
         self._run = runner
+        # Told after every write of a copy the read path caches (post states, follows,
+        # blocks, author timelines): services/common/serving_changes.py.
+        self._notices = notices
         p = session.prepare
         self._session = session
         self._write_post_variants: dict[tuple[bool, bool], PreparedStatement] = {}
@@ -91,6 +96,7 @@ class CopyStore:
         params += ([post.text] if with_text else []) + ([post.media_ids] if with_media else [])
         params += [post.visibility if not post.deleted else 0, post.deleted, post.post_id]
         await self._run.execute(self._post_writer(with_text, with_media), params)
+        await self._notices.changed(ServingChange(posts=(post.post_id,)))
 
     async def read_post(self, post_id: int) -> PostCopy | None:
         rows = await self._run.execute(self._read_post, (post_id,))
@@ -108,14 +114,17 @@ class CopyStore:
     async def set_rank_key(self, post_id: int, rank_key: float, key_ts: int) -> None:
         """The key the post's rows are clustered by, written at ``key_ts`` (µs)."""
         await self._run.execute(self._set_rank_key, (key_ts, rank_key, post_id))
+        await self._notices.changed(ServingChange(posts=(post_id,)))
 
     async def set_rank_key_next(self, post_id: int, rank_key: float, key_ts: int) -> None:
         """The key the post's rows are moving to (written before the first row moves)."""
         await self._run.execute(self._set_rank_key_next, (key_ts, rank_key, post_id))
+        await self._notices.changed(ServingChange(posts=(post_id,)))
 
     async def add_author_post(self, author_id: int, post_id: int, rank_key: float, key_ts: int) -> None:
         await self._run.execute(self._add_author_post,
                                 (author_id, ids.day_bucket(post_id), rank_key, post_id, key_ts))
+        await self._notices.changed(_timeline(author_id, post_id))
 
     async def remove_author_post(self, author_id: int, post_id: int, keys: Sequence[float],
                                  ts: int) -> None:
@@ -123,6 +132,7 @@ class CopyStore:
         await self._run.run_bounded(
             [(self._del_author_post, (ts, author_id, bucket, k, post_id)) for k in dict.fromkeys(keys)],
             2)
+        await self._notices.changed(_timeline(author_id, post_id))
 
     async def move_author_post(self, author_id: int, post_id: int, old_keys: Sequence[float],
                                new_key: float, key_ts: int) -> None:
@@ -134,6 +144,7 @@ class CopyStore:
                 batch.add(self._del_author_post, (key_ts, author_id, bucket, key, post_id))
         batch.add(self._add_author_post, (author_id, bucket, new_key, post_id, key_ts))
         await self._run.execute(batch)
+        await self._notices.changed(_timeline(author_id, post_id))
 
     async def author_posts_since(self, author_id: int, lowest_id: int, newest_id: int) -> list[int]:
         """Post ids of an author from ``lowest_id`` on, over the day buckets up to ``newest_id``."""
@@ -149,6 +160,7 @@ class CopyStore:
             await self._run.execute(self._del_following, (lsn, follower_id, followed_id))
         else:
             await self._run.execute(self._add_following, (follower_id, followed_id, since, lsn))
+        await self._notices.changed(ServingChange(graphs=(follower_id,)))
 
     async def write_follower_copy(self, follower_id: int, followed_id: int,
                                   since: datetime | None, lsn: int) -> None:
@@ -201,12 +213,14 @@ class CopyStore:
             (self._add_block, (blocker_id, blocked_id, "out", lsn)),
             (self._add_block, (blocked_id, blocker_id, "in", lsn)),
         ], 2)
+        await self._notices.changed(ServingChange(graphs=(blocker_id, blocked_id)))
 
     async def remove_block(self, blocker_id: int, blocked_id: int, lsn: int) -> None:
         await self._run.run_bounded([
             (self._del_block, (lsn, blocker_id, blocked_id, "out")),
             (self._del_block, (lsn, blocked_id, blocker_id, "in")),
         ], 2)
+        await self._notices.changed(ServingChange(graphs=(blocker_id, blocked_id)))
 
     async def blocked_either_way(self, user_id: int, other_id: int) -> bool:
         return bool(await self._run.execute(self._blocks_between, (user_id, other_id)))
@@ -217,6 +231,10 @@ class CopyStore:
         async for rows in self._run.pages(self._blocks_of, (user_id,)):
             out.update(r.other_id for r in rows)
         return frozenset(out)
+
+
+def _timeline(author_id: int, post_id: int) -> ServingChange:
+    return ServingChange(timelines=((author_id, ids.day_bucket(post_id)),))
 
 
 def _post_copy(post_id: int, r: Any) -> PostCopy:

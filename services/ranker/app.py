@@ -24,7 +24,8 @@ from services.common.poison_guard import GuardedProcessing, Handler
 from services.common.settings import Settings
 from services.common.rank_moves import RankKeyMoved
 from services.common.rank_moves import encode as encode_move
-from services.common.topics import cdc_topic, rank_features_topic, rank_moves_topic
+from services.common.serving_changes import Notices
+from services.common.topics import cdc_topic, rank_features_topic, rank_moves_topic, serving_changes_topic
 
 from .features import parse_feature_event
 from .rank_keys import RankKeys
@@ -46,7 +47,8 @@ async def open_ports(settings: Settings) -> RankerPorts:
     use_plain_tuples(session)
     publisher = EventPublisher(settings)
     await publisher.start()
-    return RankerPorts(RankStore(session, settings.store_max_in_flight),
+    notices = Notices(publisher, serving_changes_topic(settings.topic_prefix))
+    return RankerPorts(RankStore(session, settings.store_max_in_flight, notices=notices),
                        GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS), ConsumerLag(),
                        publisher)
 

@@ -17,6 +17,7 @@ from cassandra.cluster import Session
 from services.common.counted_edges import CountedEdges, EdgeTable
 from services.common.cql_async import DEFAULT_MAX_IN_FLIGHT, CqlRunner
 from services.common.edge_transitions import EdgeChange
+from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
 # A like and its post's like count (0006_counted_edges.cql).
 LIKE_EDGES = EdgeTable("like_edges", partition="post_id", edge="user_id", state="liked", count="likes")
@@ -40,8 +41,9 @@ class KeyState:
 
 class RankStore:
     def __init__(self, session: Session, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 runner: CqlRunner | None = None) -> None:
+                 runner: CqlRunner | None = None, notices: ChangeSink = NO_NOTICES) -> None:
         self._run = runner or CqlRunner(session, max_in_flight)
+        self._notices = notices  # told after rank_key_next changes (serving_changes.py)
         p = session.prepare
         self._like = p("INSERT INTO post_likes (post_id, user_id) VALUES (?,?) USING TIMESTAMP ?")
         self._unlike = p("DELETE FROM post_likes USING TIMESTAMP ? WHERE post_id=? AND user_id=?")
@@ -96,3 +98,4 @@ class RankStore:
 
     async def set_rank_key_next(self, post_id: int, key: float, key_ts: int) -> None:
         await self._run.execute(self._set_key_next, (key_ts, key, post_id))
+        await self._notices.changed(ServingChange(posts=(post_id,)))

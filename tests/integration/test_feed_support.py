@@ -28,7 +28,10 @@ from confluent_kafka import Producer
 from services.common import cql, ids
 from services.common.cql_async import CqlRunner
 from services.common.settings import Settings
-from services.common.topics import author_events_topic, inbox_events_topic
+from services.common.event_publisher import EventPublisher
+from services.common.serving_changes import Notices
+from services.common.topics import author_events_topic, inbox_events_topic, serving_changes_topic
+from .conftest import wait_until
 from services.fanout.audience import PostFields
 from services.fanout.copies import CopyStore
 from services.fanout.events import celebrity_posted, post_landed_in_inbox
@@ -71,22 +74,44 @@ class FeedWorld:
         self.session = cql.session(settings)
         self._loop = asyncio.new_event_loop()
         runner = CqlRunner(self.session)
-        self.copies = CopyStore(self.session, runner, 500)
+        # Notices as the workers publish them: the API's serving cache drops what changed.
+        self.publisher = EventPublisher(settings)
+        self.run(self.publisher.start())
+        self.notices = Notices(self.publisher, serving_changes_topic(settings.topic_prefix))
+        self.copies = CopyStore(self.session, runner, 500, self.notices)
         self.inbox = InboxStore(self.session, runner, max_in_flight=16, cap=500, trim_every=1_000_000)
         # Pinned capacity of 1 row/s: any author with followers is "too expensive" and
         # promotion is immediate (no dwell), so make_celebrity goes through the policy.
         self.tiers = TierStore(self.session, runner, TierPolicy(min_dwell_s=0.0),
                                CapacityEstimate(1.0, pinned_rows_per_s=1.0), utc_now)
-        self.ranks = RankStore(self.session)
+        self.ranks = RankStore(self.session, notices=self.notices)
         self.moves = RankMoves(self.copies, self.inbox, utc_now)
         self._producer: Producer | None = None
+        self.watchers: list[Any] = []  # RunningApi instances whose caches must see changes
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(coro)
 
+    def seen_by(self, api: Any, timeout: float = 10.0) -> None:
+        """Wait until ``api`` (a ``RunningApi``) has applied every serving-changes notice
+        this world published: its next request reads what was written until now."""
+        cache = getattr(api.app.state, "serving_cache", None)
+        if cache is None:
+            return
+        wanted = dict(self.notices.delivered)
+        wait_until(lambda: all(cache.applied.get(p, -1) >= n for p, n in wanted.items()),
+                   timeout=timeout, message="the API to apply the serving-changes notices")
+
+    def _settled(self) -> None:
+        """After a change: every watching API has its notices (the contract is "on the
+        next request after the notice is applied", docs/read-path.md)."""
+        for api in self.watchers:
+            self.seen_by(api)
+
     def close(self) -> None:
         if self._producer is not None:
             self._producer.flush(10)
+        self.run(self.publisher.stop())
         self._loop.close()
         self.session.cluster.shutdown()
 
@@ -94,12 +119,15 @@ class FeedWorld:
     def follow(self, reader: int, author: int, since: datetime | None = None) -> None:
         since = since or utc_now() - timedelta(days=3)
         self.run(self.copies.add_follow(reader, author, since, next(_TS)))
+        self._settled()
 
     def unfollow(self, reader: int, author: int) -> None:
         self.run(self.copies.remove_follow(reader, author, next(_TS)))
+        self._settled()
 
     def block(self, blocker: int, blocked: int) -> None:
         self.run(self.copies.add_block(blocker, blocked, next(_TS)))
+        self._settled()
 
     def make_celebrity(self, author: int) -> None:
         decision = self.run(self.tiers.tier_for_post(author, 1_000_000))
@@ -123,15 +151,18 @@ class FeedWorld:
         if inbox_of:
             self.run(self.copies.mark_fanned_out(post.post_id, True, ts))
             self.run(self.inbox.push(list(inbox_of), post.post_id, author, key, key_ts))
+        self._settled()
         return post
 
     def delete(self, post: Post) -> None:
         """The copy marked deleted (the inbox rows stay: clean-up is asynchronous)."""
         self.run(self.copies.write_post(self._fields(post, deleted=True), next(_TS)))
+        self._settled()
 
     def remove(self, post: Post) -> None:
         """Moderation removal: visibility 0 on the copy."""
         self.run(self.copies.write_post(self._fields(post, visibility=0), next(_TS)))
+        self._settled()
 
     def set_score(self, post_id: int, score: float) -> None:
         """What the ranker and the fan-out do with a new score: store it and, when the
@@ -142,6 +173,7 @@ class FeedWorld:
         if move is not None:
             self.run(self.ranks.set_rank_key_next(post_id, move.to_key, move.key_ts))
             self.run(self.moves.on_rank_key_moved(move))
+        self._settled()
 
     @staticmethod
     def _fields(post: Post, *, deleted: bool = False, visibility: int = 1) -> PostFields:
@@ -166,8 +198,9 @@ class FeedWorld:
 
 
 @pytest.fixture(scope="module")
-def world(settings: Settings) -> Any:
+def world(settings: Settings, api_server: Any) -> Any:
     w = FeedWorld(settings)
+    w.watchers.append(api_server)
     yield w
     w.close()
 

@@ -3,7 +3,8 @@
 ``open_read_path(app)`` connects the Cassandra session and puts into ``app.state``:
 ``cassandra`` (the session; ``app.py`` registers its readiness check), ``feed``
 (``FeedReader``), ``feed_metrics``, and the stream's ``stream_hub``, ``stream_gate`` and
-``stream_leases``; it registers the ``feed_stream`` readiness check (the hub's Kafka
+``stream_leases``, and (unless ``feed_cache_enabled`` is off) the ``serving_cache`` whose
+notice consumer is another background task (``notices.run_notice_consumer``); it registers the ``feed_stream`` readiness check (the hub's Kafka
 consumer has pinned its start offsets). The consumer itself runs as one of the app's
 ``BACKGROUND_TASKS`` (``stream.consumer.run_stream_consumer``).
 """
@@ -21,15 +22,27 @@ from ..stream.hub import StreamHub
 from ..stream.leases import StreamLeases
 from .bodies import BodyCache, PostCopies
 from .metrics import FeedMetrics
+from .notices import NoticeStats, register_collector
 from .reader import FeedReader, utc_now
+from .serving_cache import CachedFeedStore, ServingCache
 from .store import FeedStore
 
 
 def _build(app: FastAPI, settings: Settings) -> None:
     """Blocking part (connect, prepare statements): run in a thread."""
     session = cql.cluster(settings).connect(settings.cassandra_keyspace)  # TCP_NODELAY set there
-    store = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following)
+    raw = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following)
     metrics = FeedMetrics(app.state.metrics.registry)
+    store: FeedStore = raw
+    if settings.feed_cache_enabled:
+        cache = ServingCache(posts=settings.feed_cache_posts, follows=settings.feed_cache_follows,
+                             timelines=settings.feed_cache_timelines, ttl_s=settings.feed_cache_ttl_s,
+                             max_silence_s=settings.feed_cache_max_silence_s)
+        stats = NoticeStats()
+        register_collector(app.state.metrics.registry, cache, stats)
+        app.state.serving_cache = cache
+        app.state.notice_stats = stats
+        store = CachedFeedStore(raw, cache, settings.feed_max_following)  # type: ignore[assignment]
     app.state.cassandra = session
     app.state.feed_metrics = metrics
     app.state.feed_store = store

@@ -1,0 +1,164 @@
+"""This process's consumer of ``<prefix>.serving-changes``, feeding the ``ServingCache``.
+
+No consumer group and nothing committed, like the stream's consumer: every API process
+is assigned every partition and starts at the end, after clearing its cache (a notice
+before the start offsets is already visible to any read the empty cache makes). The
+cache is usable only while this consumer is live: positioned, every partition answered
+a fetch within ``feed_cache_max_silence_s``, and fewer than ``MAX_BEHIND`` notices
+fetched but not applied. Any failure makes the cache stand aside (reads go to
+Cassandra) until the restarted consumer is positioned again.
+
+A notice that cannot be parsed cannot say what to drop, so it drops everything (counted
+and logged); every API process reads the same record, so it is not dead-lettered here.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+
+from aiokafka import AIOKafkaConsumer
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from services.common.serving_changes import parse
+from services.common.settings import Settings
+from services.common.topics import serving_changes_topic
+
+from .serving_cache import ServingCache
+
+log = logging.getLogger(__name__)
+
+MAX_RECORDS = 1000
+# A fetch long-polls this long on an idle topic: several answers per silence limit.
+FETCH_WAIT_MS = 250
+# Notices fetched but not yet applied beyond which the cache stands aside (a burst
+# after a pause; applying 1,000 takes about a millisecond).
+MAX_BEHIND = 1000
+BACKOFF_BASE_S = 0.5
+BACKOFF_CAP_S = 10.0
+ASSIGNMENT_DEADLINE_S = 15.0
+
+
+class NoticeStats:
+    def __init__(self) -> None:
+        self.applied = 0
+        self.malformed = 0
+        self.restarts = 0
+
+
+async def consume_notices(cache: ServingCache, settings: Settings, stats: NoticeStats) -> None:
+    """Run until cancelled: notices -> cache, restarting the consumer on failure."""
+    topic = serving_changes_topic(settings.topic_prefix)
+    failures = 0
+    silence_ms = settings.feed_cache_max_silence_s * 1000
+    while True:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
+                                    enable_auto_commit=False, auto_offset_reset="latest",
+                                    fetch_max_wait_ms=FETCH_WAIT_MS,
+                                    client_id=f"feed-api-notices-{os.getpid()}")
+        try:
+            await consumer.start()
+            deadline = time.monotonic() + ASSIGNMENT_DEADLINE_S
+            while not consumer.assignment():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no partitions assigned for {topic} (run the migrations)")
+                await asyncio.sleep(0.05)
+            partitions = sorted(consumer.assignment())
+            await consumer.seek_to_end(*partitions)
+            # Pinned now, before the cache goes live.
+            cache.go_live({tp.partition: await consumer.position(tp) for tp in partitions})
+            failures = 0
+            while True:
+                batches = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=MAX_RECORDS)
+                for tp, records in batches.items():
+                    for record in records:
+                        _apply(cache, stats, record.value)
+                    if records:
+                        cache.applied[tp.partition] = records[-1].offset + 1
+                now_ms = time.time() * 1000
+                current = True
+                for tp in partitions:
+                    polled = consumer.last_poll_timestamp(tp)
+                    high = consumer.highwater(tp)
+                    if (polled is None or now_ms - polled > silence_ms
+                            or (high is not None and high - await consumer.position(tp) > MAX_BEHIND)):
+                        current = False
+                        break
+                if current:
+                    cache.heard()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - the cache stands aside; restart with backoff
+            failures += 1
+            stats.restarts += 1
+            cache.stand_aside()
+            log.exception("serving-changes consumer failed (attempt %d); cache bypassed", failures)
+            delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1))
+            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        finally:
+            cache.stand_aside()
+            await consumer.stop()
+
+
+def _apply(cache: ServingCache, stats: NoticeStats, value: bytes | None) -> None:
+    try:
+        change = parse(value)
+    except Exception:  # noqa: BLE001 - unknown scope: drop everything
+        stats.malformed += 1
+        log.warning("malformed serving-changes notice: cache cleared", exc_info=True)
+        cache.clear()
+        return
+    if change is not None:
+        cache.apply(change)
+        stats.applied += 1
+
+
+class CacheCollector:
+    """Prometheus view of the cache (read at scrape time, nothing on the request path)."""
+
+    def __init__(self, cache: ServingCache, stats: NoticeStats) -> None:
+        self._cache = cache
+        self._stats = stats
+
+    def collect(self):  # noqa: ANN201 - prometheus_client's collector protocol
+        cache = self._cache
+        lookups = CounterMetricFamily("feed_cache_lookups", "Serving-cache lookups by kind and outcome",
+                                      labels=("kind", "outcome"))
+        for kind, n in cache.hits.items():
+            lookups.add_metric((kind, "hit"), n)
+        for kind, n in cache.misses.items():
+            lookups.add_metric((kind, "miss"), n)
+        yield lookups
+        yield CounterMetricFamily("feed_cache_stale_fills", "Reads not cached because a notice "
+                                  "arrived while they ran", value=cache.stale_fills)
+        notices = CounterMetricFamily("feed_cache_notices", "serving-changes notices by outcome",
+                                      labels=("outcome",))
+        notices.add_metric(("applied",), self._stats.applied)
+        notices.add_metric(("malformed",), self._stats.malformed)
+        yield notices
+        yield CounterMetricFamily("feed_cache_consumer_restarts",
+                                  "Restarts of the serving-changes consumer", value=self._stats.restarts)
+        yield GaugeMetricFamily("feed_cache_usable", "1 while the serving cache answers reads",
+                                value=1 if cache.usable else 0)
+        entries = GaugeMetricFamily("feed_cache_entries", "Serving-cache entries by kind",
+                                    labels=("kind",))
+        entries.add_metric(("post",), len(cache.posts))
+        entries.add_metric(("graph",), len(cache.graphs))
+        entries.add_metric(("timeline",), len(cache.timelines))
+        yield entries
+
+
+def register_collector(registry: CollectorRegistry, cache: ServingCache, stats: NoticeStats) -> None:
+    registry.register(CacheCollector(cache, stats))
+
+
+async def run_notice_consumer(app: FastAPI) -> None:
+    """Background task of the app: no-op when the cache is off."""
+    cache: ServingCache | None = getattr(app.state, "serving_cache", None)
+    if cache is None:
+        return
+    await consume_notices(cache, app.state.settings, app.state.notice_stats)

@@ -1,0 +1,312 @@
+"""The serving cache: the copies a page reads, kept in the API process, dropped on notice.
+
+A feed page reads, besides the reader's inbox top, copies that change rarely compared
+with how often they are read (seed: ~1,000 reads per post): post states and bodies, the
+reader's follows and blocks, and the top rows of author-timeline partitions (followed
+celebrities, the fan-out-behind fallback). ``CachedFeedStore`` answers those reads from
+this process's memory and reads Cassandra only on a miss, so a warm page costs one store
+request (the inbox top) plus the snapshot write, instead of six to ten.
+
+Correctness rests on three rules:
+
+* **Dropped on notice.** Every worker write of a cached copy is followed, after
+  Cassandra acknowledged it, by a ``serving-changes`` notice (services/common/
+  serving_changes.py) that this process's consumer applies: the entry is dropped, and
+  the next read sees the new state. A change therefore reaches pages as soon as its
+  notice arrives (milliseconds after the copy is written; the copy itself lags the
+  Postgres commit by the pipeline's freshness, as before).
+* **No stale fill.** A read that started before a notice (or a clear) is not stored:
+  every fill carries the ``epoch`` it started in and is dropped if any notice arrived
+  since. Under a steady stream of notices some fills are wasted; none is wrong.
+* **Stand aside when notices may be late.** The cache answers only while its consumer
+  is positioned, has heard from every partition within ``max_silence_s`` and is not
+  behind; otherwise every read goes to Cassandra and nothing is stored. A (re)started
+  consumer starts at the end and clears the cache first. Entries also expire after
+  ``ttl_s``: a bound on what a notice lost to a bug could cost.
+
+What is cached is exactly what Cassandra returned (rows as ``FeedStore`` gives them), so
+the read path above (eligibility, ``PostView.holds_row``, the merge) is unchanged.
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from services.common import ids
+from services.common.serving_changes import ServingChange
+
+from .store import FeedStore
+
+Row = tuple[float, int, int]  # (rank_key, post_id, author_id), as FeedStore returns them
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """A reader's complete follow list and blocks, as read at one point."""
+
+    following: dict[int, int]       # author -> following_since (Unix ms)
+    authors: list[int]              # sorted keys of ``following`` (for slices)
+    blocked: frozenset[int]
+
+    @property
+    def size(self) -> int:
+        return len(self.following) + len(self.blocked) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """The top ``limit`` rows of one (author, day bucket) timeline partition."""
+
+    limit: int
+    rows: tuple[Row, ...]
+
+    def top(self, wanted: int) -> tuple[Row, ...] | None:
+        """The top ``wanted`` rows, or None when this entry cannot say."""
+        if wanted <= self.limit or len(self.rows) < self.limit:
+            return self.rows[:wanted]
+        return None
+
+
+class _Lru:
+    """An LRU of ``key -> (expires_at, value)`` bounded by the sum of ``weight(value)``."""
+
+    def __init__(self, capacity: int, weight: Callable[[Any], int] = lambda _v: 1) -> None:
+        self.capacity = max(0, capacity)
+        self._weight = weight
+        self._items: OrderedDict[Any, tuple[float, Any]] = OrderedDict()
+        self.load = 0
+
+    def get(self, key: Any, now: float) -> Any:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        if item[0] <= now:
+            self.pop(key)
+            return None
+        self._items.move_to_end(key)
+        return item[1]
+
+    def put(self, key: Any, value: Any, expires_at: float) -> None:
+        weight = self._weight(value)
+        if weight > self.capacity:
+            return
+        self.pop(key)
+        self._items[key] = (expires_at, value)
+        self.load += weight
+        while self.load > self.capacity:
+            _, (_, old) = self._items.popitem(last=False)
+            self.load -= self._weight(old)
+
+    def pop(self, key: Any) -> None:
+        item = self._items.pop(key, None)
+        if item is not None:
+            self.load -= self._weight(item[1])
+
+    def clear(self) -> None:
+        self._items.clear()
+        self.load = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class ServingCache:
+    """Posts (raw copy rows), graphs and timeline partitions, with the rules above."""
+
+    def __init__(self, *, posts: int, follows: int, timelines: int, ttl_s: float,
+                 max_silence_s: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._ttl_s = ttl_s
+        self._max_silence_s = max_silence_s
+        self.posts = _Lru(posts)
+        self.graphs = _Lru(follows, lambda g: g.size)
+        self.timelines = _Lru(timelines)
+        self.epoch = 0
+        self._heard_at: float | None = None  # None: no positioned consumer
+        # partition -> offset after the last notice applied (or the start position):
+        # everything a writer saw acknowledged below it is reflected here.
+        self.applied: dict[int, int] = {}
+        self.hits = {"post": 0, "graph": 0, "timeline": 0}
+        self.misses = {"post": 0, "graph": 0, "timeline": 0}
+        self.stale_fills = 0
+
+    # -- the consumer's side -----------------------------------------------------------
+    def heard(self) -> None:
+        """The notice consumer is positioned, current, and heard from every partition."""
+        self._heard_at = self._monotonic()
+
+    def go_live(self, positions: dict[int, int]) -> None:
+        """A (re)positioned consumer at the end of the log (``positions``): start empty."""
+        self.clear()
+        self.applied = dict(positions)
+        self.heard()
+
+    def stand_aside(self) -> None:
+        """The consumer stopped or failed: answer nothing until it is live again."""
+        self._heard_at = None
+        self.clear()
+
+    def apply(self, change: ServingChange) -> None:
+        self.epoch += 1
+        for post_id in change.posts:
+            self.posts.pop(post_id)
+        for user_id in change.graphs:
+            self.graphs.pop(user_id)
+        for key in change.timelines:
+            self.timelines.pop(key)
+
+    def clear(self) -> None:
+        self.epoch += 1
+        self.posts.clear()
+        self.graphs.clear()
+        self.timelines.clear()
+
+    # -- the read path's side ----------------------------------------------------------
+    @property
+    def usable(self) -> bool:
+        heard = self._heard_at
+        return heard is not None and self._monotonic() - heard < self._max_silence_s
+
+    def now(self) -> float:
+        return self._monotonic()
+
+    def fill(self, lru: _Lru, epoch: int, key: Any, value: Any) -> None:
+        """Store what a read that started in ``epoch`` returned, unless a notice came since."""
+        if epoch != self.epoch or not self.usable:
+            self.stale_fills += 1
+            return
+        lru.put(key, value, self._monotonic() + self._ttl_s)
+
+
+class CachedFeedStore:
+    """``FeedStore`` with the cached reads answered from ``ServingCache`` when usable.
+
+    Uncached calls (inbox tops, snapshots, the celebrity list, ``run``) go straight to
+    the store. Every answer has the shape and meaning of ``FeedStore``'s.
+    """
+
+    def __init__(self, store: FeedStore, cache: ServingCache, max_following: int) -> None:
+        self._store = store
+        self.cache = cache
+        self._max_following = max_following
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    # -- graph ---------------------------------------------------------------------------
+    async def _graph(self, reader_id: int) -> Graph | None:
+        cache = self.cache
+        if not cache.usable:
+            return None
+        graph = cache.graphs.get(reader_id, cache.now())
+        if graph is not None:
+            cache.hits["graph"] += 1
+            return graph
+        cache.misses["graph"] += 1
+        epoch = cache.epoch
+        following, blocked = await asyncio.gather(
+            self._store.following(reader_id, self._max_following), self._store.blocked(reader_id))
+        if len(following) >= self._max_following:
+            return None  # maybe truncated: the exact reads answer for this reader
+        graph = Graph(following, sorted(following), blocked)
+        cache.fill(cache.graphs, epoch, reader_id, graph)
+        return graph
+
+    async def following(self, reader_id: int, limit: int) -> dict[int, int]:
+        graph = await self._graph(reader_id)
+        if graph is None or limit < len(graph.following):
+            return await self._store.following(reader_id, limit)
+        return dict(graph.following)
+
+    async def following_among(self, reader_id: int, authors: Sequence[int]) -> dict[int, int]:
+        if not authors:
+            return {}
+        graph = await self._graph(reader_id)
+        if graph is None:
+            return await self._store.following_among(reader_id, authors)
+        follows = graph.following
+        return {a: follows[a] for a in authors if a in follows}
+
+    async def following_from(self, reader_id: int, start: int, limit: int) -> dict[int, int]:
+        graph = await self._graph(reader_id)
+        if graph is None:
+            return await self._store.following_from(reader_id, start, limit)
+        at = bisect.bisect_left(graph.authors, start)
+        return {a: graph.following[a] for a in graph.authors[at:at + limit]}
+
+    async def following_since(self, reader_id: int, author_id: int) -> int | None:
+        graph = await self._graph(reader_id)
+        if graph is None:
+            return await self._store.following_since(reader_id, author_id)
+        return graph.following.get(author_id)
+
+    async def blocked(self, reader_id: int) -> frozenset[int]:
+        graph = await self._graph(reader_id)
+        if graph is None:
+            return await self._store.blocked(reader_id)
+        return graph.blocked
+
+    async def blocked_between(self, reader_id: int, other_id: int) -> bool:
+        graph = await self._graph(reader_id)
+        if graph is None:
+            return await self._store.blocked_between(reader_id, other_id)
+        return other_id in graph.blocked
+
+    # -- post copies ---------------------------------------------------------------------
+    async def posts(self, post_ids: Sequence[int], *, with_text: bool) -> list[tuple]:
+        cache = self.cache
+        if not cache.usable:
+            return await self._store.posts(post_ids, with_text=with_text)
+        now = cache.now()
+        rows: list[tuple] = []
+        missing: list[int] = []
+        for post_id in post_ids:
+            row = cache.posts.get(post_id, now)
+            if row is None:
+                missing.append(post_id)
+            else:
+                rows.append(row)
+        cache.hits["post"] += len(rows)
+        if missing:
+            cache.misses["post"] += len(missing)
+            epoch = cache.epoch
+            # Always with the text, so a cached row answers both kinds of read.
+            fetched = await self._store.posts(missing, with_text=True)
+            for row in fetched:
+                cache.fill(cache.posts, epoch, row[0], row)
+            rows += fetched
+        return rows if with_text else [r[:8] for r in rows]
+
+    # -- author timelines ----------------------------------------------------------------
+    async def authors_top(self, authors: Sequence[int], buckets: Sequence[int], per_partition: int,
+                          after: tuple[float, int] | None = None) -> list[Row]:
+        cache = self.cache
+        if after is not None or not cache.usable:
+            return await self._store.authors_top(authors, buckets, per_partition, after)
+        now = cache.now()
+        out: list[Row] = []
+        missing: list[int] = []
+        for author in authors:
+            parts = [cache.timelines.get((author, b), now) for b in buckets]
+            tops = [p.top(per_partition) if p is not None else None for p in parts]
+            if any(t is None for t in tops):
+                missing.append(author)
+                continue
+            for top in tops:
+                out.extend(top)  # type: ignore[arg-type]
+        cache.hits["timeline"] += len(authors) - len(missing)
+        if missing:
+            cache.misses["timeline"] += len(missing)
+            epoch = cache.epoch
+            rows = await self._store.authors_top(missing, buckets, per_partition)
+            grouped: dict[tuple[int, int], list[Row]] = {(a, b): [] for a in missing for b in buckets}
+            for row in rows:
+                grouped.setdefault((row[2], ids.day_bucket(row[1])), []).append(row)
+            for key, part in grouped.items():
+                cache.fill(cache.timelines, epoch, key, Partition(per_partition, tuple(part)))
+            out += rows
+        return out

@@ -1,0 +1,249 @@
+"""The serving cache's rules (services/api/feed/serving_cache.py) and the notices that
+drive it (services/common/serving_changes.py), against a counting fake of FeedStore."""
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from services.api.feed.notices import NoticeStats, _apply
+from services.api.feed.serving_cache import CachedFeedStore, ServingCache
+from services.common import ids
+from services.common.envelope import MalformedEnvelope
+from services.common.schemas import examples_for, validation_errors
+from services.common.serving_changes import MAX_IDS, Notices, ServingChange, encode, parse, split
+
+READER, AUTHOR, OTHER = 11, 22, 33
+POST = ids.compose(1_795_000_000_000, 1, 1)
+BUCKET = ids.day_bucket(POST)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeStore:
+    """The FeedStore calls the cache wraps, answering from dicts and counting calls."""
+
+    def __init__(self) -> None:
+        self.follows = {READER: {AUTHOR: 5, OTHER: 6}}
+        self.blocks: dict[int, frozenset[int]] = {}
+        self.posts_rows = {POST: (POST, AUTHOR, 7, 1, False, 1.5, None, 9, "hi")}
+        self.timeline = {(AUTHOR, BUCKET): [(2.0, POST, AUTHOR), (1.0, POST - 1, AUTHOR)]}
+        self.calls: list[str] = []
+        self.gate: asyncio.Event | None = None
+
+    async def following(self, reader_id: int, limit: int) -> dict[int, int]:
+        self.calls.append("following")
+        if self.gate is not None:
+            await self.gate.wait()
+        return dict(list(self.follows.get(reader_id, {}).items())[:limit])
+
+    async def blocked(self, reader_id: int) -> frozenset[int]:
+        self.calls.append("blocked")
+        return self.blocks.get(reader_id, frozenset())
+
+    async def following_among(self, reader_id, authors):
+        self.calls.append("following_among")
+        f = self.follows.get(reader_id, {})
+        return {a: f[a] for a in authors if a in f}
+
+    async def posts(self, post_ids, *, with_text):
+        self.calls.append(f"posts:{with_text}")
+        rows = [self.posts_rows[p] for p in post_ids if p in self.posts_rows]
+        return rows if with_text else [r[:8] for r in rows]
+
+    async def authors_top(self, authors, buckets, per_partition, after=None):
+        self.calls.append("authors_top" if after is None else "authors_after")
+        return [r for a in authors for b in buckets for r in self.timeline.get((a, b), [])[:per_partition]]
+
+    async def inbox_top(self, reader_id, limit, after=None):
+        self.calls.append("inbox_top")
+        return []
+
+
+def make(*, live: bool = True, max_following: int = 100, follows: int = 1000):
+    clock = Clock()
+    cache = ServingCache(posts=100, follows=follows, timelines=100, ttl_s=60, max_silence_s=2,
+                         monotonic=clock)
+    if live:
+        cache.go_live({0: 0})
+    store = FakeStore()
+    return CachedFeedStore(store, cache, max_following), store, cache, clock  # type: ignore[arg-type]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_a_warm_page_reads_nothing_from_the_store():
+    cached, store, _, _ = make()
+    for _ in range(2):
+        assert run(cached.following_among(READER, [AUTHOR, 99])) == {AUTHOR: 5}
+        assert run(cached.blocked(READER)) == frozenset()
+        assert run(cached.following_from(READER, AUTHOR + 1, 5)) == {OTHER: 6}
+        assert [r[0] for r in run(cached.posts([POST], with_text=False))] == [POST]
+        assert run(cached.authors_top([AUTHOR], [BUCKET], 1)) == [(2.0, POST, AUTHOR)]
+    assert sorted(store.calls) == ["authors_top", "blocked", "following", "posts:True"]
+
+
+def test_a_notice_drops_exactly_what_it_names():
+    cached, store, cache, _ = make()
+    run(cached.blocked(READER))
+    run(cached.posts([POST], with_text=True))
+    store.blocks[READER] = frozenset({AUTHOR})
+    store.posts_rows[POST] = store.posts_rows[POST][:4] + (True,) + store.posts_rows[POST][5:]
+    assert run(cached.blocked(READER)) == frozenset()  # no notice yet: still the cached copy
+    cache.apply(ServingChange(graphs=(READER,), posts=(POST,)))
+    assert run(cached.blocked(READER)) == frozenset({AUTHOR})
+    assert run(cached.posts([POST], with_text=True))[0][4] is True
+
+
+def test_a_read_that_overlapped_a_notice_is_not_stored():
+    cached, store, cache, _ = make()
+
+    async def scenario():
+        store.gate = asyncio.Event()
+        slow = asyncio.ensure_future(cached.blocked(READER))
+        await asyncio.sleep(0)
+        cache.apply(ServingChange(graphs=(READER,)))  # arrives while the read is out
+        store.gate.set()
+        await slow
+        store.gate = None
+        await cached.blocked(READER)
+
+    run(scenario())
+    assert store.calls.count("following") == 2 and cache.stale_fills == 1
+
+
+def test_the_cache_stands_aside_until_live_and_when_notices_go_quiet():
+    cached, store, cache, clock = make(live=False)
+    run(cached.blocked(READER))
+    run(cached.blocked(READER))
+    assert store.calls == ["blocked", "blocked"] and len(cache.graphs) == 0
+    cache.go_live({0: 5})
+    run(cached.blocked(READER))
+    run(cached.blocked(READER))
+    assert store.calls.count("following") == 1
+    clock.t += 3  # longer than max_silence_s without a fetch answer
+    assert not cache.usable
+    run(cached.blocked(READER))
+    assert store.calls[-1] == "blocked"
+    cache.stand_aside()
+    assert not cache.usable and len(cache.graphs) == 0
+
+
+def test_entries_expire_after_the_ttl():
+    cached, store, cache, clock = make()
+    run(cached.posts([POST], with_text=True))
+    clock.t += 61
+    cache.heard()
+    run(cached.posts([POST], with_text=True))
+    assert store.calls == ["posts:True", "posts:True"]
+
+
+def test_a_follow_list_at_the_read_bound_is_never_cached():
+    cached, store, cache, _ = make(max_following=2)
+    run(cached.following_among(READER, [AUTHOR]))
+    run(cached.following_among(READER, [AUTHOR]))
+    assert len(cache.graphs) == 0
+    assert store.calls.count("following_among") == 2
+
+
+def test_graphs_are_evicted_by_follow_entries():
+    cached, store, cache, _ = make(follows=4)  # one graph of 2 follows weighs 3
+    store.follows[OTHER] = {1: 1}
+    run(cached.blocked(READER))
+    run(cached.blocked(OTHER))
+    assert len(cache.graphs) == 1 and cache.graphs.load <= 4
+
+
+def test_timelines_cache_empty_partitions_and_answer_smaller_limits():
+    cached, store, _, _ = make()
+    assert run(cached.authors_top([AUTHOR, OTHER], [BUCKET, BUCKET - 1], 5)) == \
+        store.timeline[(AUTHOR, BUCKET)]
+    assert run(cached.authors_top([OTHER], [BUCKET], 3)) == []
+    assert run(cached.authors_top([AUTHOR], [BUCKET], 1)) == [(2.0, POST, AUTHOR)]
+    assert store.calls == ["authors_top"]
+    run(cached.authors_top([AUTHOR], [BUCKET], 1, after=(3.0, POST)))
+    assert store.calls[-1] == "authors_after"
+
+
+def test_a_full_partition_does_not_answer_a_larger_limit():
+    cached, store, _, _ = make()
+    run(cached.authors_top([AUTHOR], [BUCKET], 1))
+    assert len(run(cached.authors_top([AUTHOR], [BUCKET], 2))) == 2
+    assert store.calls == ["authors_top", "authors_top"]
+
+
+def test_uncached_calls_go_to_the_store():
+    cached, store, _, _ = make()
+    run(cached.inbox_top(READER, 10))
+    assert store.calls == ["inbox_top"]
+
+
+# -- notices ---------------------------------------------------------------------------------
+def test_notices_round_trip_and_conform_to_the_schema():
+    change = ServingChange(posts=(POST,), graphs=(READER, AUTHOR), timelines=((AUTHOR, BUCKET),))
+    key, value = encode(change)
+    assert parse(value) == change
+    assert validation_errors("serving-changes", json.loads(key), json.loads(value)) == []
+    for ex in examples_for("serving-changes"):
+        assert validation_errors("serving-changes", ex.key, ex.value) == [], ex.name
+        assert parse(json.dumps(ex.value).encode())
+
+
+def test_wide_changes_are_split_under_the_id_bound():
+    change = ServingChange(posts=tuple(range(1, MAX_IDS * 2 + 2)))
+    parts = list(split(change))
+    assert len(parts) == 3 and sum(len(p.posts) for p in parts) == MAX_IDS * 2 + 1
+
+
+@pytest.mark.parametrize("bad", [b"[]", b'{"posts": [1]}', b'{"posts": ["x"]}', b"nope",
+                                 b'{"timelines": [["1"]]}', b'{"other": ["1"]}'])
+def test_malformed_notices_are_refused(bad):
+    with pytest.raises(MalformedEnvelope):
+        parse(bad)
+
+
+def test_a_malformed_notice_clears_the_whole_cache():
+    cached, _, cache, _ = make()
+    run(cached.blocked(READER))
+    stats = NoticeStats()
+    _apply(cache, stats, b"not json")
+    assert stats.malformed == 1 and len(cache.graphs) == 0
+    _apply(cache, stats, encode(ServingChange(posts=(POST,)))[1])
+    assert stats.applied == 1
+
+
+@dataclass
+class _Meta:
+    partition: int
+    offset: int
+
+
+class _Publisher:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+
+    async def send(self, topic, key, value):
+        self.sent.append((topic, key, value))
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(_Meta(len(self.sent) % 2, len(self.sent)))
+        return fut
+
+
+def test_notices_wait_for_the_broker_and_remember_how_far_they_got():
+    publisher = _Publisher()
+    notices = Notices(publisher, "t")
+    run(notices.changed(ServingChange()))
+    assert publisher.sent == []
+    run(notices.changed(ServingChange(posts=(1,))))
+    run(notices.changed(ServingChange(graphs=(2,))))
+    assert notices.delivered == {1: 2, 0: 3} and notices.sent == 2
