@@ -86,6 +86,9 @@ def _yaml(layout: Layout, i: int) -> str:
         # share their replicas (services/fanout/inbox.py); that is by design, not a misuse
         # to warn about on every batch.
         "unlogged_batch_across_partitions_warn_threshold: 64",
+        # The API stores feed snapshots (up to 19 KB each) behind the page in unlogged
+        # batches of at most 40 KB (services/api/feed/snapshot_writer.py).
+        "batch_size_warn_threshold: 48KiB",
     ]
     if layout.nodes == 3:
         lines.append(f"initial_token: {TOKENS[i - 1]}")

@@ -187,6 +187,9 @@ class Settings(BaseSettings):
     # next page usually follows within seconds on the same keep-alive connection; a miss
     # is one point read in Cassandra, which every process can do.
     feed_snapshot_cache_size: int = 1024
+    # Snapshots are stored behind the page, coalesced for this long into batched inserts
+    # (services/api/feed/snapshot_writer.py).
+    feed_snapshot_write_delay_s: float = 0.005
     # Serving cache (services/api/feed/serving_cache.py): the copies a page reads (post
     # states, readers' follows and blocks, author-timeline tops), dropped by the workers'
     # serving-changes notices and bypassed while those notices may be late. Sizes: posts

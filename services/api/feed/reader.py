@@ -40,6 +40,7 @@ from .bodies import FetchResult, PostBody, PostCopies, PostView
 from .eligibility import ReaderGraph, Verdict, judge
 from .graph import GraphUnavailable, PageGraph
 from .metrics import FeedMetrics
+from .snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
 from .store import FeedStore
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,8 @@ class FeedReader:
         self._snapshots = snapshot.SnapshotCache(settings.feed_snapshot_cache_size,
                                                  settings.feed_snapshot_ttl_s)
         self._depth = settings.feed_snapshot_depth
+        self._writer = SnapshotWriter(store.save_snapshots, metrics.snapshot_save_failures.inc,
+                                      delay_s=settings.feed_snapshot_write_delay_s)
         self._sources = cand.SourceReader(store, cand.Limits(
             depth=settings.feed_snapshot_depth,
             per_celebrity=settings.feed_celebrity_posts_per_author,
@@ -129,32 +132,39 @@ class FeedReader:
                      snapshot.pack_tuples(sources.rows, sources.more), now)
         graph = PageGraph(self._store, reader_id, following=sources.following,
                           asked=sources.asked, blocked=blocked)
-        # The snapshot is stored while the page's post states are read: the page does
-        # not return before both are done, so a next page can always find it. A snapshot
-        # that one page shows whole has no next page, so it is not stored at all.
-        one_page = not sources.more and len(sources.rows) <= limit
-        save = asyncio.ensure_future(_nothing() if one_page else self._save(walk))
-        try:
-            page = await self._fill(walk, 0, limit, graph)
-        finally:
-            await save
+        # The snapshot is kept here and stored behind the page (snapshot_writer.py). A
+        # snapshot that one page shows whole has no next page, so it is not kept at all.
+        if sources.more or len(sources.rows) > limit:
+            self._keep(walk)
+        page = await self._fill(walk, 0, limit, graph)
         degraded = ["incomplete_candidates"] if failed else []
         page.warnings = list(warnings) + degraded + page.warnings
         return page
 
-    async def _save(self, walk: _Walk) -> None:
-        ttl = self._settings.feed_snapshot_ttl_s
-        left = ttl - int((self._clock() - walk.generated_at).total_seconds())
-        try:
-            if left <= 0:
-                return
-            await self._store.save_snapshot(walk.reader_id, walk.version, walk.blob,
-                                            walk.generated_at, left)
-        except Exception:  # noqa: BLE001 - the page is still right; the next one restarts
-            log.warning("snapshot save failed for reader %d", walk.reader_id, exc_info=True)
-            self._metrics.snapshot_save_failures.inc()
+    def _keep(self, walk: _Walk) -> None:
+        """The snapshot in this process's cache now, and queued for Cassandra."""
+        left = self._settings.feed_snapshot_ttl_s - int((self._clock() - walk.generated_at).total_seconds())
+        if left <= 0:
             return
         self._snapshots.put(walk.reader_id, walk.version, walk.blob, walk.generated_at)
+        self._writer.submit(PendingSnapshot(walk.reader_id, walk.version, walk.blob,
+                                            walk.generated_at, left))
+
+    async def close(self) -> None:
+        await self._writer.close()
+
+    async def _load(self, reader_id: int, version: str) -> tuple[bytes, datetime] | None:
+        """A stored snapshot; looked for twice when missing (another process may still
+        have it queued, snapshot_writer.py). Raises ``FeedUnavailable`` on a failed read."""
+        for attempt in range(2):
+            try:
+                stored = await self._store.load_snapshot(reader_id, version)
+            except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
+                raise FeedUnavailable("the snapshot could not be read") from exc
+            if stored is not None or attempt:
+                return stored
+            await asyncio.sleep(RETRY_AFTER_S)
+        return None
 
     async def next_page(self, reader_id: int, limit: int, token: str) -> FeedPage:
         """The page after ``token``; raises ``CursorRejected`` for a cursor not ours."""
@@ -163,10 +173,7 @@ class FeedReader:
         if cached is not None:
             blob, generated_at = cached.blob, cached.generated_at
         else:
-            try:
-                stored = await self._store.load_snapshot(reader_id, cursor.feed_version)
-            except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
-                raise FeedUnavailable("the snapshot could not be read") from exc
+            stored = await self._load(reader_id, cursor.feed_version)
             if stored is None:
                 return await self.first_page(reader_id, limit, reason="snapshot_expired",
                                              warnings=("snapshot_expired",))
@@ -205,7 +212,7 @@ class FeedReader:
         walk.blob = snapshot.extend(walk.blob, rows, more and bool(rows))
         self._metrics.candidates.inc(len(rows))
         self._metrics.snapshots.labels("extended").inc()
-        await self._save(walk)
+        self._keep(walk)
         return snapshot.PackedEntries(walk.blob) if rows else None
 
     async def _fill(self, walk: _Walk, start: int, limit: int, graph: PageGraph) -> FeedPage:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from cassandra.cluster import ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-from cassandra.query import PreparedStatement, tuple_factory
+from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 PROFILE = "feed_read"
 # The tier store keeps every celebrity in one partition (services/fanout/tier_store.py).
@@ -172,6 +172,14 @@ class FeedStore:
     async def save_snapshot(self, reader_id: int, feed_version: str, blob: bytes,
                             created_at: datetime, ttl_s: int) -> None:
         await self._rows(self._save_snapshot, (reader_id, feed_version, blob, created_at, ttl_s))
+
+    async def save_snapshots(self, items: Sequence[Any]) -> None:
+        """Several snapshots (``snapshot_writer.PendingSnapshot``) in one unlogged batch:
+        one request for up to ``SnapshotWriter.max_batch`` partitions."""
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for s in items:
+            batch.add(self._save_snapshot, (s.reader_id, s.feed_version, s.blob, s.created_at, s.ttl_s))
+        await self._rows(batch, None)  # type: ignore[arg-type]
 
     async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None:
         rows = await self._rows(self._load_snapshot, (reader_id, feed_version))

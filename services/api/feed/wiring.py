@@ -73,6 +73,9 @@ async def open_read_path(app: FastAPI) -> None:
 
 
 async def close_read_path(app: FastAPI) -> None:
+    reader = getattr(app.state, "feed", None)
+    if reader is not None:
+        await reader.close()  # queued snapshots stored before the session closes
     session = getattr(app.state, "cassandra", None)
     if session is not None:
         await asyncio.to_thread(session.cluster.shutdown)
