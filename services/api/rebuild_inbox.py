@@ -27,7 +27,10 @@ from typing import Callable
 
 from services.common import cql, ids
 from services.common.cql_async import CqlRunner
+from services.common.event_publisher import EventPublisher
+from services.common.serving_changes import Notices
 from services.common.settings import Settings, get_settings
+from services.common.topics import serving_changes_topic
 from services.fanout.audience import backfill_posts, inbox_ttl_s, key_write_ts
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxRow, InboxStore
@@ -81,11 +84,15 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
 
 async def _main(reader_ids: list[int], settings: Settings) -> list[RebuildReport]:
     session = cql.session(settings)
+    publisher = EventPublisher(settings)
+    await publisher.start()
     try:
         runner = CqlRunner(session)
         copies = CopyStore(session, runner, settings.fanout_follower_page)
+        # Running API processes drop their cached inbox tops of the rebuilt readers.
         inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
-                           cap=settings.inbox_cap, trim_every=settings.inbox_trim_every)
+                           cap=settings.inbox_cap, trim_every=settings.inbox_trim_every,
+                           notices=Notices(publisher, serving_changes_topic(settings.topic_prefix)))
         following = session.prepare("SELECT followed_id FROM following WHERE follower_id=?")
         reports = []
         for reader_id in reader_ids:
@@ -95,6 +102,7 @@ async def _main(reader_ids: list[int], settings: Settings) -> list[RebuildReport
                                                lambda: datetime.now(timezone.utc)))
         return reports
     finally:
+        await publisher.stop()
         session.cluster.shutdown()
 
 

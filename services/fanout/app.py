@@ -68,11 +68,12 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     runner = CqlRunner(session, settings.store_max_in_flight)
     publisher = EventPublisher(settings)
     await publisher.start()
-    copies = CopyStore(session, runner, settings.fanout_follower_page,
-                       Notices(publisher, serving_changes_topic(settings.topic_prefix)))
+    notices = Notices(publisher, serving_changes_topic(settings.topic_prefix))
+    copies = CopyStore(session, runner, settings.fanout_follower_page, notices)
     inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
                        cap=settings.inbox_cap, trim_every=settings.inbox_trim_every,
-                       push_batches_in_flight=settings.fanout_push_batches_in_flight)
+                       push_batches_in_flight=settings.fanout_push_batches_in_flight,
+                       notices=notices)
     capacity = CapacityEstimate(settings.fanout_capacity_floor_rows_per_s,
                                 settings.fanout_capacity_pinned_rows_per_s)
     tiers = TierStore(session, runner, tier_policy(settings), capacity, _utc_now)

@@ -29,6 +29,7 @@ from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.common.cql_async import CqlRunner
+from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
 from .audience import INBOX_TTL_S, should_check_cap, trim_boundary
 from .cleanup import rows_to_purge
@@ -60,8 +61,12 @@ class StoredRow(NamedTuple):
 
 class InboxStore:
     def __init__(self, session: Session, runner: CqlRunner, *, max_in_flight: int,
-                 cap: int, trim_every: int, push_batches_in_flight: int = 16) -> None:
+                 cap: int, trim_every: int, push_batches_in_flight: int = 16,
+                 notices: ChangeSink = NO_NOTICES) -> None:
         self._run = runner
+        # Told which readers' rows changed after every write (serving_changes.py): the
+        # API caches inbox tops.
+        self._notices = notices
         self._session = session
         self._max_in_flight = max_in_flight
         self._push_batches_in_flight = max(1, push_batches_in_flight)
@@ -124,8 +129,15 @@ class InboxStore:
         if ttl_s <= 0:
             return 0  # too old for any inbox (and TTL 0 would mean "never expires")
         push = self._push
-        return await self._send_grouped(
-            reader_ids, lambda r: [(push, (r, rank_key, post_id, author_id, ttl_s, key_ts))])
+        readers = list(reader_ids)
+        written = await self._send_grouped(
+            readers, lambda r: [(push, (r, rank_key, post_id, author_id, ttl_s, key_ts))])
+        await self._changed(readers)
+        return written
+
+    async def _changed(self, readers: Sequence[int]) -> None:
+        if readers:
+            await self._notices.changed(ServingChange(inboxes=tuple(readers)))
 
     async def move(self, reader_ids: Iterable[int], post_id: int, author_id: int,
                    old_keys: Sequence[float], new_key: float, key_ts: int, ttl_s: int) -> int:
@@ -134,12 +146,16 @@ class InboxStore:
         so a late write of an old key (older timestamp) stays shadowed. Returns readers."""
         old = [k for k in dict.fromkeys(old_keys) if k != new_key]
         push, unpush = self._push, self._unpush
+        readers = list(reader_ids)
         if ttl_s <= 0:  # past the inbox TTL: the rows have expired, only make sure
-            return await self._send_grouped(
-                reader_ids, lambda r: [(unpush, (key_ts, r, k, post_id)) for k in old])
-        return await self._send_grouped(
-            reader_ids, lambda r: [(unpush, (key_ts, r, k, post_id)) for k in old]
-            + [(push, (r, new_key, post_id, author_id, ttl_s, key_ts))])
+            moved = await self._send_grouped(
+                readers, lambda r: [(unpush, (key_ts, r, k, post_id)) for k in old])
+        else:
+            moved = await self._send_grouped(
+                readers, lambda r: [(unpush, (key_ts, r, k, post_id)) for k in old]
+                + [(push, (r, new_key, post_id, author_id, ttl_s, key_ts))])
+        await self._changed(readers)
+        return moved
 
     def _by_replicas(self, reader_ids: Iterable[int]) -> list[list[int]]:
         """Readers grouped by the replicas of their inbox partition (one group on a
@@ -166,6 +182,7 @@ class InboxStore:
                 batch.add(self._push, (reader_id, r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts))
             batches.append((batch, ()))
         await self._run.run_bounded(batches, self._max_in_flight)
+        await self._changed([reader_id] if rows else [])
         return len(rows)
 
     async def unpush(self, reader_ids: Iterable[int], post_id: int, keys: Sequence[float],
@@ -173,8 +190,11 @@ class InboxStore:
         """Remove the post (stored under any of ``keys``) from each reader's inbox."""
         unpush = self._unpush
         wanted = list(dict.fromkeys(keys))
-        return await self._send_grouped(
-            reader_ids, lambda r: [(unpush, (ts, r, k, post_id)) for k in wanted])
+        readers = list(reader_ids)
+        removed = await self._send_grouped(
+            readers, lambda r: [(unpush, (ts, r, k, post_id)) for k in wanted])
+        await self._changed(readers)
+        return removed
 
     async def rows(self, reader_id: int) -> list[StoredRow]:
         """Every row of one reader's inbox (bounded by the cap and the TTL)."""
@@ -199,6 +219,7 @@ class InboxStore:
                 batch.add(self._unpush, (ts, reader_id, key, post_id))
             statements.append((batch, ()))
         await self._run.run_bounded(statements, self._max_in_flight)
+        await self._changed([reader_id] if ordered else [])
         return len(ordered)
 
     async def enforce_cap(self, reader_ids: Iterable[int], post_id: int, ts: int) -> int:
@@ -214,4 +235,5 @@ class InboxStore:
         if boundary is None:
             return 0
         await self._run.execute(self._trim, (ts, reader_id, boundary))
+        await self._changed([reader_id])
         return 1

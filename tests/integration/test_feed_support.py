@@ -79,7 +79,8 @@ class FeedWorld:
         self.run(self.publisher.start())
         self.notices = Notices(self.publisher, serving_changes_topic(settings.topic_prefix))
         self.copies = CopyStore(self.session, runner, 500, self.notices)
-        self.inbox = InboxStore(self.session, runner, max_in_flight=16, cap=500, trim_every=1_000_000)
+        self.inbox = InboxStore(self.session, runner, max_in_flight=16, cap=500, trim_every=1_000_000,
+                                notices=self.notices)
         # Pinned capacity of 1 row/s: any author with followers is "too expensive" and
         # promotion is immediate (no dwell), so make_celebrity goes through the policy.
         self.tiers = TierStore(self.session, runner, TierPolicy(min_dwell_s=0.0),

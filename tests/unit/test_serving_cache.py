@@ -36,6 +36,7 @@ class FakeStore:
         self.blocks: dict[int, frozenset[int]] = {}
         self.posts_rows = {POST: (POST, AUTHOR, 7, 1, False, 1.5, None, 9, "hi")}
         self.timeline = {(AUTHOR, BUCKET): [(2.0, POST, AUTHOR), (1.0, POST - 1, AUTHOR)]}
+        self.inbox = {READER: [(3.5, POST, AUTHOR), (1.25, POST - 5, OTHER)]}
         self.calls: list[str] = []
         self.gate: asyncio.Event | None = None
 
@@ -64,13 +65,17 @@ class FakeStore:
         return [r for a in authors for b in buckets for r in self.timeline.get((a, b), [])[:per_partition]]
 
     async def inbox_top(self, reader_id, limit, after=None):
-        self.calls.append("inbox_top")
-        return []
+        self.calls.append("inbox_top" if after is None else "inbox_after")
+        return self.inbox.get(reader_id, [])[:limit]
+
+    async def load_snapshot(self, reader_id, version):
+        self.calls.append("load_snapshot")
+        return None
 
 
 def make(*, live: bool = True, max_following: int = 100, follows: int = 1000):
     clock = Clock()
-    cache = ServingCache(posts=100, follows=follows, timelines=100, ttl_s=60, max_silence_s=2,
+    cache = ServingCache(posts=100, follows=follows, timelines=100, inboxes=100, ttl_s=60, max_silence_s=2,
                          monotonic=clock)
     if live:
         cache.go_live({0: 0})
@@ -182,15 +187,36 @@ def test_a_full_partition_does_not_answer_a_larger_limit():
     assert store.calls == ["authors_top", "authors_top"]
 
 
+def test_inbox_tops_are_cached_packed_and_dropped_by_an_inbox_notice():
+    cached, store, cache, _ = make()
+    assert run(cached.inbox_top(READER, 10)) == store.inbox[READER]
+    assert run(cached.inbox_top(READER, 1)) == store.inbox[READER][:1]
+    assert run(cached.inbox_top(READER, 50)) == store.inbox[READER]  # complete: answers more
+    assert store.calls == ["inbox_top"]
+    store.inbox[READER] = store.inbox[READER][1:]
+    cache.apply(ServingChange(inboxes=(READER,)))
+    assert run(cached.inbox_top(READER, 10)) == store.inbox[READER]
+    run(cached.inbox_top(READER, 10, after=(1.0, 1)))
+    assert store.calls == ["inbox_top", "inbox_top", "inbox_after"]
+
+
+def test_a_full_inbox_top_does_not_answer_a_deeper_read():
+    cached, store, _, _ = make()
+    run(cached.inbox_top(READER, 2))
+    run(cached.inbox_top(READER, 3))
+    assert store.calls == ["inbox_top", "inbox_top"]
+
+
 def test_uncached_calls_go_to_the_store():
     cached, store, _, _ = make()
-    run(cached.inbox_top(READER, 10))
-    assert store.calls == ["inbox_top"]
+    run(cached.load_snapshot(READER, "v"))
+    assert store.calls == ["load_snapshot"]
 
 
 # -- notices ---------------------------------------------------------------------------------
 def test_notices_round_trip_and_conform_to_the_schema():
-    change = ServingChange(posts=(POST,), graphs=(READER, AUTHOR), timelines=((AUTHOR, BUCKET),))
+    change = ServingChange(posts=(POST,), graphs=(READER, AUTHOR), timelines=((AUTHOR, BUCKET),),
+                           inboxes=(READER,))
     key, value = encode(change)
     assert parse(value) == change
     assert validation_errors("serving-changes", json.loads(key), json.loads(value)) == []

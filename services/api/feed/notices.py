@@ -149,6 +149,7 @@ class CacheCollector:
         entries.add_metric(("post",), len(cache.posts))
         entries.add_metric(("graph",), len(cache.graphs))
         entries.add_metric(("timeline",), len(cache.timelines))
+        entries.add_metric(("inbox",), len(cache.inboxes))
         yield entries
 
 

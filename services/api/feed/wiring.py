@@ -36,7 +36,8 @@ def _build(app: FastAPI, settings: Settings) -> None:
     store: FeedStore = raw
     if settings.feed_cache_enabled:
         cache = ServingCache(posts=settings.feed_cache_posts, follows=settings.feed_cache_follows,
-                             timelines=settings.feed_cache_timelines, ttl_s=settings.feed_cache_ttl_s,
+                             timelines=settings.feed_cache_timelines,
+                             inboxes=settings.feed_cache_inboxes, ttl_s=settings.feed_cache_ttl_s,
                              max_silence_s=settings.feed_cache_max_silence_s)
         stats = NoticeStats()
         register_collector(app.state.metrics.registry, cache, stats)
