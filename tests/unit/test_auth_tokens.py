@@ -6,8 +6,8 @@ import time
 import jwt
 import pytest
 
-from services.api.auth import (MODERATOR_ROLE, TokenRejected, mint_token, parse_user_id,
-                               verify_token)
+from services.api.auth import (LEEWAY_SECONDS, MODERATOR_ROLE, TokenRejected, VerifiedTokens,
+                               mint_token, parse_user_id, verify_token)
 
 SECRET = "unit-test-secret-0123456789abcdef-0123"
 
@@ -54,3 +54,19 @@ def test_parse_user_id_accepts_only_positive_int64_decimals() -> None:
     for bad in ("", "-1", "+1", "1.0", " 1", "١٢", 7):
         with pytest.raises(TokenRejected):
             parse_user_id(bad)
+
+
+def test_verified_tokens_are_remembered_until_they_expire() -> None:
+    tokens = VerifiedTokens(capacity=2)
+    # exp is LEEWAY_SECONDS - 1 s in the past: accepted for one more second.
+    token = mint_token(7, SECRET, ttl_seconds=-(LEEWAY_SECONDS - 1))
+    assert tokens.verify(token, SECRET).user_id == 7
+    assert tokens.verify(token, SECRET).user_id == 7  # from memory
+    with pytest.raises(TokenRejected):
+        tokens.verify(token, "another-secret-of-at-least-32-bytes!!")  # the key holds the secret
+    forged = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    with pytest.raises(TokenRejected):
+        tokens.verify(forged, SECRET)
+    time.sleep(1.2)
+    with pytest.raises(TokenRejected):
+        tokens.verify(token, SECRET)  # expired: remembered tokens too

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from services.api.feed.bodies import BodyCache, PostCopies
 from services.api.feed.notices import NoticeStats, _apply
 from services.api.feed.serving_cache import CachedFeedStore, ServingCache
 from services.common import ids
@@ -73,6 +74,10 @@ class FakeStore:
         return None
 
 
+def views(cache: ServingCache, store: FakeStore) -> PostCopies:
+    return PostCopies(store, BodyCache(10), cache)  # type: ignore[arg-type]
+
+
 def make(*, live: bool = True, max_following: int = 100, follows: int = 1000):
     clock = Clock()
     cache = ServingCache(posts=100, follows=follows, timelines=100, inboxes=100, ttl_s=60, max_silence_s=2,
@@ -88,26 +93,29 @@ def run(coro):
 
 
 def test_a_warm_page_reads_nothing_from_the_store():
-    cached, store, _, _ = make()
+    cached, store, cache, _ = make()
+    copies = views(cache, store)
     for _ in range(2):
         assert run(cached.following_among(READER, [AUTHOR, 99])) == {AUTHOR: 5}
         assert run(cached.blocked(READER)) == frozenset()
         assert run(cached.following_from(READER, AUTHOR + 1, 5)) == {OTHER: 6}
-        assert [r[0] for r in run(cached.posts([POST], with_text=False))] == [POST]
+        fetched = run(copies.fetch([POST]))
+        assert fetched.views[POST].body.text == "hi" and not fetched.failed
         assert run(cached.authors_top([AUTHOR], [BUCKET], 1)) == [(2.0, POST, AUTHOR)]
     assert sorted(store.calls) == ["authors_top", "blocked", "following", "posts:True"]
 
 
 def test_a_notice_drops_exactly_what_it_names():
     cached, store, cache, _ = make()
+    copies = views(cache, store)
     run(cached.blocked(READER))
-    run(cached.posts([POST], with_text=True))
+    run(copies.fetch([POST]))
     store.blocks[READER] = frozenset({AUTHOR})
     store.posts_rows[POST] = store.posts_rows[POST][:4] + (True,) + store.posts_rows[POST][5:]
     assert run(cached.blocked(READER)) == frozenset()  # no notice yet: still the cached copy
     cache.apply(ServingChange(graphs=(READER,), posts=(POST,)))
     assert run(cached.blocked(READER)) == frozenset({AUTHOR})
-    assert run(cached.posts([POST], with_text=True))[0][4] is True
+    assert run(copies.fetch([POST])).views[POST].state.deleted is True
 
 
 def test_a_read_that_overlapped_a_notice_is_not_stored():
@@ -145,12 +153,13 @@ def test_the_cache_stands_aside_until_live_and_when_notices_go_quiet():
 
 
 def test_entries_expire_after_the_ttl():
-    cached, store, cache, clock = make()
-    run(cached.posts([POST], with_text=True))
+    _, store, cache, clock = make()
+    copies = views(cache, store)
+    run(copies.fetch([POST]))
     clock.t += 61
     cache.heard()
-    run(cached.posts([POST], with_text=True))
-    assert store.calls == ["posts:True", "posts:True"]
+    run(copies.fetch([POST]))
+    assert store.calls == ["posts:True", "posts:False"]  # state re-read, body still cached
 
 
 def test_a_follow_list_at_the_read_bound_is_never_cached():
@@ -210,7 +219,15 @@ def test_a_full_inbox_top_does_not_answer_a_deeper_read():
 def test_uncached_calls_go_to_the_store():
     cached, store, _, _ = make()
     run(cached.load_snapshot(READER, "v"))
-    assert store.calls == ["load_snapshot"]
+    run(cached.posts([POST], with_text=False))  # rows in doubt: always the current copy
+    assert store.calls == ["load_snapshot", "posts:False"]
+
+
+def test_reads_are_awaited_in_turn_only_while_the_cache_answers():
+    cached, _, cache, _ = make()
+    assert cached.from_memory
+    cache.stand_aside()
+    assert not cached.from_memory
 
 
 # -- notices ---------------------------------------------------------------------------------

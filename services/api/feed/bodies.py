@@ -5,8 +5,9 @@ written, so it is cached per process (bounded LRU) for as long as there is room;
 an accelerator over Cassandra, never the only copy of anything.
 
 What decides whether a post may be shown (visibility, deleted) and where its rows are
-(its rank keys) is never cached: every page reads the current state of every item it
-returns (``PostCopies.fetch``).
+(its rank keys) is cached only in the serving cache, whose entries the workers'
+serving-changes notices drop (serving_cache.py); without it (or while it stands aside)
+every page reads the current state of every item it returns (``PostCopies.fetch``).
 
 Reads are IN queries of ``CHUNK`` ids, issued concurrently. A chunk that fails or times
 out is reported back (``failed``), never raised: the caller decides (rank by recency on
@@ -18,10 +19,13 @@ import asyncio
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from .eligibility import PostState
 from .store import FeedStore
+
+if TYPE_CHECKING:
+    from .serving_cache import ServingCache
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +110,41 @@ def _chunks(ids: list[int], size: int) -> Iterable[list[int]]:
 
 
 class PostCopies:
-    def __init__(self, store: FeedStore, cache: BodyCache) -> None:
+    def __init__(self, store: FeedStore, cache: BodyCache, serving: "ServingCache | None" = None) -> None:
         self._store = store
         self.cache = cache
+        # Whole views, dropped by serving-changes notices (serving_cache.py): a warm page
+        # builds no PostState/PostView per item and reads nothing.
+        self._serving = serving
 
     async def fetch(self, post_ids: Iterable[int]) -> FetchResult:
         """Current copies of ``post_ids``; ids with no copy are simply absent from ``views``."""
         wanted = list(dict.fromkeys(post_ids))
+        serving = self._serving
+        if serving is None or not serving.usable:
+            return await self._read(wanted)
+        now, views = serving.now(), serving.posts
+        out = FetchResult({}, set())
+        missing: list[int] = []
+        for post_id in wanted:
+            view = views.get(post_id, now)
+            if view is None:
+                missing.append(post_id)
+            else:
+                out.views[post_id] = view
+        serving.hits["post"] += len(out.views)
+        if missing:
+            serving.misses["post"] += len(missing)
+            epoch = serving.epoch
+            read = await self._read(missing)
+            for post_id, view in read.views.items():
+                serving.fill(views, epoch, post_id, view)
+            out.views.update(read.views)
+            out.failed = read.failed
+        return out
+
+    async def _read(self, wanted: list[int]) -> FetchResult:
+        """The copies from Cassandra (bodies from the body cache when there)."""
         cached = {p: b for p in wanted if (b := self.cache.get(p)) is not None}
         # A window (at most CHUNK posts) is one request: with text when any body is not
         # cached (the request costs more than the bytes), state alone when all are.

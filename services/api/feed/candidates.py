@@ -24,7 +24,6 @@ the snapshot is built from the rest. The selection and the merge are pure.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from services.common import ids
 
+from .awaiting import settled
 from .graph import GraphUnavailable
 from .store import FeedStore
 
@@ -179,18 +179,20 @@ def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
-async def _settled(reads: list[Awaitable[list[Row]]]) -> list[list[Row] | BaseException]:
-    return await asyncio.gather(*reads, return_exceptions=True)
+async def _settled(reads: list[Awaitable[list[Row]]], in_turn: bool) -> list[list[Row] | BaseException]:
+    return await settled(reads, in_turn)
 
 
 async def followed_celebrities(store: FeedStore, reader_id: int,
                                celebrities: Sequence[tuple[int, int | None]]) -> dict[int, int]:
     """Which of the listed celebrities the reader follows (author -> since ms)."""
     authors = [a for a, _ in celebrities]
-    parts = await asyncio.gather(*(store.following_among(reader_id, c)
-                                   for c in _chunks(authors, CELEBRITIES_PER_FOLLOW_READ)))
+    parts = await settled([store.following_among(reader_id, c)
+                           for c in _chunks(authors, CELEBRITIES_PER_FOLLOW_READ)], store.from_memory)
     out: dict[int, int] = {}
     for part in parts:
+        if isinstance(part, BaseException):
+            raise part
         out.update(part)
     return out
 
@@ -210,10 +212,11 @@ class SourceReader:
         reads); a failure of ``blocks`` raises ``GraphUnavailable`` (a correctness input)."""
         lim, store = self._limits, self._store
         start = fallback_start(now_ms)
-        follows = await asyncio.gather(
+        in_turn = store.from_memory
+        follows = await settled([
             followed_celebrities(store, reader_id, celebrities),
             store.following_from(reader_id, start, lim.fallback_authors),
-            store.following_from(reader_id, 0, lim.fallback_authors), return_exceptions=True)
+            store.following_from(reader_id, 0, lim.fallback_authors)], in_turn)
         out = Sources()
         celeb_follows, from_start, from_zero = follows
         if isinstance(celeb_follows, BaseException):
@@ -235,7 +238,7 @@ class SourceReader:
                  for c in celeb_chunks]
         reads += [store.authors_top(c, day_buckets(now_ms, 1), lim.per_fallback_author)
                   for c in fallback_chunks]
-        results = await _settled([inbox, *reads])
+        results = await _settled([inbox, *reads], in_turn)
         try:
             blocked = await blocks
         except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
@@ -264,7 +267,7 @@ class SourceReader:
         reads = [store.inbox_top(reader_id, lim.depth, boundary)]
         reads += [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR), lim.per_celebrity,
                                     boundary) for c in _chunks(celebs, AUTHORS_PER_READ)]
-        results = await _settled(reads)
+        results = await _settled(reads, store.from_memory)
         labels = ["inbox"] + ["celebrity"] * (len(reads) - 1)
         usable = self._usable(labels, results, out)
         out.rows, more = merge_top(usable, lim.depth, blocked,

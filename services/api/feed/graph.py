@@ -11,9 +11,9 @@ never cached: an unfollow or a block takes effect on the next page. A failed rea
 """
 from __future__ import annotations
 
-import asyncio
 from typing import Iterable
 
+from .awaiting import settled
 from .eligibility import ReaderGraph
 from .store import FeedStore
 
@@ -45,7 +45,7 @@ class PageGraph:
         reads = [self._store.following_among(self._reader_id, new)]
         if self._blocked is None:
             reads.append(self._store.blocked(self._reader_id))
-        results = await asyncio.gather(*reads, return_exceptions=True)
+        results = await settled(reads, self._store.from_memory)
         if any(isinstance(r, BaseException) for r in results):
             raise GraphUnavailable("the reader's follows or blocks could not be read")
         self._following.update(results[0])  # type: ignore[arg-type]

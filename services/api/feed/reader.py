@@ -27,7 +27,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from services.common import ids
 from services.common.cursor import Cursor, CursorKeys, decode_cursor, encode_cursor
@@ -36,6 +36,7 @@ from services.common.settings import Settings
 
 from . import candidates as cand
 from . import paging, snapshot
+from .awaiting import settled
 from .bodies import FetchResult, PostBody, PostCopies, PostView
 from .eligibility import ReaderGraph, Verdict, judge
 from .graph import GraphUnavailable, PageGraph
@@ -116,8 +117,12 @@ class FeedReader:
                          warnings: tuple[str, ...] = ()) -> FeedPage:
         now = self._clock()
         now_ms = int(now.timestamp() * 1000)
-        inbox = asyncio.ensure_future(self._store.inbox_top(reader_id, self._depth))
-        blocks = asyncio.ensure_future(self._store.blocked(reader_id))
+        # Started now, awaited by SourceReader.first: tasks when they go to Cassandra (they
+        # then overlap the follow reads), plain coroutines when the cache answers them.
+        inbox: Awaitable[list[cand.Row]] = self._store.inbox_top(reader_id, self._depth)
+        blocks: Awaitable[frozenset[int]] = self._store.blocked(reader_id)
+        if not self._store.from_memory:
+            inbox, blocks = asyncio.ensure_future(inbox), asyncio.ensure_future(blocks)
         celebrities = await self._celebrity_list()
         try:
             sources, blocked = await self._sources.first(reader_id, celebrities, blocks, inbox, now_ms)
@@ -229,9 +234,9 @@ class FeedReader:
                 entries = extended
             win = paging.window(entries, index, limit - len(items), PAGE_SLACK)
             missing = [e.post_id for e in win if e.post_id not in known]
-            fetched, covered = await asyncio.gather(
-                self._copies.fetch(missing) if missing else _nothing(),
-                graph.cover(e.author_id for e in win), return_exceptions=True)
+            fetched, covered = await settled(
+                [self._copies.fetch(missing) if missing else _nothing(),
+                 graph.cover(e.author_id for e in win)], self._store.from_memory)
             if isinstance(covered, BaseException):
                 raise FeedUnavailable(str(covered)) from covered
             if isinstance(fetched, BaseException):

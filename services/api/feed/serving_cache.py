@@ -139,7 +139,8 @@ class _Lru:
 
 
 class ServingCache:
-    """Posts (raw copy rows), graphs and timeline partitions, with the rules above."""
+    """Post views (``bodies.PostView``), graphs, timeline partitions and inbox tops,
+    with the rules above."""
 
     def __init__(self, *, posts: int, follows: int, timelines: int, inboxes: int, ttl_s: float,
                  max_silence_s: float, monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -214,7 +215,8 @@ class CachedFeedStore:
     """``FeedStore`` with the cached reads answered from ``ServingCache`` when usable.
 
     Uncached calls (reads below a boundary, snapshots, the celebrity list, ``run``) go
-    straight to the store. Every answer has the shape and meaning of ``FeedStore``'s.
+    straight to the store; post copies are cached as whole views by ``PostCopies``
+    (bodies.py), so ``posts`` (here only the rare reads of rows in doubt) is uncached. Every answer has the shape and meaning of ``FeedStore``'s.
     """
 
     def __init__(self, store: FeedStore, cache: ServingCache, max_following: int) -> None:
@@ -224,6 +226,11 @@ class CachedFeedStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
+
+    @property
+    def from_memory(self) -> bool:
+        """Reads are (mostly) answered here: await them in turn (awaiting.py)."""
+        return self.cache.usable
 
     # -- graph ---------------------------------------------------------------------------
     async def _graph(self, reader_id: int) -> Graph | None:
@@ -283,31 +290,6 @@ class CachedFeedStore:
         if graph is None:
             return await self._store.blocked_between(reader_id, other_id)
         return other_id in graph.blocked
-
-    # -- post copies ---------------------------------------------------------------------
-    async def posts(self, post_ids: Sequence[int], *, with_text: bool) -> list[tuple]:
-        cache = self.cache
-        if not cache.usable:
-            return await self._store.posts(post_ids, with_text=with_text)
-        now = cache.now()
-        rows: list[tuple] = []
-        missing: list[int] = []
-        for post_id in post_ids:
-            row = cache.posts.get(post_id, now)
-            if row is None:
-                missing.append(post_id)
-            else:
-                rows.append(row)
-        cache.hits["post"] += len(rows)
-        if missing:
-            cache.misses["post"] += len(missing)
-            epoch = cache.epoch
-            # Always with the text, so a cached row answers both kinds of read.
-            fetched = await self._store.posts(missing, with_text=True)
-            for row in fetched:
-                cache.fill(cache.posts, epoch, row[0], row)
-            rows += fetched
-        return rows if with_text else [r[:8] for r in rows]
 
     # -- inbox tops ----------------------------------------------------------------------
     async def inbox_top(self, reader_id: int, limit: int,

@@ -86,6 +86,11 @@ class FeedStore:
         self._load_snapshot = p("SELECT ranked, created_at FROM feed_snapshots "
                                 "WHERE reader_id=? AND feed_version=?")
 
+    @property
+    def from_memory(self) -> bool:
+        """Whether reads are answered from memory (``CachedFeedStore``); never here."""
+        return False
+
     async def run(self, statement: PreparedStatement, params: Sequence[Any]) -> list[tuple]:
         """Run a statement prepared by another read-path module (same profile, timeout)."""
         return await self._rows(statement, params)

@@ -34,6 +34,7 @@ def _build(app: FastAPI, settings: Settings) -> None:
     raw = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following)
     metrics = FeedMetrics(app.state.metrics.registry)
     store: FeedStore = raw
+    cache: ServingCache | None = None
     if settings.feed_cache_enabled:
         cache = ServingCache(posts=settings.feed_cache_posts, follows=settings.feed_cache_follows,
                              timelines=settings.feed_cache_timelines,
@@ -47,7 +48,7 @@ def _build(app: FastAPI, settings: Settings) -> None:
     app.state.cassandra = session
     app.state.feed_metrics = metrics
     app.state.feed_store = store
-    copies = PostCopies(store, BodyCache(settings.feed_body_cache_size))
+    copies = PostCopies(store, BodyCache(settings.feed_body_cache_size), cache)
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now)
     # A lease outlives two missed heartbeats, so one slow refresh does not free the slot.
     app.state.stream_leases = StreamLeases(session, store, int(settings.stream_heartbeat_s * 2) + 5)

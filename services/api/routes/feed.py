@@ -11,6 +11,7 @@ document the response in OpenAPI). Measured: ~0.4 ms less CPU per page of 20.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Annotated, Any, Callable
 
 import orjson
@@ -52,7 +53,10 @@ def iso_utc(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+@lru_cache(maxsize=65_536)
 def _iso_ms(unix_ms: int) -> str:
+    """A post's created_at as the API writes it: formatted once per post and process
+    (datetime formatting per item was ~8 % of a warm page's CPU)."""
     return iso_utc(datetime.fromtimestamp(unix_ms / 1000, tz=timezone.utc))
 
 
