@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from itertools import chain
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, Mapping, Sequence
 
@@ -146,21 +147,29 @@ def day_buckets(now_ms: int, count: int) -> list[int]:
 
 
 def merge_top(sources: Iterable[Sequence[Row]], depth: int, blocked: frozenset[int] = frozenset(),
-              exclude: Callable[[int], bool] = lambda _post: False,
-              live: Callable[[Row], bool] = lambda _row: True) -> tuple[list[Row], bool]:
+              exclude: Callable[[int], bool] | None = None,
+              live: Callable[[Row], bool] | None = None) -> tuple[list[Row], bool]:
     """The ``depth`` highest rows of all sources, one per post (its highest ``live`` row),
-    minus blocked authors and excluded posts; and whether any row was left below them."""
-    best: dict[int, Row] = {}
-    for rows in sources:
-        for row in rows:
-            post_id = row[1]
-            if row[2] in blocked or exclude(post_id) or not live(row):
-                continue
-            held = best.get(post_id)
-            if held is None or row > held:
-                best[post_id] = row
-    merged = sorted(best.values(), reverse=True)
-    return merged[:depth], len(merged) > depth
+    minus blocked authors and excluded posts; and whether any row was left below them.
+
+    One sort of every row (C), then a walk from the top that stops at the first accepted
+    row past ``depth``: the rows below it are never looked at."""
+    rows = sorted(chain.from_iterable(sources), reverse=True)
+    out: list[Row] = []
+    taken: set[int] = set()
+    for row in rows:
+        post_id = row[1]
+        if post_id in taken or row[2] in blocked:
+            continue
+        if exclude is not None and exclude(post_id):
+            continue
+        if live is not None and not live(row):
+            continue
+        if len(out) == depth:
+            return out, True
+        taken.add(post_id)
+        out.append(row)
+    return out, False
 
 
 def rows_in_doubt(sources: Iterable[Sequence[Row]]) -> set[int]:
@@ -276,17 +285,18 @@ class SourceReader:
             results[1:], lim.per_celebrity)
         return out
 
-    async def _live(self, sources: list[list[Row]]) -> Callable[[Row], bool]:
+    async def _live(self, sources: list[list[Row]]) -> Callable[[Row], bool] | None:
         """Which rows of posts in doubt are the live ones (one read, only when some post
-        has rows under two keys; if it fails, the highest row is kept as usual)."""
+        has rows under two keys; if it fails, the highest row is kept as usual). None:
+        every row is."""
         doubt = rows_in_doubt(sources)
         if not doubt:
-            return lambda _row: True
+            return None
         try:
             copies = await self._store.posts(sorted(doubt), with_text=False)
         except Exception:  # noqa: BLE001 - the page-time check still hides a stale row
             log.warning("copies of %d posts in doubt could not be read", len(doubt), exc_info=True)
-            return lambda _row: True
+            return None
         keys = {c[0]: (c[5], c[6]) for c in copies}
         return lambda row: row[1] not in doubt or row[0] in keys.get(row[1], ())
 
