@@ -135,6 +135,25 @@ def test_a_read_that_overlapped_a_notice_is_not_stored():
     assert store.calls.count("following") == 2 and cache.stale_fills == 1
 
 
+def test_a_fill_survives_notices_about_other_keys_but_not_a_clear():
+    cached, store, cache, _ = make()
+
+    async def overlapped(change):
+        store.gate = asyncio.Event()
+        slow = asyncio.ensure_future(cached.blocked(READER))
+        await asyncio.sleep(0)
+        change()
+        store.gate.set()
+        await slow
+        store.gate = None
+
+    run(overlapped(lambda: cache.apply(ServingChange(graphs=(OTHER,), posts=(READER,)))))
+    assert len(cache.graphs) == 1  # another user's graph and a post: this fill is fine
+    cache.apply(ServingChange(graphs=(READER,)))
+    run(overlapped(cache.clear))
+    assert len(cache.graphs) == 0 and cache.stale_fills == 1
+
+
 def test_the_cache_stands_aside_until_live_and_when_notices_go_quiet():
     cached, store, cache, clock = make(live=False)
     run(cached.blocked(READER))

@@ -16,9 +16,9 @@ Correctness rests on three rules:
   the next read sees the new state. A change therefore reaches pages as soon as its
   notice arrives (milliseconds after the copy is written; the copy itself lags the
   Postgres commit by the pipeline's freshness, as before).
-* **No stale fill.** A read that started before a notice (or a clear) is not stored:
-  every fill carries the ``epoch`` it started in and is dropped if any notice arrived
-  since. Under a steady stream of notices some fills are wasted; none is wrong.
+* **No stale fill.** A read that started before a notice naming its key (or a clear)
+  is not stored: every fill carries the ``epoch`` it started in, and the cache remembers
+  what the last ``RECENT_NOTICES`` notices named.
 * **Stand aside when notices may be late.** The cache answers only while its consumer
   is positioned, has heard from every partition within ``max_silence_s`` and is not
   behind; otherwise every read goes to Cassandra and nothing is stored. A (re)started
@@ -34,7 +34,7 @@ import asyncio
 import bisect
 import struct
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -44,6 +44,9 @@ from services.common.serving_changes import ServingChange
 from .store import FeedStore
 
 Row = tuple[float, int, int]  # (rank_key, post_id, author_id), as FeedStore returns them
+# Notices remembered for fills that overlapped them (a fill takes a few ms; at a few
+# hundred notices a second, this covers seconds).
+RECENT_NOTICES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,8 @@ class _Lru:
     on every lookup was ~5 % of a warm first page's CPU); entries live ``ttl_s`` at most
     anyway, and a hot entry evicted early is one read to fill again."""
 
-    def __init__(self, capacity: int, weight: Callable[[Any], int] = lambda _v: 1) -> None:
+    def __init__(self, kind: str, capacity: int, weight: Callable[[Any], int] = lambda _v: 1) -> None:
+        self.kind = kind
         self.capacity = max(0, capacity)
         self._weight = weight
         self._items: OrderedDict[Any, tuple[float, Any]] = OrderedDict()
@@ -149,11 +153,15 @@ class ServingCache:
         self._monotonic = monotonic
         self._ttl_s = ttl_s
         self._max_silence_s = max_silence_s
-        self.posts = _Lru(posts)
-        self.graphs = _Lru(follows, lambda g: g.size)
-        self.timelines = _Lru(timelines)
-        self.inboxes = _Lru(inboxes)
+        self.posts = _Lru("post", posts)
+        self.graphs = _Lru("graph", follows, lambda g: g.size)
+        self.timelines = _Lru("timeline", timelines)
+        self.inboxes = _Lru("inbox", inboxes)
         self.epoch = 0
+        # What the last RECENT_NOTICES notices dropped, by epoch: a fill that overlapped
+        # notices is kept unless one of them named its key. A clear is recorded as None
+        # (it names everything).
+        self._recent: deque[tuple[int, frozenset[tuple[str, Any]] | None]] = deque(maxlen=RECENT_NOTICES)
         self._heard_at: float | None = None  # None: no positioned consumer
         # partition -> offset after the last notice applied (or the start position):
         # everything a writer saw acknowledged below it is reflected here.
@@ -180,6 +188,9 @@ class ServingCache:
 
     def apply(self, change: ServingChange) -> None:
         self.epoch += 1
+        self._recent.append((self.epoch, frozenset(
+            [("post", p) for p in change.posts] + [("graph", u) for u in change.graphs]
+            + [("timeline", t) for t in change.timelines] + [("inbox", r) for r in change.inboxes])))
         for post_id in change.posts:
             self.posts.pop(post_id)
         for user_id in change.graphs:
@@ -191,6 +202,7 @@ class ServingCache:
 
     def clear(self) -> None:
         self.epoch += 1
+        self._recent.append((self.epoch, None))
         self.posts.clear()
         self.graphs.clear()
         self.timelines.clear()
@@ -206,11 +218,24 @@ class ServingCache:
         return self._monotonic()
 
     def fill(self, lru: _Lru, epoch: int, key: Any, value: Any) -> None:
-        """Store what a read that started in ``epoch`` returned, unless a notice came since."""
-        if epoch != self.epoch or not self.usable:
+        """Store what a read that started in ``epoch`` returned, unless a notice since
+        then named ``key`` (or cleared the cache, or is too old to tell)."""
+        if not self.usable or not self._untouched_since(epoch, (lru.kind, key)):
             self.stale_fills += 1
             return
         lru.put(key, value, self._monotonic() + self._ttl_s)
+
+    def _untouched_since(self, epoch: int, name: tuple[str, Any]) -> bool:
+        if epoch == self.epoch:
+            return True
+        if not self._recent or self._recent[0][0] > epoch + 1:
+            return False  # notices since then were forgotten: cannot tell
+        for at, dropped in reversed(self._recent):
+            if at <= epoch:
+                return True
+            if dropped is None or name in dropped:
+                return False
+        return True
 
 
 class CachedFeedStore:
@@ -218,7 +243,8 @@ class CachedFeedStore:
 
     Uncached calls (reads below a boundary, snapshots, the celebrity list, ``run``) go
     straight to the store; post copies are cached as whole views by ``PostCopies``
-    (bodies.py), so ``posts`` (here only the rare reads of rows in doubt) is uncached. Every answer has the shape and meaning of ``FeedStore``'s.
+    (bodies.py), so ``posts`` (here only the rare reads of rows in doubt) is uncached.
+    Every answer has the shape and meaning of ``FeedStore``'s.
     """
 
     def __init__(self, store: FeedStore, cache: ServingCache, max_following: int) -> None:
