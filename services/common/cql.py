@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import socket
 
+from cassandra import ConsistencyLevel
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
@@ -17,13 +18,23 @@ DEFAULT_TIMEOUT_S = 2.0
 # read, spent on the reactor thread every read waits on. Nothing here uses a v5-only
 # feature, and pinning a version skips the negotiation down from the driver's default.
 PROTOCOL_VERSION = 4
+# Every read and write at LOCAL_QUORUM (LWTs: LOCAL_SERIAL). With RF 1 (the one-node
+# stack) that is one replica, as before; with RF 3 (the three-node stack) two of three:
+# one node may be dead, paused or cut off, and since reads and writes overlap (2 + 2 > 3)
+# a read sees every write acknowledged before it. The pipeline relies on that everywhere:
+# the fan-out decides from copies it wrote, the ranker from counts, the API's serving
+# cache re-reads a copy right after its serving-changes notice (docs/operations.md has
+# the table per query).
+CONSISTENCY = ConsistencyLevel.LOCAL_QUORUM
+SERIAL_CONSISTENCY = ConsistencyLevel.LOCAL_SERIAL
 
 
 def cluster(settings: Settings | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Cluster:
     s = settings or get_settings()
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
-        request_timeout=timeout,
+        request_timeout=timeout, consistency_level=CONSISTENCY,
+        serial_consistency_level=SERIAL_CONSISTENCY,
     )
     return Cluster(s.cassandra_contact_points, port=s.cassandra_port,
                    protocol_version=PROTOCOL_VERSION,

@@ -16,8 +16,11 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from cassandra.cluster import ExecutionProfile, Session
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import (ConstantSpeculativeExecutionPolicy, DCAwareRoundRobinPolicy,
+                                TokenAwarePolicy)
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
+
+from services.common.cql import CONSISTENCY, SERIAL_CONSISTENCY
 
 PROFILE = "feed_read"
 # The tier store keeps every celebrity in one partition (services/fanout/tier_store.py).
@@ -25,12 +28,22 @@ CELEBRITY_SHARD = 0
 # Extra time the asyncio side waits past the driver's own timeout before giving up:
 # the driver normally fails the future first; this only guards a lost callback.
 _GUARD_S = 0.05
+# When an idempotent read (every SELECT here) is sent to a second replica: well above a
+# healthy read (~1 ms) and well under the store timeout (0.25 s).
+SPECULATE_AFTER_S = 0.06
 
 
 def install_profile(session: Session, timeout: float) -> None:
     """Register the read path's execution profile (tuples, token-aware, ``timeout``)."""
     profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
-                               request_timeout=timeout, row_factory=tuple_factory)
+                               request_timeout=timeout, row_factory=tuple_factory,
+                               consistency_level=CONSISTENCY,
+                               serial_consistency_level=SERIAL_CONSISTENCY,
+                               # A paused coordinator (SIGSTOP, a long GC) is not down to the
+                               # driver: a read marked idempotent also goes to the next
+                               # replica after SPECULATE_AFTER_S instead of timing out.
+                               speculative_execution_policy=ConstantSpeculativeExecutionPolicy(
+                                   SPECULATE_AFTER_S, 1))
     if PROFILE not in session.cluster.profile_manager.profiles:
         session.cluster.add_execution_profile(PROFILE, profile)
 
@@ -85,6 +98,9 @@ class FeedStore:
                                 "created_at) VALUES (?,?,?,?) USING TTL ?")
         self._load_snapshot = p("SELECT ranked, created_at FROM feed_snapshots "
                                 "WHERE reader_id=? AND feed_version=?")
+        for statement in vars(self).values():
+            if isinstance(statement, PreparedStatement) and statement.query_string.startswith("SELECT"):
+                statement.is_idempotent = True  # safe to speculate (SPECULATE_AFTER_S)
 
     @property
     def from_memory(self) -> bool:
