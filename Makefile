@@ -7,7 +7,7 @@ STACK := $(PY) -m deploy.stack
 NODES ?= 1
 
 .PHONY: help venv up down status logs reset migrate run stop-services test test-unit \
-        test-integration test-e2e bench bench-full bench-read token lag
+        test-integration test-e2e bench bench-full bench-read faults token lag
 
 help:
 	@echo "make run    - stack up, migrations, all services, demo data; prints the API address"
@@ -72,6 +72,17 @@ bench-full: migrate
 # options as BENCH_READ_ARGS="--duration 5 --skip 90x2000".
 bench-read: migrate
 	$(PY) -m bench.read_grid $(BENCH_READ_ARGS)
+
+# The fault suite on the three-node stack (tests/faults, docs/reliability.md). Stops a
+# running one-node stack first (the two cannot run at once); leaves the three-node stack
+# up for inspection ('make down' stops it).
+faults: venv
+	-$(PY) -m deploy.services stop
+	-$(STACK) down
+	$(STACK) up --nodes 3
+	$(PY) -m deploy.migrate
+	$(PY) -m deploy.services start
+	$(PY) -m tests.faults $(FAULTS_ARGS); rc=$$?; $(PY) -m deploy.services stop; exit $$rc
 
 token: venv
 	@$(PY) -m services.api.token $(USER_ID)

@@ -1,0 +1,163 @@
+"""``make faults``: fault scenarios on the three-node stack, under a steady API workload.
+
+    python -m tests.faults [--scenario cassandra-kill,...] [--seconds 120] [--out DIR]
+
+Needs the three-node stack with migrations and services running (``make faults`` does
+all of it). Per scenario: set-up (fresh users and follows), the workload for
+``--seconds`` with the fault injected after a warm-up and lifted after its hold time,
+then settling (the fan-out and ranker groups' lag back to zero), then the checker
+(``checker.py``). Writes ``<out>/<scenario>.json`` and prints one report row per
+scenario; exits 1 when a target is missed (docs/reliability.md lists them).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from deploy.stack.layout import REPO, Layout
+from services.common.settings import Settings, get_settings
+
+from .checker import check
+from .injectors import HOLD_S, SCENARIOS, FaultLog, scenario
+from .workload import Workload
+
+SETTLE_LIMIT_S = 240
+WARMUP_S = 20.0
+
+
+def _settings() -> Settings:
+    for key, value in Layout.from_env().client_env().items():
+        os.environ.setdefault(key, value)
+    os.environ.setdefault("FEED_DEV_MODE", "true")
+    get_settings.cache_clear()
+    return get_settings()
+
+
+class LagWatch:
+    """The fan-out's and the ranker's total consumer lag, sampled every second."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.samples: list[tuple[float, int | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        prefix = settings.topic_prefix
+        self.groups = {settings.fanout_group_id or f"{prefix}.fanout",
+                       settings.ranker_group_id or f"{prefix}.ranker"}
+
+    def _run(self) -> None:
+        from deploy.lag import kafka_lag
+        while not self._stop.is_set():
+            try:
+                lag = sum(r["lag"] for r in kafka_lag(self.settings) if r["group"] in self.groups)
+            except Exception:  # noqa: BLE001 - a broker down: unknown, not zero
+                lag = None
+            self.samples.append((time.time(), lag))
+            self._stop.wait(1.0)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+    def zero_after(self, t: float) -> float | None:
+        """Seconds from ``t`` to the first sample at lag zero."""
+        for at, lag in self.samples:
+            if at >= t and lag == 0:
+                return round(at - t, 1)
+        return None
+
+    def max_lag(self) -> int | None:
+        known = [lag for _, lag in self.samples if lag is not None]
+        return max(known) if known else None
+
+
+async def run_one(name: str, seconds: float, settings: Settings, layout: Layout) -> dict[str, Any]:
+    w = Workload(settings, seed=sum(map(ord, name)))
+    log = FaultLog()
+    await w.open()
+    try:
+        await w.setup()
+        await asyncio.sleep(3)
+        lag = LagWatch(settings)
+        lag.start()
+        started = time.time()
+        await w.run(seconds, scenario(name, WARMUP_S, HOLD_S[name], log, layout))
+        # Settle: lag back to zero (measured from when the fault was lifted), then the
+        # notices and snapshots a few seconds more.
+        deadline = time.time() + SETTLE_LIMIT_S
+        while time.time() < deadline and lag.zero_after(time.time() - 1.5) is None:
+            await asyncio.sleep(1)
+        await asyncio.sleep(5)
+        lag.stop()
+        verdict = await check(settings, w)
+    finally:
+        await w.close()
+    fresh_during = [s for at, s in w.ledger.freshness_s if log.started_at <= at <= log.lifted_at + 5]
+    fresh_all = sorted(s for _, s in w.ledger.freshness_s)
+    during = w.ledger.statuses["during"]
+    # Failed requests: 5xx (503 included) and transport errors; 4xx are the workload's own.
+    reads_failed = sum(n for code, n in during.items() if not code.isdigit() or code.startswith("5"))
+    result = {
+        "scenario": name, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "machine": {"cores": os.cpu_count(), "nodes": layout.nodes}, "seconds": seconds,
+        "faults": log.injected, "verdict": verdict.as_dict(), "ok": verdict.ok(),
+        "statuses": {k: dict(v) for k, v in w.ledger.statuses.items()},
+        "non_2xx_during": reads_failed, "requests_during": sum(during.values()),
+        "server_errors_other_than_503": sum(n for p in w.ledger.statuses.values() for code, n in p.items()
+                                            if code.startswith("5") and code != "503"),
+        "freshness_max_during_s": round(max(fresh_during), 2) if fresh_during else None,
+        "freshness_p95_s": round(fresh_all[int(0.95 * (len(fresh_all) - 1))], 2) if fresh_all else None,
+        "lag_zero_after_lift_s": lag.zero_after(log.lifted_at), "max_lag": lag.max_lag(),
+    }
+    return result
+
+
+def row(r: dict[str, Any]) -> str:
+    v = r["verdict"]
+    share = (r["non_2xx_during"] / r["requests_during"] * 100) if r["requests_during"] else 0.0
+    return (f"| {r['scenario']} | {len(r['faults'])} | {v['acked_writes']} | {v['lost_writes'] + v['feed_lost']} "
+            f"/ {v['feed_duplicated']} / {v['wrongly_visible']} | {v['follower_drift']} / {v['like_drift']} "
+            f"| {r['requests_during']} requests, {share:.1f}% failed, "
+            f"{r['server_errors_other_than_503']} 5xx other than 503 | {r['freshness_max_during_s']} s "
+            f"| {r['lag_zero_after_lift_s']} s | {'ok' if r['ok'] else 'MISSED'} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.faults", description=__doc__)
+    parser.add_argument("--scenario", default=",".join(SCENARIOS))
+    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--out", default=str(REPO / "bench" / "out" / "faults"))
+    args = parser.parse_args(argv)
+    settings = _settings()
+    layout = Layout.from_env()
+    if layout.nodes != 3:
+        print("faults: the three-node stack is not running (make faults starts it)", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, ok = [], True
+    for name in args.scenario.split(","):
+        result = asyncio.run(run_one(name, args.seconds, settings, layout))
+        (out / f"{name}.json").write_text(json.dumps(result, indent=2))
+        rows.append(row(result))
+        ok = ok and result["ok"] and not result["server_errors_other_than_503"]
+        print(rows[-1], flush=True)
+    print("| scenario | faults | acked writes | lost / duplicated / wrongly visible | follower / like "
+          "drift | API during the fault | max freshness during | lag zero after lift | verdict |")
+    print("| --- | ---: | ---: | --- | --- | --- | ---: | ---: | --- |")
+    print("\n".join(rows))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""After the system settles: the ledger against Postgres (the truth) and what readers see.
+
+- Acked and lost: every post the API acknowledged (201) is in Postgres.
+- Feeds: for every reader, the whole feed walked page by page through the API against
+  what Postgres says the reader may see (posts of authors followed now, made since the
+  follow, not deleted, visible, no block either way): missing, duplicated and wrongly
+  visible posts.
+- Counters: each author's follower count and each post's like count in Cassandra
+  (``follow_edges``/``like_edges`` static columns, no repair step run) against
+  ``count(*)`` in Postgres.
+- DLQs: every ``*.dlq`` topic of the prefix is empty.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from services.common import cql, pg
+from services.common.settings import Settings
+
+from .workload import Workload
+
+
+@dataclass
+class Verdict:
+    acked_posts: int = 0
+    acked_writes: int = 0
+    lost_writes: int = 0
+    feed_lost: int = 0
+    feed_duplicated: int = 0
+    wrongly_visible: int = 0
+    follower_drift: int = 0
+    like_drift: int = 0
+    dlq_records: int = 0
+    examples: dict[str, list[Any]] = field(default_factory=dict)
+
+    def ok(self) -> bool:
+        return not (self.lost_writes or self.feed_lost or self.feed_duplicated or self.wrongly_visible
+                    or self.follower_drift or self.like_drift or self.dlq_records)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def walk_feed(w: Workload, reader: int) -> list[int] | None:
+    """Every post id of the reader's feed, in order (None if a page failed)."""
+    out: list[int] = []
+    cursor = None
+    for _ in range(100):
+        params: dict[str, Any] = {"limit": 100}
+        if cursor:
+            params["cursor"] = cursor
+        r = await w.call("GET", "/v1/feed", reader, params=params)
+        if r is None or r.status_code != 200:
+            return None
+        page = r.json()
+        out += [int(i["post_id"]) for i in page["items"]]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return out
+    return out
+
+
+def _visible(settings: Settings, readers: list[int], authors: list[int]) -> dict[int, set[int]]:
+    """Per reader, the workload posts Postgres says they may see now."""
+    with pg.connect(settings) as conn:
+        rows = conn.execute(
+            "SELECT f.follower_id, p.post_id FROM follows f JOIN posts p ON p.author_id = f.followed_id "
+            "WHERE f.follower_id = ANY(%s) AND p.author_id = ANY(%s) AND p.deleted_at IS NULL "
+            "AND p.visibility = 1 AND p.created_at >= f.following_since AND NOT EXISTS ("
+            " SELECT 1 FROM blocks b WHERE (b.blocker_id = f.follower_id AND b.blocked_id = p.author_id)"
+            " OR (b.blocker_id = p.author_id AND b.blocked_id = f.follower_id))",
+            (readers, authors)).fetchall()
+    out: dict[int, set[int]] = {r: set() for r in readers}
+    for reader, post in rows:
+        out[reader].add(post)
+    return out
+
+
+def _counts(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
+    authors = [w.cast.wide, *w.cast.authors]
+    posts = list(w.ledger.posts)
+    with pg.connect(settings) as conn:
+        followers = dict(conn.execute("SELECT followed_id, count(*) FROM follows WHERE followed_id = ANY(%s) "
+                                      "GROUP BY followed_id", (authors,)).fetchall())
+        likes = dict(conn.execute("SELECT post_id, count(*) FROM likes WHERE post_id = ANY(%s) "
+                                  "GROUP BY post_id", (posts,)).fetchall())
+    session = cql.session(settings)
+    examples: list[Any] = []
+    try:
+        f_stmt = session.prepare("SELECT followers FROM follow_edges WHERE followed_id=? LIMIT 1")
+        l_stmt = session.prepare("SELECT likes FROM like_edges WHERE post_id=? LIMIT 1")
+        follower_drift = like_drift = 0
+        for author in authors:
+            row = session.execute(f_stmt, (author,)).one()
+            got = (row[0] if row else 0) or 0
+            if got != followers.get(author, 0):
+                follower_drift += abs(got - followers.get(author, 0))
+                examples.append({"author": author, "cassandra": got, "postgres": followers.get(author, 0)})
+        for post in posts:
+            row = session.execute(l_stmt, (post,)).one()
+            got = (row[0] if row else 0) or 0
+            if got != likes.get(post, 0):
+                like_drift += abs(got - likes.get(post, 0))
+                examples.append({"post": post, "cassandra": got, "postgres": likes.get(post, 0)})
+    finally:
+        session.cluster.shutdown()
+    return follower_drift, like_drift, examples[:10]
+
+
+def _dlq_records(settings: Settings) -> int:
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    meta = admin.list_topics(timeout=10)
+    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "fault-checker"})
+    total = 0
+    try:
+        for name, topic in meta.topics.items():
+            if name.startswith(settings.topic_prefix + ".") and name.endswith(".dlq"):
+                for p in topic.partitions:
+                    low, high = probe.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+                    total += high - low
+    finally:
+        probe.close()
+    return total
+
+
+async def check(settings: Settings, w: Workload) -> Verdict:
+    v = Verdict()
+    led = w.ledger
+    v.acked_posts = len(led.posts)
+    v.acked_writes = (len(led.posts) + len(led.deleted) + len(led.likes) + len(led.follows)
+                      + len(led.blocks))
+    with pg.connect(settings) as conn:
+        stored = {r[0] for r in conn.execute("SELECT post_id FROM posts WHERE post_id = ANY(%s)",
+                                             (list(led.posts),)).fetchall()}
+    lost = sorted(set(led.posts) - stored)
+    v.lost_writes = len(lost)
+    v.examples["lost_writes"] = lost[:10]
+    authors = [w.cast.wide, *w.cast.authors]
+    expected = _visible(settings, w.cast.readers, authors)
+    missing: list[Any] = []
+    wrong: list[Any] = []
+    for reader in w.cast.readers:
+        seen = await walk_feed(w, reader)
+        if seen is None:
+            missing.append({"reader": reader, "feed": "unreadable"})
+            v.feed_lost += len(expected[reader])
+            continue
+        mine = [p for p in seen if p in led.posts]
+        counts = Counter(mine)
+        v.feed_duplicated += sum(n - 1 for n in counts.values() if n > 1)
+        gone = expected[reader] - set(mine)
+        extra = set(mine) - expected[reader]
+        v.feed_lost += len(gone)
+        v.wrongly_visible += len(extra)
+        missing += [{"reader": reader, "post": p} for p in sorted(gone)[:3]]
+        wrong += [{"reader": reader, "post": p} for p in sorted(extra)[:3]]
+    v.examples["feed_lost"] = missing[:10]
+    v.examples["wrongly_visible"] = wrong[:10]
+    v.follower_drift, v.like_drift, v.examples["counter_drift"] = _counts(settings, w)
+    v.dlq_records = _dlq_records(settings)
+    return v

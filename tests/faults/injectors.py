@@ -1,0 +1,118 @@
+"""Faults on the three-node stack: which process, which signal, for how long.
+
+Each scenario is an async callable given the running ``Workload``: it waits for the
+workload's warm-up, marks the phase ``during``, injects the fault, lifts it after its
+hold time, marks ``after`` and records when it was lifted (``lifted_at``, for the lag
+measurement). Processes are found through the stack's own pid files
+(``deploy.stack``); a killed stack node is restarted with ``deploy.stack up`` (which
+starts only what is not running), a killed service by its supervisor.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from confluent_kafka.admin import AdminClient
+
+from deploy.stack import cassandra, kafka
+from deploy.stack.layout import REPO, Layout
+
+from .workload import Workload
+
+
+@dataclass
+class FaultLog:
+    injected: list[str] = field(default_factory=list)
+    started_at: float = 0.0
+    lifted_at: float = 0.0
+
+
+def _signal(pid: int | None, sig: signal.Signals, what: str, log: FaultLog) -> None:
+    if pid is None:
+        raise RuntimeError(f"{what} is not running")
+    os.kill(pid, sig)
+    log.injected.append(f"{sig.name} {what} (pid {pid}) at {time.strftime('%H:%M:%S')}")
+
+
+async def _stack_up(log: FaultLog) -> None:
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "deploy.stack", "up", "--nodes", "3",
+                                                cwd=str(REPO), stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.PIPE)
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"deploy.stack up failed: {err.decode()[-500:]}")
+    log.injected.append(f"deploy.stack up took {time.monotonic() - started:.0f} s")
+
+
+def busiest_broker(bootstrap: str) -> int:
+    """The broker id that leads the most partitions (broker ids are 1..3 here)."""
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    counts: dict[int, int] = {}
+    for topic in meta.topics.values():
+        for part in topic.partitions.values():
+            counts[part.leader] = counts.get(part.leader, 0) + 1
+    return max(counts, key=counts.get)  # type: ignore[arg-type]
+
+
+Scenario = Callable[[Workload], Awaitable[None]]
+
+
+def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: Layout) -> Scenario:
+    async def run(w: Workload) -> None:
+        await asyncio.sleep(warmup_s)
+        w.phase = "during"
+        log.started_at = time.time()
+        if name == "cassandra-kill":
+            # Node 3 (never the seed): SIGKILL mid-traffic, back after hold_s.
+            _signal(cassandra.daemon(layout, 3).pid(), signal.SIGKILL, "cassandra-3", log)
+            await asyncio.sleep(hold_s)
+            await _stack_up(log)
+        elif name == "cassandra-pause":
+            pid = cassandra.daemon(layout, 3).pid()
+            _signal(pid, signal.SIGSTOP, "cassandra-3", log)
+            await asyncio.sleep(hold_s)
+            _signal(pid, signal.SIGCONT, "cassandra-3", log)
+        elif name == "broker-kill":
+            broker = busiest_broker(layout.kafka_bootstrap)
+            _signal(kafka.daemon(layout, broker).pid(), signal.SIGKILL, f"kafka-{broker}", log)
+            await asyncio.sleep(hold_s)
+            await _stack_up(log)
+        elif name == "worker-kills":
+            # The relay, the fan-out and the ranker, each SIGKILLed three times at random
+            # points; their supervisor (deploy.supervise) restarts them.
+            for _round in range(3):
+                for service in ("cdc", "fanout", "ranker"):
+                    _signal(_service_pid(layout, service), signal.SIGKILL, service, log)
+                    await asyncio.sleep(w.rng.uniform(2, hold_s / 9))
+        else:
+            raise ValueError(f"unknown scenario {name}")
+        log.lifted_at = time.time()
+        w.phase = "after"
+    return run
+
+
+def _service_pid(layout: Layout, service: str) -> int | None:
+    """The worker process itself (the supervisor's child), found by its command line."""
+    marker = f"services.{service}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"-m" in cmd and marker in cmd and b"deploy.supervise" not in b" ".join(cmd):
+            return int(entry.name)
+    return None
+
+
+SCENARIOS = ("cassandra-kill", "cassandra-pause", "broker-kill", "worker-kills")
+HOLD_S = {"cassandra-kill": 30.0, "cassandra-pause": 20.0, "broker-kill": 20.0, "worker-kills": 45.0}

@@ -1,0 +1,183 @@
+"""The steady workload of a fault scenario, through the API, with a ledger of what was acked.
+
+Writers: posts (one wide author every reader follows, and ordinary authors), deletes of
+earlier posts, likes and unlikes, follows and unfollows, blocks. Readers page their feeds
+and one watcher polls its first page to time freshness. Every 2xx is recorded in the
+``Ledger``; every response status (and transport error) is counted per phase (before,
+during and after the fault), which is what the report's "API during the fault" shows.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+import httpx
+
+from services.api.auth import mint_token
+from services.common.settings import Settings
+
+
+@dataclass
+class Ledger:
+    posts: dict[int, tuple[int, float]] = field(default_factory=dict)   # post -> (author, acked at)
+    deleted: set[int] = field(default_factory=set)
+    likes: dict[tuple[int, int], bool] = field(default_factory=dict)    # (post, user) -> liked
+    follows: dict[tuple[int, int], bool] = field(default_factory=dict)  # (reader, author) -> following
+    blocks: set[tuple[int, int]] = field(default_factory=set)           # (blocker, blocked)
+    statuses: dict[str, Counter] = field(default_factory=lambda: {
+        "before": Counter(), "during": Counter(), "after": Counter()})
+    freshness_s: list[tuple[float, float]] = field(default_factory=list)  # (acked at, seconds)
+
+
+@dataclass(frozen=True)
+class Cast:
+    wide: int
+    authors: list[int]
+    readers: list[int]
+    watcher: int
+
+
+class Workload:
+    def __init__(self, settings: Settings, *, seed: int = 7, post_every_s: float = 0.25,
+                 readers: int = 24, authors: int = 8, paging_loops: int = 6) -> None:
+        self.settings = settings
+        self.rng = random.Random(seed)
+        self.ledger = Ledger()
+        self.post_every_s = post_every_s
+        self.paging_loops = paging_loops
+        base = self.rng.randrange(10**12, 9 * 10**12)  # fresh ids per run
+        ids = itertools.count(base)
+        self.cast = Cast(wide=next(ids), authors=[next(ids) for _ in range(authors)],
+                         readers=[next(ids) for _ in range(readers)], watcher=0)
+        self.cast = Cast(self.cast.wide, self.cast.authors, self.cast.readers,
+                         watcher=self.cast.readers[0])
+        self.phase = "before"
+        self._stop = asyncio.Event()
+        self._client: httpx.AsyncClient | None = None
+
+    # -- plumbing --------------------------------------------------------------------------
+    def _headers(self, user: int) -> dict[str, str]:
+        return {"Authorization": "Bearer " + mint_token(
+            user, self.settings.jwt_secret.get_secret_value(), ttl_seconds=7200)}
+
+    async def call(self, method: str, path: str, user: int, **kw) -> httpx.Response | None:
+        assert self._client is not None
+        headers = {**self._headers(user), **kw.pop("headers", {})}
+        try:
+            response = await self._client.request(method, path, headers=headers, **kw)
+        except httpx.HTTPError as exc:
+            self.ledger.statuses[self.phase][type(exc).__name__] += 1
+            return None
+        self.ledger.statuses[self.phase][str(response.status_code)] += 1
+        return response
+
+    async def open(self) -> None:
+        self._client = httpx.AsyncClient(
+            base_url=f"http://{self.settings.api_host}:{self.settings.api_port}", timeout=10.0,
+            limits=httpx.Limits(max_connections=32))
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+    # -- set-up ----------------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Every reader follows the wide author and three ordinary ones."""
+        for reader in self.cast.readers:
+            for author in [self.cast.wide, *self.rng.sample(self.cast.authors, 3)]:
+                await self._follow(reader, author, True)
+
+    async def _follow(self, reader: int, author: int, on: bool) -> None:
+        r = await self.call("PUT" if on else "DELETE", f"/v1/users/{author}/follow", reader)
+        if r is not None and r.status_code in (200, 201, 204):
+            self.ledger.follows[(reader, author)] = on
+
+    # -- loops -----------------------------------------------------------------------------
+    async def _every(self, period_s: float, step) -> None:  # noqa: ANN001
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                await step()
+            except Exception:  # noqa: BLE001 - a failed step is counted by call()
+                pass
+            await asyncio.sleep(max(0.0, period_s - (time.monotonic() - started)))
+
+    async def _post(self) -> None:
+        author = self.cast.wide if self.rng.random() < 0.3 else self.rng.choice(self.cast.authors)
+        r = await self.call("POST", "/v1/posts", author, json={"text": f"fault-suite {uuid.uuid4().hex[:8]}"},
+                            headers={"Idempotency-Key": uuid.uuid4().hex})
+        if r is not None and r.status_code == 201:
+            self.ledger.posts[int(r.json()["post_id"])] = (author, time.time())
+
+    async def _delete(self) -> None:
+        alive = [p for p in self.ledger.posts if p not in self.ledger.deleted]
+        if len(alive) < 10:
+            return
+        post = self.rng.choice(alive[:-5])  # not the newest: those are being timed
+        author = self.ledger.posts[post][0]
+        r = await self.call("DELETE", f"/v1/posts/{post}", author)
+        if r is not None and r.status_code == 204:
+            self.ledger.deleted.add(post)
+
+    async def _like(self) -> None:
+        if not self.ledger.posts:
+            return
+        post = self.rng.choice(list(self.ledger.posts))
+        user = self.rng.choice(self.cast.readers)
+        on = not self.ledger.likes.get((post, user), False)
+        r = await self.call("PUT" if on else "DELETE", f"/v1/posts/{post}/like", user)
+        if r is not None and r.status_code == 204:
+            self.ledger.likes[(post, user)] = on
+
+    async def _refollow(self) -> None:
+        reader = self.rng.choice(self.cast.readers[1:])  # the watcher keeps its follows
+        author = self.rng.choice(self.cast.authors)
+        await self._follow(reader, author, not self.ledger.follows.get((reader, author), False))
+
+    async def _block(self) -> None:
+        blocker = self.rng.choice(self.cast.authors)
+        blocked = self.rng.choice(self.cast.readers[1:])
+        r = await self.call("PUT", f"/v1/users/{blocked}/block", blocker)
+        if r is not None and r.status_code == 204:
+            self.ledger.blocks.add((blocker, blocked))
+
+    async def _page(self) -> None:
+        reader = self.rng.choice(self.cast.readers)
+        r = await self.call("GET", "/v1/feed", reader, params={"limit": 20})
+        if r is not None and r.status_code == 200 and r.json().get("next_cursor"):
+            await self.call("GET", "/v1/feed", reader,
+                            params={"limit": 20, "cursor": r.json()["next_cursor"]})
+
+    async def _watch(self) -> None:
+        """Freshness: when each of the wide author's posts first shows on the watcher's
+        first page (the watcher follows the wide author throughout)."""
+        seen: set[int] = set()
+        while not self._stop.is_set():
+            r = await self.call("GET", "/v1/feed", self.cast.watcher, params={"limit": 50})
+            now = time.time()
+            if r is not None and r.status_code == 200:
+                for item in r.json()["items"]:
+                    post = int(item["post_id"])
+                    if post not in seen and post in self.ledger.posts:
+                        seen.add(post)
+                        acked = self.ledger.posts[post][1]
+                        self.ledger.freshness_s.append((acked, max(0.0, now - acked)))
+            await asyncio.sleep(0.2)
+
+    async def run(self, seconds: float, fault) -> None:  # noqa: ANN001 - async callable(workload)
+        """Writers, readers and the watcher for ``seconds``, with ``fault(self)`` alongside."""
+        loops = [self._every(self.post_every_s, self._post), self._every(3.0, self._delete),
+                 self._every(0.5, self._like), self._every(5.0, self._refollow),
+                 self._every(15.0, self._block), self._watch()]
+        loops += [self._every(0.05, self._page) for _ in range(self.paging_loops)]
+        tasks = [asyncio.ensure_future(loop) for loop in loops]
+        fault_task = asyncio.ensure_future(fault(self))
+        await asyncio.sleep(seconds)
+        self._stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await fault_task
