@@ -50,8 +50,9 @@ class Workload:
         self.ledger = Ledger()
         self.post_every_s = post_every_s
         self.paging_loops = paging_loops
-        base = self.rng.randrange(10**12, 9 * 10**12)  # fresh ids per run
-        ids = itertools.count(base)
+        # Fresh users per run (the seed only fixes the workload's choices): a scenario run
+        # twice must not inherit the first run's follows and posts.
+        ids = itertools.count(random.SystemRandom().randrange(10**12, 9 * 10**12))
         self.cast = Cast(wide=next(ids), authors=[next(ids) for _ in range(authors)],
                          readers=[next(ids) for _ in range(readers)], watcher=0)
         self.cast = Cast(self.cast.wide, self.cast.authors, self.cast.readers,
@@ -87,7 +88,10 @@ class Workload:
 
     # -- set-up ----------------------------------------------------------------------------
     async def setup(self) -> None:
-        """Every reader follows the wide author and three ordinary ones."""
+        """Every user exists (a first authenticated request creates the row), then every
+        reader follows the wide author and three ordinary ones."""
+        for user in [self.cast.wide, *self.cast.authors, *self.cast.readers]:
+            await self.call("GET", "/v1/feed", user, params={"limit": 1})
         for reader in self.cast.readers:
             for author in [self.cast.wide, *self.rng.sample(self.cast.authors, 3)]:
                 await self._follow(reader, author, True)
@@ -169,15 +173,17 @@ class Workload:
                         self.ledger.freshness_s.append((acked, max(0.0, now - acked)))
             await asyncio.sleep(0.2)
 
-    async def run(self, seconds: float, fault) -> None:  # noqa: ANN001 - async callable(workload)
-        """Writers, readers and the watcher for ``seconds``, with ``fault(self)`` alongside."""
+    async def run(self, after_s: float, fault) -> None:  # noqa: ANN001 - async callable(workload)
+        """Writers, readers and the watcher, with ``fault(self)`` alongside, until the fault
+        is lifted and ``after_s`` more (the recovery under load)."""
         loops = [self._every(self.post_every_s, self._post), self._every(3.0, self._delete),
                  self._every(0.5, self._like), self._every(5.0, self._refollow),
                  self._every(15.0, self._block), self._watch()]
         loops += [self._every(0.05, self._page) for _ in range(self.paging_loops)]
         tasks = [asyncio.ensure_future(loop) for loop in loops]
-        fault_task = asyncio.ensure_future(fault(self))
-        await asyncio.sleep(seconds)
-        self._stop.set()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await fault_task
+        try:
+            await fault(self)
+            await asyncio.sleep(after_s)
+        finally:
+            self._stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)

@@ -11,6 +11,8 @@ def test_lag_is_back_to_zero_at_the_first_zero_sample_after_the_lift():
     assert watch.zero_after(101.0) == 3.5
     assert watch.zero_after(107.0) is None
     assert watch.max_lag() == 40
+    # Before the fault (t < 101) the lag peaked at 0, so the ceiling is 10: back at 103.
+    assert watch.recovered_after(100.5, 101.0) == 2.0
 
 
 def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
@@ -21,7 +23,8 @@ def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
     result = {"scenario": "cassandra-kill", "faults": ["SIGKILL cassandra-3"],
               "verdict": Verdict(acked_writes=10, feed_lost=2).as_dict(), "ok": False,
               "non_2xx_during": 1, "requests_during": 200, "server_errors_other_than_503": 0,
-              "freshness_max_during_s": 1.2, "lag_zero_after_lift_s": 4.0}
+              "freshness_max_during_s": 1.2, "lag_recovered_after_lift_s": 4.0,
+              "lag_zero_after_load_s": 1.0}
     text = row(result)
     assert text.startswith("| cassandra-kill | 1 | 10 | 2 / 0 / 0 |") and "0.5% failed" in text
     assert text.rstrip().endswith("MISSED |")
