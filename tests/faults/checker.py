@@ -91,22 +91,23 @@ def _counts(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
                                   "GROUP BY post_id", (posts,)).fetchall())
     session = cql.session(settings)
     examples: list[Any] = []
+
+    def drift(query: str, name: str, ids: list[int], truth: dict[int, int]) -> int:
+        """Sum of |Cassandra count - Postgres count| over ``ids``; examples recorded."""
+        stmt = session.prepare(query)
+        total = 0
+        for i in ids:
+            row = session.execute(stmt, (i,)).one()
+            got, want = (row[0] if row else 0) or 0, truth.get(i, 0)
+            if got != want:
+                total += abs(got - want)
+                examples.append({name: i, "cassandra": got, "postgres": want})
+        return total
+
     try:
-        f_stmt = session.prepare("SELECT followers FROM follow_edges WHERE followed_id=? LIMIT 1")
-        l_stmt = session.prepare("SELECT likes FROM like_edges WHERE post_id=? LIMIT 1")
-        follower_drift = like_drift = 0
-        for author in authors:
-            row = session.execute(f_stmt, (author,)).one()
-            got = (row[0] if row else 0) or 0
-            if got != followers.get(author, 0):
-                follower_drift += abs(got - followers.get(author, 0))
-                examples.append({"author": author, "cassandra": got, "postgres": followers.get(author, 0)})
-        for post in posts:
-            row = session.execute(l_stmt, (post,)).one()
-            got = (row[0] if row else 0) or 0
-            if got != likes.get(post, 0):
-                like_drift += abs(got - likes.get(post, 0))
-                examples.append({"post": post, "cassandra": got, "postgres": likes.get(post, 0)})
+        follower_drift = drift("SELECT followers FROM follow_edges WHERE followed_id=? LIMIT 1",
+                               "author", authors, followers)
+        like_drift = drift("SELECT likes FROM like_edges WHERE post_id=? LIMIT 1", "post", posts, likes)
     finally:
         session.cluster.shutdown()
     return follower_drift, like_drift, examples[:10]
