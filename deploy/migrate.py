@@ -10,7 +10,6 @@ as they are, and a partition count lower than declared is reported.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from pathlib import Path
@@ -127,18 +126,11 @@ def migrate_all(settings: Settings | None = None, *, keyspace: str | None = None
     return out
 
 
-def _stack_env() -> None:
-    """Point at the running local stack (its hosts, and RF 3 on the three-node stack)
-    unless FEED_* variables already say otherwise: ``make up NODES=3 && make migrate``
-    must not create a keyspace with one replica on one of three nodes."""
-    from deploy.stack.layout import Layout
-    for key, value in Layout.from_env().client_env().items():
-        os.environ.setdefault(key, value)
-    get_settings.cache_clear()
-
-
 def main() -> int:
-    _stack_env()
+    # The running local stack's hosts and replication (RF 3 on three nodes): ``make up
+    # NODES=3 && make migrate`` must not create a keyspace with one replica.
+    from deploy.stack.layout import Layout
+    Layout.from_env().use_as_default()
     parser = argparse.ArgumentParser(prog="python -m deploy.migrate", description=__doc__)
     parser.add_argument("--only", choices=["postgres", "cassandra", "kafka"])
     parser.add_argument("--keyspace")

@@ -101,6 +101,15 @@ class Layout:
             "FEED_CASSANDRA_REPLICATION_FACTOR": str(self.nodes),
         }
 
+    def use_as_default(self) -> None:
+        """Point this process's clients at the stack unless FEED_* variables already say
+        otherwise (and drop a settings object read before): what a command run beside
+        the stack (``make migrate``, ``make faults``) needs, on one node or three."""
+        from services.common.settings import get_settings
+        for key, value in self.client_env().items():
+            os.environ.setdefault(key, value)
+        get_settings.cache_clear()
+
     def save_state(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "state.json").write_text(json.dumps({"nodes": self.nodes}))

@@ -33,10 +33,8 @@ WARMUP_S = 20.0
 
 
 def _settings() -> Settings:
-    for key, value in Layout.from_env().client_env().items():
-        os.environ.setdefault(key, value)
     os.environ.setdefault("FEED_DEV_MODE", "true")
-    get_settings.cache_clear()
+    Layout.from_env().use_as_default()
     return get_settings()
 
 
