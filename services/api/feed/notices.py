@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import time
 
 from aiokafka import AIOKafkaConsumer
@@ -28,6 +27,7 @@ from services.common.serving_changes import parse
 from services.common.settings import Settings
 from services.common.topics import serving_changes_topic
 
+from ..stream.consumer import restart_delay, wait_for_assignment
 from .serving_cache import ServingCache
 
 log = logging.getLogger(__name__)
@@ -38,9 +38,6 @@ FETCH_WAIT_MS = 250
 # Notices fetched but not yet applied beyond which the cache stands aside (a burst
 # after a pause; applying 1,000 takes about a millisecond).
 MAX_BEHIND = 1000
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 10.0
-ASSIGNMENT_DEADLINE_S = 15.0
 
 
 class NoticeStats:
@@ -62,12 +59,7 @@ async def consume_notices(cache: ServingCache, settings: Settings, stats: Notice
                                     client_id=f"feed-api-notices-{os.getpid()}")
         try:
             await consumer.start()
-            deadline = time.monotonic() + ASSIGNMENT_DEADLINE_S
-            while not consumer.assignment():
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"no partitions assigned for {topic} (run the migrations)")
-                await asyncio.sleep(0.05)
-            partitions = sorted(consumer.assignment())
+            partitions = await wait_for_assignment(consumer, [topic])
             await consumer.seek_to_end(*partitions)
             # Pinned now, before the cache goes live.
             cache.go_live({tp.partition: await consumer.position(tp) for tp in partitions})
@@ -97,8 +89,7 @@ async def consume_notices(cache: ServingCache, settings: Settings, stats: Notice
             stats.restarts += 1
             cache.stand_aside()
             log.exception("serving-changes consumer failed (attempt %d); cache bypassed", failures)
-            delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1))
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            await asyncio.sleep(restart_delay(failures))
         finally:
             cache.stand_aside()
             await consumer.stop()

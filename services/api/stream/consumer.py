@@ -53,9 +53,15 @@ ASSIGNMENT_POLL_S = 0.05
 MAX_REPLAY_EVENTS = 20_000
 
 
-async def _wait_for_assignment(consumer: AIOKafkaConsumer,
-                               topics: list[str]) -> list[TopicPartition]:
-    """Every partition of ``topics``, once aiokafka has assigned them.
+def restart_delay(failures: int) -> float:
+    """Seconds before restarting a consumer after its ``failures``-th failure in a row."""
+    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
+
+
+async def wait_for_assignment(consumer: AIOKafkaConsumer,
+                              topics: list[str]) -> list[TopicPartition]:
+    """Every partition of ``topics``, once aiokafka has assigned them (shared with the
+    serving cache's notice consumer, feed/notices.py).
 
     Without a group, aiokafka assigns every partition of the subscribed topics itself
     once it has their metadata.
@@ -78,7 +84,7 @@ async def _position_consumer(consumer: AIOKafkaConsumer, topics: list[str],
     streams are told only after the positions are fixed, so everything after the signal
     reaches them and everything before it is in Cassandra for the refetch they make.
     """
-    partitions = await _wait_for_assignment(consumer, topics)
+    partitions = await wait_for_assignment(consumer, topics)
     earliest = await consumer.beginning_offsets(partitions)
     latest = await consumer.end_offsets(partitions)
     plan = plan_restart(consumed, earliest, latest, max_replay)
@@ -152,8 +158,7 @@ async def consume_into_hub(hub: StreamHub, settings: Settings, metrics: FeedMetr
             failures += 1
             metrics.stream_consumer_errors.inc()
             log.exception("stream consumer failed (attempt %d); restarting", failures)
-            delay = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1))
-            await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+            await asyncio.sleep(restart_delay(failures))
         finally:
             await consumer.stop()
 
