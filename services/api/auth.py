@@ -54,6 +54,11 @@ def parse_user_id(sub: Any) -> int:
 
 def verify_token(token: str, secret: str) -> Principal:
     """Check signature, algorithm and claims; return who the token speaks for."""
+    return _verified(token, secret)[0]
+
+
+def _verified(token: str, secret: str) -> tuple[Principal, Any]:
+    """``verify_token``, and the token's ``exp`` claim."""
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], leeway=LEEWAY_SECONDS,
                             options={"require": ["exp", "sub"], "verify_sub": False})
@@ -66,7 +71,7 @@ def verify_token(token: str, secret: str) -> Principal:
     roles = claims.get("roles", [])
     if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
         raise TokenRejected("roles must be a list of strings")
-    return Principal(user_id=parse_user_id(claims["sub"]), roles=frozenset(roles))
+    return Principal(user_id=parse_user_id(claims["sub"]), roles=frozenset(roles)), claims["exp"]
 
 
 class VerifiedTokens:
@@ -88,8 +93,7 @@ class VerifiedTokens:
             if self._clock() < hit[1] + LEEWAY_SECONDS:
                 return hit[0]
             del self._items[key]
-        principal = verify_token(token, secret)
-        exp = jwt.decode(token, options={"verify_signature": False}).get("exp")
+        principal, exp = _verified(token, secret)
         if isinstance(exp, (int, float)):
             if len(self._items) >= self._capacity:
                 self._items.clear()
