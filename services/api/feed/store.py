@@ -190,10 +190,6 @@ class FeedStore:
         return await self._rows(statement, (list(post_ids),))
 
     # -- snapshots ----------------------------------------------------------------------------
-    async def save_snapshot(self, reader_id: int, feed_version: str, blob: bytes,
-                            created_at: datetime, ttl_s: int) -> None:
-        await self._rows(self._save_snapshot, (reader_id, feed_version, blob, created_at, ttl_s))
-
     async def save_snapshots(self, items: Sequence[Any]) -> None:
         """Several snapshots (``snapshot_writer.PendingSnapshot``) in one unlogged batch:
         one request for up to ``SnapshotWriter.max_batch`` partitions."""
