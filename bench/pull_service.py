@@ -23,7 +23,9 @@ It is the baseline, so it gets every advantage a real one would have:
   ``create_baseline_indexes``); the blocks primary key and ``blocks_reverse`` (0001_core)
   serve both block directions;
 * prepared statements on every pooled connection, JIT off (a JIT compile costs more
-  than a whole page here), no request logging, no middleware.
+  than a whole page here), no request logging, no middleware but ``FastFeed``: the same
+  ASGI fast path for a well-formed ``GET /v1/feed`` as ours, and the same memory of
+  verified tokens (``VerifiedTokens``).
 
 Cursor: ``<payload>.<mac>`` base64url, payload = reader, created_at (µs), post_id; HMAC-SHA256
 with the first ``Settings.cursor_keys`` secret, bound to the reader (a tampered or another
@@ -45,7 +47,8 @@ import uvicorn
 from fastapi import FastAPI, Header, Query, Response
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from services.api.auth import TokenRejected, verify_token
+from services.api.auth import TokenRejected, VerifiedTokens
+from services.api.routes.feed_fast import feed_query as parse_feed_query
 from services.common.settings import Settings, get_settings
 
 # Same page size and cap as ours (services/api/routes/feed.py).
@@ -138,15 +141,42 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _problem(status: int, detail: str, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps({"status": status, "detail": detail}), status_code=status,
-                    media_type="application/problem+json", headers=headers)
+def _problem(status: int, detail: str, headers: dict[str, str] | None = None
+             ) -> tuple[int, bytes, str, dict[str, str]]:
+    return (status, orjson.dumps({"status": status, "detail": detail}), "application/problem+json",
+            headers or {})
+
+
+class FastFeed:
+    """``GET /v1/feed`` straight from ASGI, as ours does (``services/api/routes/feed_fast.py``):
+    a well-formed query skips FastAPI's routing and parameter solving; anything else goes
+    to the FastAPI route. Both call the same ``answer``."""
+
+    def __init__(self, app: Any, answer: Any) -> None:
+        self.app = app
+        self.answer = answer
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        query = None
+        if scope["type"] == "http" and scope["path"] == "/v1/feed" and scope["method"] == "GET":
+            query = parse_feed_query(scope["query_string"])
+        if query is None:
+            await self.app(scope, receive, send)
+            return
+        authorization = next((v.decode("latin-1") for k, v in scope["headers"]
+                              if k == b"authorization"), None)
+        status, body, media_type, headers = await self.answer(authorization, *query)
+        raw = [(b"content-length", str(len(body)).encode()), (b"content-type", media_type.encode())]
+        raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": body})
 
 
 def create_app(settings: Settings, shape: str) -> FastAPI:
     """The pull service's app: one pool opened at startup, two prepared statements."""
     first_sql, next_sql = feed_query(shape, False), feed_query(shape, True)
     secret = settings.jwt_secret.get_secret_value()
+    tokens = VerifiedTokens()  # the same verified-token memory as ours
     cursors = CursorCodec(settings.cursor_keys.get_secret_value().split(",")[0]
                           .partition(":")[2].encode())
 
@@ -166,20 +196,11 @@ def create_app(settings: Settings, shape: str) -> FastAPI:
         yield
         await pool.close()
 
-    app = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
-
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        return Response(b'{"status":"ok"}', media_type="application/json")
-
-    @app.get("/v1/feed")
-    async def feed(authorization: Annotated[str | None, Header()] = None,
-                   limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
-                   cursor: Annotated[str | None, Query(min_length=1, max_length=512)] = None
-                   ) -> Response:
+    async def answer(authorization: str | None, limit: int, cursor: str | None
+                     ) -> tuple[int, bytes, str, dict[str, str]]:
         scheme, _, token = (authorization or "").partition(" ")
         try:
-            reader = verify_token(token, secret).user_id if scheme == "Bearer" else None
+            reader = tokens.verify(token, secret).user_id if scheme == "Bearer" else None
         except TokenRejected as exc:
             return _problem(401, str(exc), {"WWW-Authenticate": 'Bearer realm="feed"'})
         if reader is None:
@@ -201,7 +222,22 @@ def create_app(settings: Settings, shape: str) -> FastAPI:
         last = rows[-1] if len(rows) == limit else None
         body = {"items": items,
                 "next_cursor": cursors.encode(reader, last[3], last[0]) if last else None}
-        return Response(orjson.dumps(body), media_type="application/json")
+        return 200, orjson.dumps(body), "application/json", {}
+
+    app = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    app.add_middleware(FastFeed, answer=answer)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    @app.get("/v1/feed")
+    async def feed(authorization: Annotated[str | None, Header()] = None,
+                   limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+                   cursor: Annotated[str | None, Query(min_length=1, max_length=512)] = None
+                   ) -> Response:
+        status, body, media_type, headers = await answer(authorization, limit, cursor)
+        return Response(body, status_code=status, media_type=media_type, headers=headers)
 
     return app
 

@@ -34,6 +34,7 @@ from .readiness import ReadinessChecks, cassandra_check, lease_check, postgres_c
 from .request_context import BodyLimitMiddleware, RequestContextMiddleware
 from .feed.wiring import close_read_path, open_read_path
 from .routes import feed, health, moderation, posts, social
+from .routes.feed_fast import FeedFastPath
 from .stream import route as feed_stream
 from .stream.consumer import run_stream_consumer
 from .feed.notices import run_notice_consumer
@@ -103,7 +104,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = ApiMetrics()
     app.state.readiness = ReadinessChecks()
     install_problem_handlers(app)
-    # Last added is outermost: the request id wraps everything, including metrics.
+    # Last added is outermost: the request id wraps everything, including metrics; the
+    # feed's fast path is innermost, so it is counted, logged and size-checked as usual.
+    app.add_middleware(FeedFastPath)
     app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(RequestContextMiddleware)

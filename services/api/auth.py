@@ -86,14 +86,23 @@ class VerifiedTokens:
         self._clock = clock
         self._items: dict[tuple[str, str], tuple[Principal, float]] = {}
 
-    def verify(self, token: str, secret: str) -> Principal:
+    def cached(self, token: str, secret: str) -> Principal | None:
+        """The principal of a token verified before and not expired; None otherwise
+        (the caller then verifies it, and learns why it is refused if it is)."""
         key = (token, secret)
         hit = self._items.get(key)
         if hit is not None:
             if self._clock() < hit[1] + LEEWAY_SECONDS:
                 return hit[0]
             del self._items[key]
+        return None
+
+    def verify(self, token: str, secret: str) -> Principal:
+        hit = self.cached(token, secret)
+        if hit is not None:
+            return hit
         principal, exp = _verified(token, secret)
+        key = (token, secret)
         if isinstance(exp, (int, float)):
             if len(self._items) >= self._capacity:
                 self._items.clear()
@@ -102,6 +111,11 @@ class VerifiedTokens:
 
 
 _VERIFIED = VerifiedTokens()
+
+
+def known_principal(token: str, secret: str) -> Principal | None:
+    """The caller of a token this process has verified and that has not expired yet."""
+    return _VERIFIED.cached(token, secret)
 
 
 def mint_token(user_id: int, secret: str, *, roles: tuple[str, ...] = (),

@@ -24,6 +24,13 @@ class KnownUsers:
     def __contains__(self, user_id: int) -> bool:
         return user_id in self._ids
 
+    def touch(self, user_id: int) -> bool:
+        """Whether the user is known to exist (and keep it, as recently used)."""
+        if user_id not in self._ids:
+            return False
+        self._ids.move_to_end(user_id)
+        return True
+
     def remember(self, user_id: int) -> None:
         self._ids[user_id] = None
         self._ids.move_to_end(user_id)
@@ -32,8 +39,7 @@ class KnownUsers:
 
     async def ensure(self, pool: AsyncConnectionPool, user_id: int) -> None:
         """Create the user row unless this process already knows it exists."""
-        if user_id in self._ids:
-            self._ids.move_to_end(user_id)
+        if self.touch(user_id):
             return
         async with pool.connection() as conn:
             await conn.execute("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING",

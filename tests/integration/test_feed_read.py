@@ -189,3 +189,46 @@ def test_expired_snapshot_gives_a_fresh_first_page_with_a_warning(api_server: Ru
         assert page["next_cursor"]
     finally:
         stop_server(server, thread)
+
+
+def test_fast_path_answers_a_known_caller_as_the_route_does(api_server: RunningApi, world: FeedWorld,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from services.api.routes import feed_fast
+
+    reader, author = new_user_id(), new_user_id()
+    world.follow(reader, author)
+    now = utc_now()
+    posts = [world.write(author, at=now - timedelta(minutes=m), inbox_of=[reader]) for m in (1, 2, 3)]
+    served: list[tuple] = []
+    real = feed_fast.serve
+
+    async def counting(*args):  # type: ignore[no-untyped-def]
+        served.append(args[1:])
+        return await real(*args)
+
+    monkeypatch.setattr(feed_fast, "serve", counting)
+    counted = api_server.app.state.metrics.requests.labels("GET", "/v1/feed", "200")
+    before = counted._value.get()
+    with api_server.client(reader) as client:
+        by_route = client.get("/v1/feed", params={"limit": 2})  # a new token: the route checks it
+        assert served == []
+        fast = client.get("/v1/feed", params={"limit": 2})
+        assert served == [(reader, 2, None)]
+        for response in (by_route, fast):
+            assert response.status_code == 200
+            assert response.headers["content-type"] == "application/json"
+            assert response.headers["x-request-id"]
+            assert feed_ids(response.json()) == [posts[0].post_id, posts[1].post_id]
+        assert set(fast.json()) == set(by_route.json())
+        rest = client.get("/v1/feed", params={"limit": 2, "cursor": fast.json()["next_cursor"]})
+        assert feed_ids(rest.json()) == [posts[2].post_id] and len(served) == 2
+        # Refused queries are the route's: the same problems as for any caller.
+        refused = client.get("/v1/feed", params={"limit": 0})
+        assert refused.status_code == 422 and refused.json()["type"].endswith("/validation-failed")
+        tampered = client.get("/v1/feed", params={"cursor": "x.y.z"})  # through the fast path
+        assert len(served) == 3
+        assert tampered.status_code == 400
+        assert tampered.headers["content-type"] == "application/problem+json"
+        assert tampered.json()["type"].endswith("/invalid-cursor")
+        assert tampered.json()["request_id"] == tampered.headers["x-request-id"]
+    assert counted._value.get() - before == 3  # metrics label the fast path's pages /v1/feed

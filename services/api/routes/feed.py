@@ -27,6 +27,7 @@ from ..problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
 
 router = APIRouter(tags=["feed"])
 
+FEED_PATH = "/v1/feed"
 INVALID_CURSOR = ProblemKind("invalid-cursor", 400, "Cursor is not valid")
 # The seed's page size and its hard cap.
 DEFAULT_LIMIT = 20
@@ -53,6 +54,20 @@ def iso_utc(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_second_prefix: tuple[int, str] = (-1, "")
+
+
+def _generated_at(ts: datetime) -> str:
+    """``iso_utc(ts)`` of a page's snapshot time, the date and time formatted once per
+    second (every first page has a new one)."""
+    global _second_prefix
+    us = round(ts.timestamp() * 1_000_000)
+    second, ms = divmod(us // 1000, 1000)
+    if _second_prefix[0] != second:
+        _second_prefix = (second, iso_utc(datetime.fromtimestamp(second, tz=timezone.utc))[:-5])
+    return f"{_second_prefix[1]}.{ms:03d}Z"
+
+
 @lru_cache(maxsize=65_536)
 def _iso_ms(unix_ms: int) -> str:
     """A post's created_at as the API writes it: formatted once per post and process
@@ -75,7 +90,7 @@ def page_json(page: FeedPage) -> bytes:
                    "text": i.body.text, "created_at": _iso_ms(i.body.created_at_ms),
                    "rank": rank(i.entry.rank)} for i in page.items],
         "next_cursor": page.next_cursor, "feed_version": page.feed_version,
-        "generated_at": iso_utc(page.generated_at)}
+        "generated_at": _generated_at(page.generated_at)}
     if page.warnings:
         out["warnings"] = page.warnings
     return orjson.dumps(out)
@@ -103,7 +118,22 @@ def feed_reader(request: Request) -> FeedReader:
     return reader
 
 
-@router.get("/v1/feed", response_model=FeedPageOut, response_model_exclude_unset=True,
+async def serve(reader: FeedReader, user_id: int, limit: int, cursor: str | None) -> bytes:
+    """The page's JSON body; raises ``ProblemError`` for what the client gets as a problem.
+    Shared by the route and ``fast_path.FeedFastPath``: the two answer identically."""
+    try:
+        if cursor is None:
+            page = await reader.first_page(user_id, limit)
+        else:
+            page = await reader.next_page(user_id, limit, cursor)
+    except CursorRejected as exc:
+        raise ProblemError(INVALID_CURSOR, str(exc)) from exc
+    except FeedUnavailable as exc:
+        raise ProblemError(UNAVAILABLE, str(exc), headers={"Retry-After": "1"}) from exc
+    return page_json(page)
+
+
+@router.get(FEED_PATH, response_model=FeedPageOut, response_model_exclude_unset=True,
             responses=problem_responses(400, 401, 422, 503))
 async def get_feed(
         request: Request, user: CurrentUser,
@@ -111,14 +141,5 @@ async def get_feed(
         cursor: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR_CHARS)] = None,
 ) -> Response:
     """One page of the caller's feed; pass ``next_cursor`` back for the next one."""
-    reader = feed_reader(request)
-    try:
-        if cursor is None:
-            page = await reader.first_page(user.user_id, limit)
-        else:
-            page = await reader.next_page(user.user_id, limit, cursor)
-    except CursorRejected as exc:
-        raise ProblemError(INVALID_CURSOR, str(exc)) from exc
-    except FeedUnavailable as exc:
-        raise ProblemError(UNAVAILABLE, str(exc), headers={"Retry-After": "1"}) from exc
-    return Response(page_json(page), media_type="application/json")
+    body = await serve(feed_reader(request), user.user_id, limit, cursor)
+    return Response(body, media_type="application/json")

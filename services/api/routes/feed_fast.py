@@ -1,0 +1,105 @@
+"""``GET /v1/feed`` for well-formed requests, without FastAPI's routing and dependency solving.
+
+A feed page is the request the product exists for (~1,000 per post), and at 16
+connections the framework around it cost more than the page: py-spy on a first page put
+dependency solving (the bearer scheme, ``CurrentUser``, two query parameters) at ~10 %
+of the API's samples, route matching and the exception/exit-stack layers at another
+~8 %. This ASGI layer, innermost of the app's middleware, answers a request itself
+only when everything FastAPI would check is already settled:
+
+- the method is GET and the path exactly ``/v1/feed``;
+- the bearer token is one this process verified before and has not expired
+  (``auth.known_principal``), and its user is known to exist (``KnownUsers``);
+- the query holds ``limit`` (1-3 digits within 1..MAX_LIMIT) and ``cursor`` (1 to
+  MAX_CURSOR_CHARS characters) at most once each; other parameters are ignored, as
+  FastAPI ignores them.
+
+Anything else (no or new token, an unknown user, a bad or repeated parameter, no feed
+reader) goes on to the FastAPI route, which gives the documented answer or problem. The
+page itself is ``routes.feed.serve``, the route's own code, so a response does not
+depend on which way it went; the route object is put in the scope, so metrics and the
+access log label the request ``/v1/feed`` as usual.
+"""
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from services.common.cursor import MAX_CURSOR_CHARS
+
+from ..auth import known_principal
+from ..problems import ProblemError, problem_response
+from .feed import DEFAULT_LIMIT, FEED_PATH, MAX_LIMIT, router, serve
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+def feed_query(query_string: bytes) -> tuple[int, str | None] | None:
+    """``(limit, cursor)`` when the query is one the route would accept as is; None
+    when the route must decide (it then answers 422, or takes the value its own way)."""
+    limit, cursor = DEFAULT_LIMIT, None
+    seen: set[str] = set()
+    for key, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+        if key not in ("limit", "cursor"):
+            continue
+        if key in seen:
+            return None
+        seen.add(key)
+        if key == "limit":
+            if not (value.isascii() and value.isdigit() and len(value) <= 3):
+                return None
+            limit = int(value)
+            if not 1 <= limit <= MAX_LIMIT:
+                return None
+        else:
+            if not 1 <= len(value) <= MAX_CURSOR_CHARS:
+                return None
+            cursor = value
+    return limit, cursor
+
+
+def bearer_token(scope: Scope) -> str | None:
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token if scheme.lower() == "bearer" and token else None
+    return None
+
+
+class FeedFastPath:
+    """See the module docstring."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._route = next(r for r in router.routes
+                           if isinstance(r, APIRoute) and r.path == FEED_PATH and "GET" in r.methods)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != FEED_PATH or scope["method"] != "GET":
+            await self.app(scope, receive, send)
+            return
+        state = scope["app"].state
+        reader = getattr(state, "feed", None)
+        token = bearer_token(scope)
+        query = feed_query(scope["query_string"])
+        principal = None
+        if reader is not None and token is not None and query is not None:
+            principal = known_principal(token, state.settings.jwt_secret.get_secret_value())
+        if principal is None or not state.known_users.touch(principal.user_id):
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = self._route
+        scope.setdefault("state", {})["user_id"] = str(principal.user_id)
+        try:
+            body = await serve(reader, principal.user_id, *query)
+        except ProblemError as exc:
+            response = problem_response(exc.kind, exc.detail, request=Request(scope),
+                                        headers=exc.headers, **exc.extra)
+            await response(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode()), *_JSON_HEADERS]})
+        await send({"type": "http.response.body", "body": body})
