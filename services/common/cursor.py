@@ -15,9 +15,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import math
 from dataclasses import dataclass
+
+import orjson
 
 # Format version inside the payload: a future layout is refused, not misread.
 CURSOR_FORMAT = 1
@@ -83,7 +84,7 @@ def encode_cursor(cursor: Cursor, keys: CursorKeys) -> str:
         raise ValueError("rank must be finite")
     payload = {"v": CURSOR_FORMAT, "r": str(cursor.reader_id), "f": cursor.feed_version,
                "k": cursor.rank, "p": str(cursor.post_id)}
-    body = _b64(json.dumps(payload, separators=(",", ":")).encode())
+    body = _b64(orjson.dumps(payload))
     signed = f"{body}.{keys.signing}"
     return f"{signed}.{_b64(_mac(keys.by_kid[keys.signing], signed))}"
 
@@ -110,14 +111,14 @@ def decode_cursor(token: str, keys: CursorKeys, reader_id: int) -> Cursor:
     if not hmac.compare_digest(given, _mac(secret, f"{body}.{kid}")):
         raise CursorRejected("cursor signature does not match")
     try:
-        payload = json.loads(_unb64(body))
+        payload = orjson.loads(_unb64(body))
         if payload["v"] != CURSOR_FORMAT:
             raise CursorRejected("cursor format is not supported")
         cursor = Cursor(reader_id=int(payload["r"]), feed_version=str(payload["f"]),
                         rank=float(payload["k"]), post_id=int(payload["p"]))
     except CursorRejected:
         raise
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError) as exc:  # orjson.JSONDecodeError is a ValueError
         raise CursorRejected("cursor is malformed") from exc
     if cursor.reader_id != reader_id:
         raise CursorRejected("cursor was issued to another reader")

@@ -152,14 +152,20 @@ def merge_top(sources: Iterable[Sequence[Row]], depth: int, blocked: frozenset[i
     """The ``depth`` highest rows of all sources, one per post (its highest ``live`` row),
     minus blocked authors and excluded posts; and whether any row was left below them.
 
-    One sort of every row (C), then a walk from the top that stops at the first accepted
-    row past ``depth``: the rows below it are never looked at."""
-    rows = sorted(chain.from_iterable(sources), reverse=True)
+    Equal rows (a post in the inbox and in its author's partition under one key) are one
+    row; set, sort and slices are C. When every remaining row is a different post and
+    nothing is excluded (a first page, nearly always) that is all; otherwise a walk from
+    the top stops at the first accepted row past ``depth``."""
+    rows = sorted(set(chain.from_iterable(sources)), reverse=True)
+    if blocked:
+        rows = [row for row in rows if row[2] not in blocked]
+    if exclude is None and live is None and len({row[1] for row in rows}) == len(rows):
+        return rows[:depth], len(rows) > depth
     out: list[Row] = []
     taken: set[int] = set()
     for row in rows:
         post_id = row[1]
-        if post_id in taken or row[2] in blocked:
+        if post_id in taken:
             continue
         if exclude is not None and exclude(post_id):
             continue
@@ -175,12 +181,14 @@ def merge_top(sources: Iterable[Sequence[Row]], depth: int, blocked: frozenset[i
 def rows_in_doubt(sources: Iterable[Sequence[Row]]) -> set[int]:
     """Posts with rows under more than one key: all but one were left behind by a race
     (a move's tombstone lost or overtaken), and only the post's copy says which."""
+    rows = set(chain.from_iterable(sources))
+    if len({row[1] for row in rows}) == len(rows):
+        return set()
     keys: dict[int, float] = {}
     doubt: set[int] = set()
-    for rows in sources:
-        for key, post_id, _author in rows:
-            if keys.setdefault(post_id, key) != key:
-                doubt.add(post_id)
+    for key, post_id, _author in rows:
+        if keys.setdefault(post_id, key) != key:
+            doubt.add(post_id)
     return doubt
 
 
