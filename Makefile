@@ -81,8 +81,8 @@ faults: venv
 	-$(STACK) down
 	$(STACK) up --nodes 3
 	$(PY) -m deploy.migrate
-	$(PY) -m deploy.services start
-	$(PY) -m tests.faults $(FAULTS_ARGS); rc=$$?; $(PY) -m deploy.services stop; exit $$rc
+	FEED_CDC_DELIVERY_TRACE=$(CURDIR)/.stack/logs/cdc-delivery.jsonl $(PY) -m deploy.services start
+	FEED_CDC_DELIVERY_TRACE=$(CURDIR)/.stack/logs/cdc-delivery.jsonl $(PY) -m tests.faults $(FAULTS_ARGS); rc=$$?; $(PY) -m deploy.services stop; exit $$rc
 
 token: venv
 	@$(PY) -m services.api.token $(USER_ID)

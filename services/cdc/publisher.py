@@ -1,7 +1,8 @@
 """Kafka side of the relay: an idempotent, acks=all producer with per-record callbacks."""
 from __future__ import annotations
 
-from typing import Callable
+import json
+from typing import Callable, TextIO
 
 from confluent_kafka import KafkaError, Message, Producer
 
@@ -12,6 +13,17 @@ from .envelope import OutRecord
 
 class DeliveryFailed(RuntimeError):
     """Kafka gave up on a record; the relay must not confirm past it."""
+
+
+# A delivery report without an error but without an offset either: librdkafka's
+# idempotent producer "implicitly acks" messages of a failed request when a later request
+# of the same partition succeeds (rd_kafka_dr_implicit_ack, librdkafka src/rdkafka_broker.c),
+# reporting them delivered with no offset. Around a leader move that guess can be wrong:
+# confluentinc/confluent-kafka-go#921 (a restarted producer, a preferred-leader election,
+# the first records never written), and docs/reliability.md's lost follow looks the same.
+# The relay treats such a report as a failure: it restarts from its slot and sends the
+# transaction again (a duplicate at worst, which every consumer absorbs by LSN).
+NO_OFFSET = "acknowledged without an offset (implicit ack): persistence not confirmed"
 
 
 def producer_config(settings: Settings) -> dict[str, object]:
@@ -37,11 +49,25 @@ class KafkaPublisher:
     def __init__(self, settings: Settings) -> None:
         self._producer = Producer(producer_config(settings))
         self._failure: str | None = None
+        # Settings.cdc_delivery_trace: line-buffered, so a SIGKILL loses at most a line.
+        self._trace: TextIO | None = (open(settings.cdc_delivery_trace, "a", buffering=1)
+                                      if settings.cdc_delivery_trace else None)
 
-    def send(self, record: OutRecord, on_ack: Callable[[], None] | None = None) -> None:
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None:
-                self._failure = f"{record.topic}: {err}"
+    def send(self, record: OutRecord, on_ack: Callable[[], None] | None = None,
+             source: tuple[int, int] | None = None) -> None:
+        """Produce ``record``; ``on_ack`` runs when Kafka acknowledged it. ``source``
+        (xid, WAL position) only labels the record in the delivery trace."""
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            problem = str(err) if err is not None else None
+            if problem is None and (msg.offset() is None or msg.offset() < 0):
+                problem = NO_OFFSET
+            if self._trace is not None:
+                self._trace.write(json.dumps({
+                    "xid": source[0] if source else None, "lsn": source[1] if source else None,
+                    "topic": record.topic, "partition": msg.partition(), "offset": msg.offset(),
+                    "error": problem}) + "\n")
+            if problem is not None:
+                self._failure = f"{record.topic}: {problem}"
             elif on_ack is not None:
                 on_ack()
 
@@ -65,6 +91,11 @@ class KafkaPublisher:
         self.raise_on_failure()
         if remaining:
             raise DeliveryFailed(f"{remaining} records not acknowledged after {timeout:.0f} s")
+
+    def close_trace(self) -> None:
+        if self._trace is not None:
+            self._trace.close()
+            self._trace = None
 
     def raise_on_failure(self) -> None:
         if self._failure is not None:

@@ -109,6 +109,7 @@ class Relay:
                     publisher.flush(timeout=30)
                 except DeliveryFailed:
                     pass
+                publisher.close_trace()
                 repl.close()
 
     def _create_slot_and_snapshot(self, cur, conn: psycopg.Connection,

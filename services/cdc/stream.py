@@ -70,11 +70,11 @@ class ChangeStreamer:
                               tx_id=self._begin.xid, lsn=data_start,
                               last_commit_lsn=self._last_commit_lsn)
 
-    def _send(self, record: OutRecord, table: CapturedTable, op: str) -> None:
-        tx = self._tx
-        assert tx is not None
+    def _send(self, record: OutRecord, table: CapturedTable, op: str, data_start: int) -> None:
+        tx, begin = self._tx, self._begin
+        assert tx is not None and begin is not None
         self._frontier.sent(tx)
-        self._publisher.send(record, lambda: self._frontier.acked(tx))
+        self._publisher.send(record, lambda: self._frontier.acked(tx), (begin.xid, data_start))
         if record.value is not None:
             metrics.EVENTS.labels(table.name, op).inc()
 
@@ -83,7 +83,7 @@ class ChangeStreamer:
         records = row_change_records(table, op, before, after, self._position(data_start),
                                      self._options, self._clock_us())
         for record in records:
-            self._send(record, table, op)
+            self._send(record, table, op, data_start)
 
     def _truncate(self, msg: Truncate, data_start: int) -> None:
         for rel_id in msg.rel_ids:
@@ -94,4 +94,4 @@ class ChangeStreamer:
                             table.schema, table.name)
                 continue
             self._send(truncate_record(table, self._position(data_start), self._options,
-                                       self._clock_us()), table, "t")
+                                       self._clock_us()), table, "t", data_start)

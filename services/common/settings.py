@@ -124,6 +124,10 @@ class Settings(BaseSettings):
     cdc_unknown_types: Literal["fail", "text"] = "fail"
     # Debezium skips truncates by default (skipped.operations=t); true emits op "t".
     cdc_emit_truncate: bool = False
+    # A JSON line per record Kafka answered (xid, WAL position, topic, partition, offset or
+    # error), appended to this file: the fault suite's evidence of where a change went.
+    # Empty: off (the default; it costs a write per record).
+    cdc_delivery_trace: str = ""
     # Heartbeat records and idle slot advance: Debezium's heartbeat.interval.ms. Ten
     # seconds keeps slot age bounded well inside wal_sender_timeout (30 s) at no cost.
     cdc_heartbeat_interval_s: float = 10.0

@@ -138,8 +138,11 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
 def row(r: dict[str, Any]) -> str:
     v = r["verdict"]
     share = (r["non_2xx_during"] / r["requests_during"] * 100) if r["requests_during"] else 0.0
+    cdc = ("not traced" if v.get("cdc_unsent") is None
+           else f"{v['cdc_unsent']} / {v['kafka_lost']}")
     return (f"| {r['scenario']} | {len(r['faults'])} | {v['acked_writes']} | {v['lost_writes'] + v['feed_lost']} "
-            f"/ {v['feed_duplicated']} / {v['wrongly_visible']} | {v['follower_drift']} / {v['like_drift']} "
+            f"/ {v['feed_duplicated']} / {v['wrongly_visible']} | {cdc} "
+            f"| {v['follower_drift']} / {v['like_drift']} "
             f"| {r['requests_during']} requests, {share:.1f}% failed, "
             f"{r['server_errors_other_than_503']} 5xx other than 503 | {r['freshness_max_during_s']} s "
             f"| {r['lag_recovered_after_lift_s']} s | {r['lag_zero_after_load_s']} s "
@@ -166,10 +169,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row(result))
         ok = ok and result["ok"] and not result["server_errors_other_than_503"]
         print(rows[-1], flush=True)
-    print("| scenario | faults | acked writes | lost / duplicated / wrongly visible | follower / like "
-          "drift | API during the fault | max freshness during | lag back to pre-fault level after "
-          "the lift | lag zero after the load stops | verdict |")
-    print("| --- | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | --- |")
+    print("| scenario | faults | acked writes | lost / duplicated / wrongly visible | rows never "
+          "sent to Kafka / acked records missing | follower / like drift | API during the fault "
+          "| max freshness during | lag back to pre-fault level after the lift | lag zero after the "
+          "load stops | verdict |")
+    print("| --- | ---: | ---: | --- | --- | --- | --- | ---: | ---: | ---: | --- |")
     print("\n".join(rows))
     return 0 if ok else 1
 

@@ -9,9 +9,16 @@
   (``follow_edges``/``like_edges`` static columns, no repair step run) against
   ``count(*)`` in Postgres.
 - DLQs: every ``*.dlq`` topic of the prefix is empty.
+- Postgres to Kafka, when the relay writes its delivery trace
+  (``Settings.cdc_delivery_trace``, set by ``make faults``): the last change of every
+  follow, like, block and post row of the run (its ``xmin``) was acknowledged by Kafka
+  (``cdc_unsent``), and every record Kafka acknowledged is still at its offset
+  (``kafka_lost``). A loss further down then says which side of Kafka it happened on.
 """
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -36,11 +43,14 @@ class Verdict:
     follower_drift: int = 0
     like_drift: int = 0
     dlq_records: int = 0
+    cdc_unsent: int | None = None   # None: no delivery trace to check against
+    kafka_lost: int | None = None
     examples: dict[str, list[Any]] = field(default_factory=dict)
 
     def ok(self) -> bool:
         return not (self.lost_writes or self.feed_lost or self.feed_duplicated or self.wrongly_visible
-                    or self.follower_drift or self.like_drift or self.dlq_records)
+                    or self.follower_drift or self.like_drift or self.dlq_records
+                    or self.cdc_unsent or self.kafka_lost)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,4 +175,67 @@ async def check(settings: Settings, w: Workload) -> Verdict:
     v.examples["wrongly_visible"] = wrong[:10]
     v.follower_drift, v.like_drift, v.examples["counter_drift"] = _counts(settings, w)
     v.dlq_records = _dlq_records(settings)
+    if settings.cdc_delivery_trace and os.path.exists(settings.cdc_delivery_trace):
+        v.cdc_unsent, v.kafka_lost, v.examples["cdc"] = _cdc_gaps(settings, w)
     return v
+
+
+# The run's rows whose last change must have reached Kafka: (table, key columns, filter).
+_CAPTURED = (("follows", "follower_id, followed_id", "follower_id = ANY(%(users)s)"),
+             ("blocks", "blocker_id, blocked_id", "blocker_id = ANY(%(users)s)"),
+             ("likes", "post_id, user_id", "user_id = ANY(%(users)s)"),
+             ("posts", "post_id", "author_id = ANY(%(users)s)"))
+
+
+def _cdc_gaps(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
+    """Rows of the run whose last change no acknowledged record carries, and acknowledged
+    records that are no longer at their offset."""
+    acked: dict[int, list[tuple[str, int, int]]] = {}
+    for line in open(settings.cdc_delivery_trace):
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a SIGKILL
+        if d.get("error") is None and d.get("xid") is not None:
+            acked.setdefault(d["xid"], []).append((d["topic"], d["partition"], d["offset"]))
+    users = [w.cast.wide, *w.cast.authors, *w.cast.readers]
+    unsent: list[Any] = []
+    wanted: dict[tuple[str, int], set[int]] = {}
+    with pg.connect(settings) as conn:
+        for table, key, where in _CAPTURED:
+            rows = conn.execute(f"SELECT {key}, xmin::text::bigint FROM {table} WHERE {where}",
+                                {"users": users}).fetchall()
+            for row in rows:
+                xid = row[-1]
+                if xid not in acked:
+                    unsent.append({"table": table, "key": list(row[:-1]), "xid": xid})
+                for topic, partition, offset in acked.get(xid, ()):
+                    wanted.setdefault((topic, partition), set()).add(offset)
+    lost = _missing_offsets(settings, wanted)
+    return len(unsent), len(lost), (unsent[:5] + lost[:5])
+
+
+def _missing_offsets(settings: Settings, wanted: dict[tuple[str, int], set[int]]) -> list[Any]:
+    """Acknowledged (topic, partition, offset)s that a read of the partition does not return."""
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "faults-checker",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    missing: list[Any] = []
+    try:
+        for (topic, partition), offsets in wanted.items():
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            present: set[int] = set()
+            start = min(offsets)
+            if start < high:
+                consumer.assign([TopicPartition(topic, partition, max(start, low))])
+                while True:
+                    msg = consumer.poll(5)
+                    if msg is None or msg.error():
+                        break
+                    present.add(msg.offset())
+                    if msg.offset() >= min(high - 1, max(offsets)):
+                        break
+            missing += [{"topic": topic, "partition": partition, "offset": o}
+                        for o in sorted(offsets - present)]
+    finally:
+        consumer.close()
+    return missing

@@ -300,3 +300,27 @@ def test_unexpected_column_type_stops_the_relay_clearly_or_renders_as_text(sourc
     relays(source, FEED_CDC_UNKNOWN_TYPES="text")
     [event] = consume(source, lambda ev: len(ev) >= 1, 60, topics=[topic])
     assert event.value["after"] == {"id": 1, "addr": "10.1.2.3", "note": "x"}
+
+
+def test_delivery_trace_names_each_change_by_xid_and_where_kafka_put_it(source: Settings, relays,
+                                                                        tmp_path) -> None:
+    trace = tmp_path / "delivery.jsonl"
+    relays(source, FEED_CDC_DELIVERY_TRACE=str(trace))
+    wait_streaming(source)
+    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO users (user_id) VALUES (11), (12)")
+        with conn.transaction():
+            conn.execute("INSERT INTO follows (follower_id, followed_id, following_since) "
+                         "VALUES (11, 12, now())")
+            xid = conn.execute("SELECT txid_current() % (1::bigint << 32)").fetchone()[0]
+    events = consume(source, lambda ev: any(e.table == "follows" for e in changes(ev)), 30)
+    follow = next(e for e in changes(events) if e.table == "follows")
+
+    def traced() -> list[dict]:
+        return [d for d in map(json.loads, trace.read_text().splitlines()) if d["xid"] == xid]
+
+    wait_for(lambda: traced(), 10, "the follow's delivery in the trace")
+    (line,) = traced()
+    assert (line["topic"], line["partition"], line["offset"]) == (follow.topic, follow.partition,
+                                                                  follow.offset)
+    assert line["error"] is None and line["lsn"] == follow.value["source"]["lsn"]

@@ -18,7 +18,7 @@ def test_lag_is_back_to_zero_at_the_first_zero_sample_after_the_lift():
 def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
     assert Verdict().ok()
     for field in ("lost_writes", "feed_lost", "feed_duplicated", "wrongly_visible",
-                  "follower_drift", "like_drift", "dlq_records"):
+                  "follower_drift", "like_drift", "dlq_records", "cdc_unsent", "kafka_lost"):
         assert not Verdict(**{field: 1}).ok(), field
     result = {"scenario": "cassandra-kill", "faults": ["SIGKILL cassandra-3"],
               "verdict": Verdict(acked_writes=10, feed_lost=2).as_dict(), "ok": False,
@@ -26,5 +26,8 @@ def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
               "freshness_max_during_s": 1.2, "lag_recovered_after_lift_s": 4.0,
               "lag_zero_after_load_s": 1.0}
     text = row(result)
-    assert text.startswith("| cassandra-kill | 1 | 10 | 2 / 0 / 0 |") and "0.5% failed" in text
-    assert text.rstrip().endswith("MISSED |")
+    assert text.startswith("| cassandra-kill | 1 | 10 | 2 / 0 / 0 | not traced |")
+    assert "0.5% failed" in text and text.rstrip().endswith("MISSED |")
+    traced = {**result, "verdict": Verdict(cdc_unsent=1, kafka_lost=0).as_dict()}
+    assert "| 1 / 0 |" in row(traced)
+    assert Verdict(cdc_unsent=0, kafka_lost=0).ok()
