@@ -120,7 +120,7 @@ def feed_reader(request: Request) -> FeedReader:
 
 async def serve(reader: FeedReader, user_id: int, limit: int, cursor: str | None) -> bytes:
     """The page's JSON body; raises ``ProblemError`` for what the client gets as a problem.
-    Shared by the route and ``fast_path.FeedFastPath``: the two answer identically."""
+    Shared by the route and ``feed_fast.FeedFastPath``: the two answer identically."""
     try:
         if cursor is None:
             page = await reader.first_page(user_id, limit)
