@@ -24,6 +24,7 @@ from services.common.event_publisher import EventPublisher
 from services.common.topics import author_events_topic, inbox_events_topic
 
 from services.common.ids import EPOCH
+from services.common.rank_moves import RankKeyMoved
 from services.common.ranking import rank_key
 
 from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_fields,
@@ -32,6 +33,7 @@ from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
 from .events import celebrity_posted, post_landed_in_inbox
 from .inbox import InboxStore
+from .rank_moves import RankMoves
 from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
                       FANOUT_SECONDS, INBOX_ROWS, STORE_RETRIES, TRIMS)
 from .tier_store import TierStore
@@ -58,6 +60,8 @@ class PostFanout:
         self._monotonic = monotonic
         self._meter = OverlapMeter(tiers.capacity.min_sample_rows)
         self._retry = retry or StoreRetry()
+        self._moves = RankMoves(copies, inbox,
+                                lambda: datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc))
 
     def _store_timed_out(self, exc: BaseException) -> None:
         STORE_RETRIES.inc()
@@ -167,4 +171,18 @@ class PostFanout:
             EVENT_TO_INBOX.observe(max(0, self._now_ms() - change.commit_ts_ms) / 1000)
         for future in pending:
             await future
+        await self._follow_a_move(post_id, copy.author_id, copy.created_at, key)
+
+    async def _follow_a_move(self, post_id: int, author_id: int, created_at: datetime,
+                             pushed_key: float) -> None:
+        """The rows just pushed are under ``pushed_key``, read before the post was marked
+        fanned out. A rank move that read the mark before it was set moved no inbox rows;
+        if its key is on the copy now, move the rows to it (the ranker's side of the race
+        is in rank_moves.py)."""
+        current = await self._copies.read_post(post_id)
+        if (current is None or not current.alive or current.rank_key is None
+                or current.rank_key == pushed_key or current.key_ts is None):
+            return
+        await self._moves.on_rank_key_moved(RankKeyMoved(
+            post_id, author_id, created_at, (pushed_key,), current.rank_key, current.key_ts))
 

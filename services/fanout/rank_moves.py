@@ -41,16 +41,28 @@ class RankMoves:
         from_keys = tuple(dict.fromkeys(move.from_keys + tuple(copy.row_keys)))
         await self._copies.move_author_post(move.author_id, move.post_id, from_keys,
                                             move.to_key, move.key_ts)
-        rows = 0
-        if copy.fanned_out:
-            ttl_s = inbox_ttl_s(move.created_at, self._clock())
-            blocked = await self._copies.blocked_set(move.author_id)
-            async for page in self._copies.follower_pages(move.author_id):
-                readers = readers_for_post(move.author_id, move.created_at, page, blocked)
-                if readers:
-                    rows += await self._inbox.move(readers, move.post_id, move.author_id,
-                                                   from_keys, move.to_key, move.key_ts, ttl_s)
+        rows = await self._move_inboxes(move, from_keys) if copy.fanned_out else 0
         await self._copies.set_rank_key(move.post_id, move.to_key, move.key_ts)
+        if not copy.fanned_out:
+            # The fan-out may have marked the post between the read above and the key
+            # write: it then read the old key and pushes rows under it. Read the mark
+            # again after the key write; the fan-out reads the key again after its push
+            # (post_events.py), so whichever of the two writes came second, one side sees
+            # the other's and moves the rows (a tested race: docs/reliability.md).
+            again = await self._copies.read_post(move.post_id)
+            if again is not None and again.alive and again.fanned_out:
+                rows = await self._move_inboxes(move, from_keys)
         RANK_MOVE_ROWS.observe(rows)
+        return rows
+
+    async def _move_inboxes(self, move: RankKeyMoved, from_keys: tuple[float, ...]) -> int:
+        rows = 0
+        ttl_s = inbox_ttl_s(move.created_at, self._clock())
+        blocked = await self._copies.blocked_set(move.author_id)
+        async for page in self._copies.follower_pages(move.author_id):
+            readers = readers_for_post(move.author_id, move.created_at, page, blocked)
+            if readers:
+                rows += await self._inbox.move(readers, move.post_id, move.author_id,
+                                               from_keys, move.to_key, move.key_ts, ttl_s)
         return rows
 

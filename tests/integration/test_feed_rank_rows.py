@@ -2,6 +2,7 @@
 rows left behind by a racing move are never shown (services/api/feed/reader.py)."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -70,3 +71,62 @@ def test_a_row_left_under_an_old_key_is_never_shown(api_server: RunningApi, worl
         page = client.get("/v1/feed").json()
     assert feed_ids(page) == [post.post_id, other.post_id]
     assert page["items"][0]["rank"] < 1_000  # ranked by its live row, not the stray one
+
+
+def _moved_while_fanning_out(world: FeedWorld, reader: int, author: int, score: float):
+    """A post the fan-out pushed under its first key, while a rank move read the copy
+    before the fan-out marked it (so the move left the inbox alone) and then wrote the
+    new key: the interleaving a slow store produced in the fault suite (cassandra-cut)."""
+    from services.common.rank_moves import RankKeyMoved
+    from services.common.ranking import rank_key
+
+    post = world.write(author, inbox_of=[reader])  # the fan-out's rows, first key
+    old_key = rank_key(None, int(post.created_at.timestamp() * 1000))
+    new_key = rank_key(score, int(post.created_at.timestamp() * 1000))
+    move = RankKeyMoved(post.post_id, author, post.created_at, (old_key,), new_key,
+                        time.time_ns() // 1000)
+    return post, old_key, move
+
+
+def test_a_rank_move_that_read_the_copy_before_the_fan_out_marked_it_still_moves_the_rows(
+        api_server: RunningApi, world: FeedWorld, monkeypatch: pytest.MonkeyPatch) -> None:
+    reader, author = new_user_id(), new_user_id()
+    world.follow(reader, author)
+    post, _old, move = _moved_while_fanning_out(world, reader, author, 3.0)
+    real = world.copies.read_post
+    reads: list[int] = []
+
+    async def before_the_mark(post_id: int):  # the move's first read: not fanned out yet
+        copy = await real(post_id)
+        reads.append(post_id)
+        return dataclasses.replace(copy, fanned_out=None) if len(reads) == 1 else copy
+
+    monkeypatch.setattr(world.copies, "read_post", before_the_mark)
+    world.run(world.moves.on_rank_key_moved(move))
+    monkeypatch.undo()
+    world._settled()
+    with api_server.client(reader) as client:
+        assert feed_ids(client.get("/v1/feed").json()) == [post.post_id]
+    keys = [k for k, p, _a in world.inbox_rows(reader) if p == post.post_id]
+    assert keys == [move.to_key]
+
+
+def test_a_fan_out_that_pushed_an_old_key_follows_the_move_it_missed(
+        api_server: RunningApi, world: FeedWorld) -> None:
+    from services.fanout.post_events import PostFanout
+
+    reader, author = new_user_id(), new_user_id()
+    world.follow(reader, author)
+    post, old_key, move = _moved_while_fanning_out(world, reader, author, 3.0)
+    # The move happened first and saw no mark: the copy has the new key, the inbox the old.
+    world.run(world.copies.set_rank_key(post.post_id, move.to_key, move.key_ts))
+    world.run(world.copies.move_author_post(author, post.post_id, (old_key,), move.to_key,
+                                            move.key_ts))
+    fanout = PostFanout(world.copies, world.inbox, world.tiers, world.publisher,
+                        world.settings.topic_prefix)
+    world.run(fanout._follow_a_move(post.post_id, author, post.created_at, old_key))
+    world._settled()
+    with api_server.client(reader) as client:
+        assert feed_ids(client.get("/v1/feed").json()) == [post.post_id]
+    keys = [k for k, p, _a in world.inbox_rows(reader) if p == post.post_id]
+    assert keys == [move.to_key]

@@ -155,6 +155,11 @@ class FeedWorld:
         self._settled()
         return post
 
+    def inbox_rows(self, reader: int) -> list[tuple[float, int, int]]:
+        """Every ``(rank_key, post_id, author_id)`` row of ``reader``'s inbox, read directly."""
+        return [tuple(r) for r in self.session.execute(
+            "SELECT rank_key, post_id, author_id FROM feed_inbox WHERE reader_id = %s", (reader,))]
+
     def delete(self, post: Post) -> None:
         """The copy marked deleted (the inbox rows stay: clean-up is asynchronous)."""
         self.run(self.copies.write_post(self._fields(post, deleted=True), next(_TS)))
