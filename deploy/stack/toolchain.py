@@ -33,6 +33,19 @@ def _apt_install(packages: list[str], why: str, log: Path) -> None:
                 f"apt-get install {' '.join(packages)}", log, env=env)
 
 
+def ensure_nft(log: Path) -> str:
+    """``nft`` (Debian's nftables), installed when missing: the fault suite cuts a node off
+    the network with it (netem does not work on these machines; nftables does)."""
+    found = shutil.which("nft")
+    if found:
+        return found
+    _apt_install(["nftables"], "nft is missing (the fault suite's network cuts)", log)
+    found = shutil.which("nft")
+    if not found:
+        raise StackError("nftables was installed but nft is not on PATH")
+    return found
+
+
 def java17(layout: Layout) -> str:
     explicit = os.environ.get("FEED_JAVA17")
     if explicit:

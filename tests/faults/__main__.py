@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
     await w.open()
     try:
         await w.setup()
+        w.start_stream()
         await asyncio.sleep(3)
         lag = LagWatch(settings)
         lag.start()
@@ -131,8 +133,21 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
         "lag_recovered_after_lift_s": lag.recovered_after(log.started_at, log.lifted_at),
         "lag_zero_after_load_s": lag.zero_after(load_ended), "max_lag": lag.max_lag(),
         "lag_samples": [(round(at - started, 1), n) for at, n in lag.samples],
+        "stream": stream_summary(w),
     }
     return result
+
+
+def stream_summary(w: Workload) -> dict[str, Any]:
+    """The watcher's stream: connections, events by kind, and ack-to-announcement seconds."""
+    led = w.ledger
+    kinds = Counter(kind for _, kind, _ in led.stream)
+    delays = sorted(at - led.posts[post][1] for at, kind, post in led.stream
+                    if kind == "new_item" and post in led.posts)
+    return {"connections": len(led.stream_opened), "statuses": dict(led.stream_statuses),
+            "events": dict(kinds),
+            "announce_p95_s": round(delays[int(0.95 * (len(delays) - 1))], 2) if delays else None,
+            "announce_max_s": round(delays[-1], 2) if delays else None}
 
 
 def row(r: dict[str, Any]) -> str:
@@ -141,7 +156,7 @@ def row(r: dict[str, Any]) -> str:
     cdc = ("not traced" if v.get("cdc_unsent") is None
            else f"{v['cdc_unsent']} / {v['kafka_lost']}")
     return (f"| {r['scenario']} | {len(r['faults'])} | {v['acked_writes']} | {v['lost_writes'] + v['feed_lost']} "
-            f"/ {v['feed_duplicated']} / {v['wrongly_visible']} | {cdc} "
+            f"/ {v['feed_duplicated']} / {v['wrongly_visible']} | {v.get('stream_gaps', 0)} | {cdc} "
             f"| {v['follower_drift']} / {v['like_drift']} "
             f"| {r['requests_during']} requests, {share:.1f}% failed, "
             f"{r['server_errors_other_than_503']} 5xx other than 503 | {r['freshness_max_during_s']} s "
@@ -169,11 +184,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row(result))
         ok = ok and result["ok"] and not result["server_errors_other_than_503"]
         print(rows[-1], flush=True)
-    print("| scenario | faults | acked writes | lost / duplicated / wrongly visible | rows never "
-          "sent to Kafka / acked records missing | follower / like drift | API during the fault "
-          "| max freshness during | lag back to pre-fault level after the lift | lag zero after the "
-          "load stops | verdict |")
-    print("| --- | ---: | ---: | --- | --- | --- | --- | ---: | ---: | ---: | --- |")
+    print("| scenario | faults | acked writes | lost / duplicated / wrongly visible | stream: "
+          "silent gaps | rows never sent to Kafka / acked records missing | follower / like drift "
+          "| API during the fault | max freshness during | lag back to pre-fault level after the "
+          "lift | lag zero after the load stops | verdict |")
+    print("| --- | ---: | ---: | --- | ---: | --- | --- | --- | ---: | ---: | ---: | --- |")
     print("\n".join(rows))
     return 0 if ok else 1
 

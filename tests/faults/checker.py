@@ -9,6 +9,10 @@
   (``follow_edges``/``like_edges`` static columns, no repair step run) against
   ``count(*)`` in Postgres.
 - DLQs: every ``*.dlq`` topic of the prefix is empty.
+- The stream: every post of an author the watcher follows (it never unfollows and is
+  never blocked), acked after its SSE stream first opened and not deleted, arrived as a
+  ``new_item`` or was covered by a ``resync`` sent after it was acked (``stream_gaps``:
+  neither, a silent gap).
 - Postgres to Kafka, when the relay writes its delivery trace
   (``Settings.cdc_delivery_trace``, set by ``make faults``): the last change of every
   follow, like, block and post row of the run (its ``xmin``) was acknowledged by Kafka
@@ -17,8 +21,10 @@
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -43,6 +49,7 @@ class Verdict:
     follower_drift: int = 0
     like_drift: int = 0
     dlq_records: int = 0
+    stream_gaps: int = 0
     cdc_unsent: int | None = None   # None: no delivery trace to check against
     kafka_lost: int | None = None
     examples: dict[str, list[Any]] = field(default_factory=dict)
@@ -50,14 +57,16 @@ class Verdict:
     def ok(self) -> bool:
         return not (self.lost_writes or self.feed_lost or self.feed_duplicated or self.wrongly_visible
                     or self.follower_drift or self.like_drift or self.dlq_records
-                    or self.cdc_unsent or self.kafka_lost)
+                    or self.stream_gaps or self.cdc_unsent or self.kafka_lost)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 async def walk_feed(w: Workload, reader: int) -> list[int] | None:
-    """Every post id of the reader's feed, in order (None if a page failed)."""
+    """Every post id of the reader's feed, in order (None if a page failed). A page that
+    says ``snapshot_expired`` is a new first page, so the walk starts again there, as a
+    client does."""
     out: list[int] = []
     cursor = None
     for _ in range(100):
@@ -68,6 +77,8 @@ async def walk_feed(w: Workload, reader: int) -> list[int] | None:
         if r is None or r.status_code != 200:
             return None
         page = r.json()
+        if "snapshot_expired" in page.get("warnings", ()):
+            out = []  # the snapshot was lost (a failed write): this page starts a new walk
         out += [int(i["post_id"]) for i in page["items"]]
         cursor = page.get("next_cursor")
         if not cursor:
@@ -175,9 +186,33 @@ async def check(settings: Settings, w: Workload) -> Verdict:
     v.examples["wrongly_visible"] = wrong[:10]
     v.follower_drift, v.like_drift, v.examples["counter_drift"] = _counts(settings, w)
     v.dlq_records = _dlq_records(settings)
+    # Announcements trail the fan-out (the API's own consumer): give the stream up to
+    # STREAM_SETTLE_S to deliver what it owes before a missing one counts as a gap.
+    deadline = time.monotonic() + STREAM_SETTLE_S
+    while stream_gaps(w)[0] and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+    v.stream_gaps, v.examples["stream_gaps"] = stream_gaps(w)
     if settings.cdc_delivery_trace and os.path.exists(settings.cdc_delivery_trace):
         v.cdc_unsent, v.kafka_lost, v.examples["cdc"] = _cdc_gaps(settings, w)
     return v
+
+
+STREAM_SETTLE_S = 60.0
+
+
+def stream_gaps(w: Workload) -> tuple[int, list[Any]]:
+    """Posts the watcher's stream owed it and never sent, with no later ``resync``."""
+    led = w.ledger
+    if not led.stream_opened:
+        return 0, [{"stream": "never opened", "statuses": dict(led.stream_statuses)}]
+    opened = led.stream_opened[0] + 1.0
+    followed = {w.cast.wide} | {a for (r, a), on in led.follows.items() if r == w.cast.watcher and on}
+    announced = {post for _, kind, post in led.stream if kind == "new_item"}
+    resyncs = [at for at, kind, _ in led.stream if kind == "resync"]
+    gaps = [post for post, (author, acked) in led.posts.items()
+            if author in followed and post not in led.deleted and acked >= opened
+            and post not in announced and not any(at >= acked for at in resyncs)]
+    return len(gaps), sorted(gaps)[:10]
 
 
 # The run's rows whose last change must have reached Kafka: (table, key columns, filter).

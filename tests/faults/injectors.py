@@ -21,8 +21,9 @@ from typing import Awaitable, Callable
 
 from confluent_kafka.admin import AdminClient
 
-from deploy.stack import cassandra, kafka
+from deploy.stack import cassandra, kafka, postgres
 from deploy.stack.layout import REPO, Layout
+from deploy.stack.toolchain import ensure_nft
 
 from .workload import Workload
 
@@ -64,6 +65,43 @@ def busiest_broker(bootstrap: str) -> int:
 
 Scenario = Callable[[Workload], Awaitable[None]]
 
+# The nftables table the cut scenarios own (deleted whole when the cut is lifted).
+NFT_TABLE = "feed_faults"
+
+
+def _nft(script: str) -> None:
+    subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True, capture_output=True)
+
+
+def cut_off(host: str, ports: list[int], log: FaultLog, what: str, layout: Layout) -> None:
+    """Drop every packet to or from ``host`` with one of ``ports`` at either end: the node
+    keeps running, but nobody reaches it and it reaches nobody (its peers listen on the
+    same port numbers at their own addresses, and a node at ``host`` that shares it with
+    another service, Kafka beside Cassandra, keeps the other service's ports). Loopback
+    traffic passes the output hook, once per packet."""
+    ensure_nft(layout.logs / "nftables-install.log")
+    lift_cut()
+    port_set = ", ".join(str(p) for p in ports)
+    _nft(f"""table inet {NFT_TABLE} {{
+  chain out {{
+    type filter hook output priority 0; policy accept;
+    ip daddr {host} tcp dport {{ {port_set} }} drop
+    ip daddr {host} tcp sport {{ {port_set} }} drop
+    ip saddr {host} tcp sport {{ {port_set} }} drop
+    ip saddr {host} tcp dport {{ {port_set} }} drop
+  }}
+}}
+""")
+    log.injected.append(f"nftables: {what} ({host} ports {port_set}) cut off at {time.strftime('%H:%M:%S')}")
+
+
+def lift_cut(log: FaultLog | None = None) -> None:
+    """Remove the scenario's table if it is there (also on the way out of a failed run)."""
+    if subprocess.run(["nft", "list", "table", "inet", NFT_TABLE], capture_output=True).returncode == 0:
+        _nft(f"delete table inet {NFT_TABLE}\n")
+        if log is not None:
+            log.injected.append(f"nftables: cut lifted at {time.strftime('%H:%M:%S')}")
+
 
 def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: Layout) -> Scenario:
     async def run(w: Workload) -> None:
@@ -85,6 +123,27 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
             _signal(kafka.daemon(layout, broker).pid(), signal.SIGKILL, f"kafka-{broker}", log)
             await asyncio.sleep(hold_s)
             await _stack_up(log)
+        elif name == "cassandra-cut":
+            cut_off(layout.hosts[2], [layout.cassandra_port, layout.cassandra_storage_port], log,
+                    "cassandra-3", layout)
+            try:
+                await asyncio.sleep(hold_s)
+            finally:
+                lift_cut(log)
+        elif name == "broker-cut":
+            broker = busiest_broker(layout.kafka_bootstrap)
+            cut_off(layout.hosts[broker - 1], [layout.kafka_port, layout.kafka_controller_port], log,
+                    f"kafka-{broker}", layout)
+            try:
+                await asyncio.sleep(hold_s)
+            finally:
+                lift_cut(log)
+        elif name == "postgres-restart":
+            started = time.monotonic()
+            await asyncio.to_thread(postgres.restart, layout)
+            log.injected.append(f"postgres restarted (pg_ctl restart, fast) at "
+                                f"{time.strftime('%H:%M:%S')} in {time.monotonic() - started:.1f} s")
+            await asyncio.sleep(hold_s)
         elif name == "worker-kills":
             # The relay, the fan-out and the ranker, each SIGKILLed three times at random
             # points; their supervisor (deploy.supervise) restarts them.
@@ -114,5 +173,7 @@ def _service_pid(layout: Layout, service: str) -> int | None:
     return None
 
 
-SCENARIOS = ("cassandra-kill", "cassandra-pause", "broker-kill", "worker-kills")
-HOLD_S = {"cassandra-kill": 30.0, "cassandra-pause": 20.0, "broker-kill": 20.0, "worker-kills": 45.0}
+SCENARIOS = ("cassandra-kill", "cassandra-pause", "cassandra-cut", "broker-kill", "broker-cut",
+             "postgres-restart", "worker-kills")
+HOLD_S = {"cassandra-kill": 30.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0,
+          "broker-kill": 20.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0}

@@ -2,7 +2,9 @@
 
 Writers: posts (one wide author every reader follows, and ordinary authors), deletes of
 earlier posts, likes and unlikes, follows and unfollows, blocks. Readers page their feeds
-and one watcher polls its first page to time freshness. Every 2xx is recorded in the
+and one watcher polls its first page to time freshness, and holds the feed's SSE stream
+open from the end of the set-up to the check (reconnecting with ``Last-Event-ID``), so
+the checker can ask whether any post reached neither the stream nor a ``resync``. Every 2xx is recorded in the
 ``Ledger``; every response status (and transport error) is counted per phase (before,
 during and after the fault), which is what the report's "API during the fault" shows.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import random
 import time
 import uuid
@@ -32,6 +35,10 @@ class Ledger:
     statuses: dict[str, Counter] = field(default_factory=lambda: {
         "before": Counter(), "during": Counter(), "after": Counter()})
     freshness_s: list[tuple[float, float]] = field(default_factory=list)  # (acked at, seconds)
+    # The watcher's stream: (received at, event, post id or None), and when it was open.
+    stream: list[tuple[float, str, int | None]] = field(default_factory=list)
+    stream_opened: list[float] = field(default_factory=list)
+    stream_statuses: Counter = field(default_factory=Counter)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,7 @@ class Workload:
         self.phase = "before"
         self._stop = asyncio.Event()
         self._client: httpx.AsyncClient | None = None
+        self._streaming: asyncio.Task | None = None
 
     # -- plumbing --------------------------------------------------------------------------
     def _headers(self, user: int) -> dict[str, str]:
@@ -83,8 +91,46 @@ class Workload:
             limits=httpx.Limits(max_connections=32))
 
     async def close(self) -> None:
+        if self._streaming is not None:
+            self._streaming.cancel()
+            await asyncio.gather(self._streaming, return_exceptions=True)
         if self._client is not None:
             await self._client.aclose()
+
+    def start_stream(self) -> None:
+        """Open the watcher's SSE stream until ``close`` (after the check)."""
+        self._streaming = asyncio.ensure_future(self._stream())
+
+    async def _stream(self) -> None:
+        assert self._client is not None
+        last_id: str | None = None
+        while True:
+            headers = self._headers(self.cast.watcher)
+            if last_id is not None:
+                headers["Last-Event-ID"] = last_id
+            try:
+                async with self._client.stream("GET", "/v1/feed/stream", headers=headers,
+                                               timeout=httpx.Timeout(10.0, read=60.0)) as r:
+                    self.ledger.stream_statuses[str(r.status_code)] += 1
+                    if r.status_code != 200:
+                        await asyncio.sleep(1.0)
+                        continue
+                    self.ledger.stream_opened.append(time.time())
+                    event: dict[str, str] = {}
+                    async for line in r.aiter_lines():
+                        if line:
+                            name, _, value = line.partition(":")
+                            event[name] = value.removeprefix(" ")
+                            continue
+                        if "event" in event:
+                            post = json.loads(event["data"]).get("post_id") if event.get("data") else None
+                            self.ledger.stream.append((time.time(), event["event"],
+                                                       int(post) if post else None))
+                        last_id = event.get("id", last_id)
+                        event = {}
+            except httpx.HTTPError as exc:
+                self.ledger.stream_statuses[type(exc).__name__] += 1
+            await asyncio.sleep(0.5)
 
     # -- set-up ----------------------------------------------------------------------------
     async def setup(self) -> None:

@@ -18,7 +18,7 @@ def test_lag_is_back_to_zero_at_the_first_zero_sample_after_the_lift():
 def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
     assert Verdict().ok()
     for field in ("lost_writes", "feed_lost", "feed_duplicated", "wrongly_visible",
-                  "follower_drift", "like_drift", "dlq_records", "cdc_unsent", "kafka_lost"):
+                  "follower_drift", "like_drift", "dlq_records", "stream_gaps", "cdc_unsent", "kafka_lost"):
         assert not Verdict(**{field: 1}).ok(), field
     result = {"scenario": "cassandra-kill", "faults": ["SIGKILL cassandra-3"],
               "verdict": Verdict(acked_writes=10, feed_lost=2).as_dict(), "ok": False,
@@ -26,8 +26,30 @@ def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
               "freshness_max_during_s": 1.2, "lag_recovered_after_lift_s": 4.0,
               "lag_zero_after_load_s": 1.0}
     text = row(result)
-    assert text.startswith("| cassandra-kill | 1 | 10 | 2 / 0 / 0 | not traced |")
+    assert text.startswith("| cassandra-kill | 1 | 10 | 2 / 0 / 0 | 0 | not traced |")
     assert "0.5% failed" in text and text.rstrip().endswith("MISSED |")
     traced = {**result, "verdict": Verdict(cdc_unsent=1, kafka_lost=0).as_dict()}
     assert "| 1 / 0 |" in row(traced)
     assert Verdict(cdc_unsent=0, kafka_lost=0).ok()
+
+
+def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
+    from tests.faults.checker import stream_gaps
+    from tests.faults.workload import Cast, Ledger
+
+    class W:  # the parts of a Workload the check reads
+        cast = Cast(wide=1, authors=[2, 3], readers=[10, 11], watcher=10)
+        ledger = Ledger()
+
+    w = W()
+    led = w.ledger
+    led.follows[(10, 2)] = True
+    led.stream_opened.append(100.0)
+    led.posts.update({501: (1, 102.0), 502: (2, 103.0), 503: (3, 104.0),  # 3: not followed
+                      504: (1, 105.0), 505: (1, 100.5), 506: (1, 108.0), 507: (2, 109.0)})
+    led.deleted.add(504)
+    led.stream += [(102.5, "new_item", 501), (107.0, "resync", None), (110.0, "new_item", 507)]
+    # 502 acked before the resync: covered; 505 before the stream settled; 506 after the
+    # resync and never announced: the one silent gap.
+    assert stream_gaps(w) == (1, [506])
+    assert stream_gaps(type("N", (), {"cast": W.cast, "ledger": Ledger()})())[0] == 0
