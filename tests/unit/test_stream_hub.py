@@ -89,3 +89,33 @@ def test_a_stream_too_full_to_take_the_resync_is_dropped_and_resyncs_on_reconnec
         assert hub.resume(42, seen).resync
 
     asyncio.run(scenario())
+
+
+def test_a_reader_whose_check_failed_is_told_to_resync_not_left_with_a_gap():
+    class _FlakyGate:
+        def __init__(self) -> None:
+            self.down = False
+
+        async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
+            if self.down:
+                raise TimeoutError("post copy read timed out")
+            return True
+
+    async def scenario() -> None:
+        async def load_followed(reader_id: int) -> frozenset[int]:
+            return frozenset({7})
+
+        gate = _FlakyGate()
+        hub = StreamHub(gate, load_followed, buffer_size=10, window_s=300)
+        queue = await hub.connect(42)
+        assert await hub.author_posted(7, 1001) == 1
+        before = (await queue.get()).event_id
+        gate.down = True
+        assert await hub.author_posted(7, 1002) == 0  # unchecked: not sent...
+        assert await asyncio.wait_for(queue.get(), 1) is RESYNC  # ...but never silently
+        assert hub.resume(42, before).resync  # a reconnect from before the gap resyncs too
+        gate.down = False
+        assert await hub.author_posted(7, 1003) == 1
+        assert (await queue.get()).post_id == 1003
+
+    asyncio.run(scenario())

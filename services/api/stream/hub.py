@@ -182,6 +182,19 @@ class StreamHub:
                     channel.queues.discard(queue)
         return told
 
+    @staticmethod
+    def _resync(channel: ReaderChannel) -> None:
+        """This reader may have missed an event it could not be checked for (a store
+        timeout): its open streams are told to resync, and the buffer is emptied so a
+        reconnect with an earlier id is told the same instead of resuming past the gap
+        (found by the fault suite's cassandra-cut scenario: silent gaps)."""
+        channel.buffer.clear()
+        for queue in list(channel.queues):
+            try:
+                queue.put_nowait(RESYNC)
+            except asyncio.QueueFull:
+                channel.queues.discard(queue)
+
     # -- events ----------------------------------------------------------------------------------
     async def post_landed(self, reader_id: int, post_id: int, author_id: int) -> int:
         """An inbox event: deliver to the reader if connected (or resumable) and allowed."""
@@ -199,19 +212,25 @@ class StreamHub:
     async def _deliver(self, readers: list[int], post_id: int, author_id: int) -> int:
         limit = asyncio.Semaphore(CHECK_CONCURRENCY)
 
-        async def checked(reader_id: int) -> bool:
+        async def checked(reader_id: int) -> bool | None:
             async with limit:
                 try:
                     return await self._gate.allows(reader_id, post_id, author_id)
-                except Exception:  # noqa: BLE001 - unchecked means not sent
-                    log.warning("stream eligibility check failed", exc_info=True)
-                    return False
+                except Exception:  # noqa: BLE001 - unchecked: not sent, and the reader told
+                    log.warning("stream eligibility check failed; the reader resyncs",
+                                exc_info=True)
+                    return None
 
         verdicts = await asyncio.gather(*(checked(r) for r in readers))
         sent = 0
         for reader_id, allowed in zip(readers, verdicts):
             channel = self._channels.get(reader_id)
-            if not allowed or channel is None:
+            if channel is None:
+                continue
+            if allowed is None:
+                self._resync(channel)
+                continue
+            if not allowed:
                 continue
             if any(e.post_id == post_id for e in channel.buffer):
                 continue  # at-least-once upstream: one event per post per reader
