@@ -63,6 +63,11 @@ class Verdict:
         return asdict(self)
 
 
+# A page answered 503 (or not at all) is asked again, up to this many times, 1 s apart: a
+# client honours Retry-After, and the check is about what was lost, not availability.
+PAGE_ATTEMPTS = 10
+
+
 async def walk_feed(w: Workload, reader: int) -> list[int] | None:
     """Every post id of the reader's feed, in order (None if a page failed). A page that
     says ``snapshot_expired`` is a new first page, so the walk starts again there, as a
@@ -73,7 +78,11 @@ async def walk_feed(w: Workload, reader: int) -> list[int] | None:
         params: dict[str, Any] = {"limit": 100}
         if cursor:
             params["cursor"] = cursor
-        r = await w.call("GET", "/v1/feed", reader, params=params)
+        for _attempt in range(PAGE_ATTEMPTS):  # a 503 says "retry after 1 s": do so
+            r = await w.call("GET", "/v1/feed", reader, params=params)
+            if r is not None and r.status_code != 503:
+                break
+            await asyncio.sleep(1.0)
         if r is None or r.status_code != 200:
             return None
         page = r.json()
