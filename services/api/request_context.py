@@ -72,7 +72,8 @@ def choose_request_id(client_value: str | None) -> str:
     return _request_ids.next_id()
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def scope_header(scope: Scope, name: bytes) -> str | None:
+    """The first value of header ``name`` (lower-case bytes) in an ASGI scope."""
     for key, value in scope.get("headers", ()):
         if key == name:
             return value.decode("latin-1")
@@ -89,7 +90,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = choose_request_id(_header(scope, b"x-request-id"))
+        request_id = choose_request_id(scope_header(scope, b"x-request-id"))
         scope.setdefault("state", {})["request_id"] = request_id
         token = request_id_var.set(request_id)
         started = time.perf_counter()
@@ -131,7 +132,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _header(scope, b"content-length")
+        declared = scope_header(scope, b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             await self._refuse(send)
             return

@@ -63,6 +63,8 @@ class Verdict:
         return asdict(self)
 
 
+# The checker's consumers only read watermarks and assigned partitions (no commits).
+CHECKER_GROUP = "faults-checker"
 # A page answered 503 (or not at all) is asked again, up to this many times, 1 s apart: a
 # client honours Retry-After, and the check is about what was lost, not availability.
 PAGE_ATTEMPTS = 10
@@ -146,7 +148,7 @@ def _counts(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
 def _dlq_records(settings: Settings) -> int:
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     meta = admin.list_topics(timeout=10)
-    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "fault-checker"})
+    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": CHECKER_GROUP})
     total = 0
     try:
         for name, topic in meta.topics.items():
@@ -261,7 +263,7 @@ def _cdc_gaps(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
 
 def _missing_offsets(settings: Settings, wanted: dict[tuple[str, int], set[int]]) -> list[Any]:
     """Acknowledged (topic, partition, offset)s that a read of the partition does not return."""
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "faults-checker",
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": CHECKER_GROUP,
                          "enable.auto.commit": False, "enable.partition.eof": True})
     missing: list[Any] = []
     try:

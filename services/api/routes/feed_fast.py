@@ -32,6 +32,7 @@ from services.common.cursor import MAX_CURSOR_CHARS
 
 from ..auth import known_principal
 from ..problems import ProblemError, problem_response
+from ..request_context import scope_header
 from .feed import DEFAULT_LIMIT, FEED_PATH, MAX_LIMIT, router, serve
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -62,11 +63,8 @@ def feed_query(query_string: bytes) -> tuple[int, str | None] | None:
 
 
 def bearer_token(scope: Scope) -> str | None:
-    for key, value in scope["headers"]:
-        if key == b"authorization":
-            scheme, _, token = value.decode("latin-1").partition(" ")
-            return token if scheme.lower() == "bearer" and token else None
-    return None
+    scheme, _, token = (scope_header(scope, b"authorization") or "").partition(" ")
+    return token if scheme.lower() == "bearer" and token else None
 
 
 class FeedFastPath:

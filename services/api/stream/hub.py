@@ -172,15 +172,7 @@ class StreamHub:
         to take the signal is dropped (as for an event); its client reconnects with an
         old id and is told then. Returns the streams told."""
         self._epoch = secrets.token_hex(4)
-        told = 0
-        for channel in self._channels.values():
-            for queue in list(channel.queues):
-                try:
-                    queue.put_nowait(RESYNC)
-                    told += 1
-                except asyncio.QueueFull:
-                    channel.queues.discard(queue)
-        return told
+        return sum(_tell_resync(channel) for channel in self._channels.values())
 
     @staticmethod
     def _resync(channel: ReaderChannel) -> None:
@@ -189,11 +181,7 @@ class StreamHub:
         reconnect with an earlier id is told the same instead of resuming past the gap
         (found by the fault suite's cassandra-cut scenario: silent gaps)."""
         channel.buffer.clear()
-        for queue in list(channel.queues):
-            try:
-                queue.put_nowait(RESYNC)
-            except asyncio.QueueFull:
-                channel.queues.discard(queue)
+        _tell_resync(channel)
 
     # -- events ----------------------------------------------------------------------------------
     async def post_landed(self, reader_id: int, post_id: int, author_id: int) -> int:
@@ -243,3 +231,17 @@ class StreamHub:
                     channel.queues.discard(queue)  # stuck client: it resumes on reconnect
             sent += 1
         return sent
+
+
+def _tell_resync(channel: ReaderChannel) -> int:
+    """Put ``resync`` on each of the channel's open streams; a queue too full to take it
+    is dropped (its client reconnects with an old id and is told then). Returns the
+    streams told."""
+    told = 0
+    for queue in list(channel.queues):
+        try:
+            queue.put_nowait(RESYNC)
+            told += 1
+        except asyncio.QueueFull:
+            channel.queues.discard(queue)
+    return told
