@@ -161,7 +161,15 @@ def row(r: dict[str, Any]) -> str:
             f"| {r['requests_during']} requests, {share:.1f}% failed, "
             f"{r['server_errors_other_than_503']} 5xx other than 503 | {r['freshness_max_during_s']} s "
             f"| {r['lag_recovered_after_lift_s']} s | {r['lag_zero_after_load_s']} s "
-            f"| {'ok' if r['ok'] else 'MISSED'} |")
+            f"| {_verdict(r)} |")
+
+
+def _verdict(r: dict[str, Any]) -> str:
+    if r["ok"]:
+        return "ok"
+    over = r["verdict"].get("readers_over_cap")
+    return f"INCONCLUSIVE ({over} readers owed more than the inbox cap keeps)" if over else "MISSED"
+
 
 
 def main(argv: list[str] | None = None) -> int:

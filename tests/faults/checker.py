@@ -4,7 +4,10 @@
 - Feeds: for every reader, the whole feed walked page by page through the API against
   what Postgres says the reader may see (posts of authors followed now, made since the
   follow, not deleted, visible, no block either way): missing, duplicated and wrongly
-  visible posts.
+  visible posts. An inbox keeps its ``inbox_cap`` highest rows (the tail is trimmed by
+  design), so a reader owed more than the cap less its slack cannot tell loss from trim:
+  such readers are counted (``readers_over_cap``) and fail the run as inconclusive
+  (``make faults`` runs the services with a cap far above the workload).
 - Counters: each author's follower count and each post's like count in Cassandra
   (``follow_edges``/``like_edges`` static columns, no repair step run) against
   ``count(*)`` in Postgres.
@@ -52,12 +55,13 @@ class Verdict:
     stream_gaps: int = 0
     cdc_unsent: int | None = None   # None: no delivery trace to check against
     kafka_lost: int | None = None
+    readers_over_cap: int = 0
     examples: dict[str, list[Any]] = field(default_factory=dict)
 
     def ok(self) -> bool:
         return not (self.lost_writes or self.feed_lost or self.feed_duplicated or self.wrongly_visible
                     or self.follower_drift or self.like_drift or self.dlq_records
-                    or self.stream_gaps or self.cdc_unsent or self.kafka_lost)
+                    or self.stream_gaps or self.cdc_unsent or self.kafka_lost or self.readers_over_cap)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -176,6 +180,11 @@ async def check(settings: Settings, w: Workload) -> Verdict:
     authors = [w.cast.wide, *w.cast.authors]
     # Only this run's acknowledged posts count (the cast is fresh, so this is a guard).
     expected = {r: ps & set(led.posts) for r, ps in _visible(settings, w.cast.readers, authors).items()}
+    owed_at_most = settings.inbox_cap - settings.inbox_trim_every
+    over = [r for r in w.cast.readers if len(expected[r]) > owed_at_most]
+    v.readers_over_cap = len(over)
+    v.examples["readers_over_cap"] = [{"reader": r, "owed": len(expected[r]), "inbox_cap": settings.inbox_cap}
+                                      for r in over[:10]]
     missing: list[Any] = []
     wrong: list[Any] = []
     for reader in w.cast.readers:

@@ -18,7 +18,7 @@ def test_lag_is_back_to_zero_at_the_first_zero_sample_after_the_lift():
 def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
     assert Verdict().ok()
     for field in ("lost_writes", "feed_lost", "feed_duplicated", "wrongly_visible",
-                  "follower_drift", "like_drift", "dlq_records", "stream_gaps", "cdc_unsent", "kafka_lost"):
+                  "follower_drift", "like_drift", "dlq_records", "stream_gaps", "cdc_unsent", "kafka_lost", "readers_over_cap"):
         assert not Verdict(**{field: 1}).ok(), field
     result = {"scenario": "cassandra-kill", "faults": ["SIGKILL cassandra-3"],
               "verdict": Verdict(acked_writes=10, feed_lost=2).as_dict(), "ok": False,
@@ -31,6 +31,9 @@ def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
     traced = {**result, "verdict": Verdict(cdc_unsent=1, kafka_lost=0).as_dict()}
     assert "| 1 / 0 |" in row(traced)
     assert Verdict(cdc_unsent=0, kafka_lost=0).ok()
+    # A reader owed more than its inbox keeps cannot tell loss from the cap's trim.
+    over = {**result, "verdict": Verdict(readers_over_cap=4, feed_lost=190).as_dict()}
+    assert row(over).rstrip().endswith("INCONCLUSIVE (4 readers owed more than the inbox cap keeps) |")
 
 
 def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
