@@ -34,6 +34,7 @@ class _Session:
 
 class _Cql(str):
     fetch_size = None
+    is_idempotent = True  # every inbox write is stamped (USING TIMESTAMP): cql.session marks it
 
 
 class _Runner:

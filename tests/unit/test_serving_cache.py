@@ -309,3 +309,24 @@ def test_notices_wait_for_the_broker_and_remember_how_far_they_got():
     run(notices.changed(ServingChange(posts=(1,))))
     run(notices.changed(ServingChange(graphs=(2,))))
     assert notices.delivered == {1: 2, 0: 3} and notices.sent == 2
+
+
+def test_a_failed_batch_of_post_copies_is_read_again_post_by_post() -> None:
+    from services.api.feed.bodies import BodyCache, PostCopies
+
+    class Store:
+        def __init__(self) -> None:
+            self.point_reads: list[int] = []
+
+        async def posts(self, post_ids, *, with_text):
+            raise TimeoutError("one replica of one partition is slow")
+
+        async def posts_each(self, post_ids, *, with_text):
+            self.point_reads += list(post_ids)
+            rows = [(p, AUTHOR, 1_000, 1, False, 2.5, None, 7, "text") for p in post_ids if p != POST]
+            return rows, {POST}
+
+    store = Store()
+    got = asyncio.run(PostCopies(store, BodyCache(10)).fetch([POST, POST - 1, POST - 2]))  # type: ignore[arg-type]
+    assert store.point_reads == [POST, POST - 1, POST - 2]
+    assert set(got.views) == {POST - 1, POST - 2} and got.failed == {POST}

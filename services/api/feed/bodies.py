@@ -161,9 +161,12 @@ class PostCopies:
         out = FetchResult({}, set())
         for (chunk, with_text), rows in zip(jobs, results):
             if isinstance(rows, BaseException):
-                log.warning("post copy read failed for %d posts: %r", len(chunk), rows)
-                out.failed.update(chunk)
-                continue
+                error = rows
+                # Once more, a point read per post: a slow replica then costs only its posts.
+                rows, failed = await self._store.posts_each(chunk, with_text=with_text)
+                log.warning("post copy read failed for %d posts (%r); %d still failed one by one",
+                            len(chunk), error, len(failed))
+                out.failed.update(failed)
             for row in rows:
                 post_id, author_id, created_ms, visibility, deleted, key, key_next, key_ts = row[:8]
                 body = cached.get(post_id)

@@ -94,6 +94,8 @@ class FeedStore:
                  "rank_key, rank_key_next, WRITETIME(rank_key)")
         self._posts_full = p(f"SELECT {state}, text FROM posts WHERE post_id IN ?")
         self._posts_state = p(f"SELECT {state} FROM posts WHERE post_id IN ?")
+        self._post_full = p(f"SELECT {state}, text FROM posts WHERE post_id=?")
+        self._post_state = p(f"SELECT {state} FROM posts WHERE post_id=?")
         self._save_snapshot = p("INSERT INTO feed_snapshots (reader_id, feed_version, ranked, "
                                 "created_at) VALUES (?,?,?,?) USING TTL ?")
         self._load_snapshot = p("SELECT ranked, created_at FROM feed_snapshots "
@@ -188,6 +190,25 @@ class FeedStore:
         created_at_ms, visibility, deleted, rank_key, rank_key_next, key_ts[, text])``."""
         statement = self._posts_full if with_text else self._posts_state
         return await self._rows(statement, (list(post_ids),))
+
+    async def posts_each(self, post_ids: Sequence[int], *,
+                         with_text: bool) -> tuple[list[tuple], set[int]]:
+        """The rows ``posts`` gives, one point read per post, all at once; and the ids
+        whose read failed. For a batch whose IN read failed: its coordinator waits on
+        every partition's replicas, so one slow or dead replica fails all of them, while a
+        point read goes to a replica of its own partition (token-aware) and speculates on
+        its own, so the same replica costs only the posts it holds."""
+        statement = self._post_full if with_text else self._post_state
+        results = await asyncio.gather(*(self._rows(statement, (p,)) for p in post_ids),
+                                       return_exceptions=True)
+        rows: list[tuple] = []
+        failed: set[int] = set()
+        for post_id, result in zip(post_ids, results):
+            if isinstance(result, BaseException):
+                failed.add(post_id)
+            else:
+                rows += result
+        return rows, failed
 
     # -- snapshots ----------------------------------------------------------------------------
     async def save_snapshots(self, items: Sequence[Any]) -> None:
