@@ -15,6 +15,7 @@ import time
 import httpx
 
 from bench.workload import GraphSpec, generate, load_postgres, publish_feature_events
+from deploy.stack import prometheus
 from services.api.auth import mint_token
 from services.common import pg
 from services.common.settings import get_settings
@@ -65,6 +66,8 @@ def main() -> int:
     print(f"\nThe API answers at {base_url} (OpenAPI: {base_url}/docs)")
     print(f"Demo reader {reader} has {items}+ items in the first page. Token (7 days):\n\n{token}\n")
     print(f'curl -s -H "Authorization: Bearer {token}" "{base_url}/v1/feed?limit=5"\n')
+    print(f"Prometheus scrapes the services at http://{prometheus.address()} (alerts: "
+          f"http://{prometheus.address()}/alerts; SLOs and runbook: docs/operations.md).")
     print("Stop everything with `make down`; watch lag with `make lag`.")
     return 0
 

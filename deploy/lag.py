@@ -1,9 +1,12 @@
 """What an SRE looks at when the feed falls behind, in one command.
 
-    python -m deploy.lag [--json] [--watch SECONDS]
+    python -m deploy.lag [--json] [--watch SECONDS] [--all]
 
 - Kafka consumer lag per group, topic and partition (committed offset vs. log end).
 - CDC replication-slot lag in bytes (Postgres) and seconds (the relay's metric).
+- By default only the product's: topics of ``FEED_TOPIC_PREFIX`` and the relay's slot of
+  this database (test runs leave their own prefixes, groups and slots in the development
+  stack); ``--all`` shows every group, topic and slot.
 - Freshness: commit-to-inbox latency as the fan-out measures it (p50/p95 over its
   histogram since start) and its current capacity estimate.
 
@@ -129,7 +132,24 @@ def _attempt(fn, *args) -> Any:
         return {"unavailable": f"{type(exc).__name__}: {exc}"}
 
 
-def report(settings: Settings) -> dict[str, Any]:
+def product_only(data: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """The report without other prefixes' topics (and their groups) and other slots."""
+    from services.cdc.slot import slot_name_for
+
+    out = dict(data)
+    if isinstance(data["kafka"], list):
+        out["kafka"] = [r for r in data["kafka"] if r["topic"].startswith(f"{settings.topic_prefix}.")]
+    if isinstance(data["cdc_slots"], list):
+        out["cdc_slots"] = [s for s in data["cdc_slots"] if s["slot"] == slot_name_for(settings)]
+    return out
+
+
+def report(settings: Settings, everything: bool = True) -> dict[str, Any]:
+    data = _report(settings)
+    return data if everything else product_only(data, settings)
+
+
+def _report(settings: Settings) -> dict[str, Any]:
     return {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "kafka": _attempt(kafka_lag, settings),
             "cdc_slots": _attempt(slot_lag, settings),
@@ -143,7 +163,7 @@ def render(data: dict[str, Any]) -> str:
     if isinstance(kafka, dict):
         lines.append(f"  unavailable: {kafka['unavailable']}")
     elif not kafka:
-        lines.append("  no committed consumer groups")
+        lines.append("  no committed consumer groups (--all shows other prefixes' groups)")
     else:
         for r in kafka:
             lines.append(f"  {r['group']:<28} {r['topic']:<34} {r['partition']:>3}  "
@@ -174,10 +194,12 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--watch", type=float, default=0, help="repeat every N seconds")
+    parser.add_argument("--all", action="store_true",
+                        help="every consumer group, topic and slot, not only the product's")
     args = parser.parse_args()
     settings = get_settings()
     while True:
-        data = report(settings)
+        data = report(settings, everything=args.all)
         print(json.dumps(data, indent=2) if args.json else render(data), flush=True)
         if not args.watch:
             return 0

@@ -58,7 +58,9 @@ def start(layout: Layout, names: list[str]) -> list[str]:
             if d.alive():
                 continue
             spawn(d, [sys.executable, "-m", "deploy.supervise", f"services.{name}"],
-                  env={**layout.client_env(), DEV_MODE_ENV: os.environ.get(DEV_MODE_ENV, "true")},
+                  # PYTHONFAULTHANDLER: a crash in a C extension logs every thread's stack.
+                  env={**layout.client_env(), DEV_MODE_ENV: os.environ.get(DEV_MODE_ENV, "true"),
+                       "PYTHONFAULTHANDLER": "1"},
                   cwd=REPO)
             started.append(d)
             wait_ready(d, f"service {name}", lambda n=name: _http_ok(_probe_url(n)),

@@ -8,12 +8,12 @@ import subprocess
 import sys
 import time
 
-from . import cassandra, kafka, postgres
+from . import cassandra, kafka, postgres, prometheus
 from .layout import Layout
 from .process import Daemon, StackError, stop
 
 
-COMPONENTS = ("postgres", "kafka", "cassandra")
+COMPONENTS = ("postgres", "kafka", "cassandra", "prometheus")
 
 
 def cmd_up(layout: Layout, only: tuple[str, ...] = COMPONENTS) -> None:
@@ -33,6 +33,8 @@ def cmd_up(layout: Layout, only: tuple[str, ...] = COMPONENTS) -> None:
             report["kafka"] = kafka.up(layout, started)
         if "cassandra" in only:
             report["cassandra"] = cassandra.up(layout, started)
+        if "prometheus" in only:
+            report["prometheus"] = prometheus.up(layout, started)
     except BaseException:
         # Leave nothing half-started: stop what this call started, then report.
         for d in reversed(started):
@@ -40,7 +42,8 @@ def cmd_up(layout: Layout, only: tuple[str, ...] = COMPONENTS) -> None:
         raise
     for name, info in report.items():
         print(f"stack: {name}: {info['state']}"
-              + (f" in {info['seconds']}s" if "seconds" in info else ""), flush=True)
+              + (f" in {info['seconds']}s" if "seconds" in info else "")
+              + (f" (http://{prometheus.address()})" if name == "prometheus" else ""), flush=True)
     print(f"stack: ready in {time.monotonic() - t0:.1f}s ({layout.nodes} node(s)); "
           f"logs in {layout.logs}", flush=True)
 
@@ -52,11 +55,13 @@ def cmd_down(layout: Layout) -> None:
         any_stopped |= cassandra.down(lay)
         any_stopped |= kafka.down(lay)
         any_stopped |= postgres.down(lay)
+    any_stopped |= prometheus.down(layout)
     print("stack: stopped" if any_stopped else "stack: nothing was running")
 
 
 def cmd_status(layout: Layout, as_json: bool) -> int:
-    rows = postgres.status(layout) + kafka.status(layout) + cassandra.status(layout)
+    rows = (postgres.status(layout) + kafka.status(layout) + cassandra.status(layout)
+            + prometheus.status(layout))
     if as_json:
         print(json.dumps(rows, indent=2))
     else:
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="1 (default) or 3 nodes each of Kafka and Cassandra")
     parser.add_argument("--json", action="store_true", help="status: machine-readable")
     parser.add_argument("--only", default=",".join(COMPONENTS),
-                        help="up: comma-separated subset of postgres,kafka,cassandra")
+                        help="up: comma-separated subset of " + ",".join(COMPONENTS))
     parser.add_argument("-n", "--lines", type=int, default=50)
     parser.add_argument("-f", "--follow", action="store_true")
     args = parser.parse_args(argv)

@@ -46,6 +46,17 @@ def ensure_nft(log: Path) -> str:
     return found
 
 
+def ensure_prometheus(log: Path) -> tuple[str, str]:
+    """``prometheus`` and ``promtool`` (Debian's package, 2.42 on bookworm), installed when
+    missing: the stack scrapes the services with it and the tests check the alert rules."""
+    if not (shutil.which("prometheus") and shutil.which("promtool")):
+        _apt_install(["prometheus"], "prometheus is missing (metrics, alert rules)", log)
+    server, tool = shutil.which("prometheus"), shutil.which("promtool")
+    if not (server and tool):
+        raise StackError("prometheus was installed but prometheus/promtool are not on PATH")
+    return server, tool
+
+
 def java17(layout: Layout) -> str:
     explicit = os.environ.get("FEED_JAVA17")
     if explicit:

@@ -7,6 +7,7 @@ from typing import Callable, TextIO
 from confluent_kafka import KafkaError, Message, Producer
 
 from services.common.settings import Settings
+from services.common.store_health import record_kafka_stats
 
 from .envelope import OutRecord
 
@@ -40,6 +41,9 @@ def producer_config(settings: Settings) -> dict[str, object]:
         "linger.ms": 5,
         "compression.type": "lz4",
         "client.id": "feed-cdc-relay",
+        # Broker states every 5 s into feed_kafka_brokers (store_health.py; served by poll).
+        "statistics.interval.ms": 5000,
+        "stats_cb": record_kafka_stats,
     }
 
 

@@ -17,7 +17,7 @@ import faust
 from prometheus_client import Gauge, Histogram
 
 from .faust_app import RawMessage, raw_message
-from .poison_guard import GuardedProcessing, Handler
+from .poison_guard import GuardedProcessing, Handler, expect_topic
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -163,6 +163,8 @@ async def consume_in_batches(app: faust.App, stream: faust.StreamT, guard: Guard
     batch is acked before all of it is done: ``WorkerMustStop``, or any error outside
     the per-message guard, stops the process without committing it (at-least-once; a
     replayed batch is idempotent)."""
+    for topic in getattr(stream.channel, "topics", ()):
+        expect_topic(topic)
     manual = stream.noack()
     async for events in batches(manual.events(), max_batch, within_s):
         msgs = [raw_message(e) for e in events]

@@ -30,6 +30,16 @@ MESSAGES = Counter("feed_consumer_messages_total", "Messages handled", ["topic",
 DEAD_LETTERS = Counter("feed_consumer_dlq_total", "Messages sent to a dead-letter topic", ["topic"])
 
 Handler = Callable[[RawMessage], Awaitable[None]]
+OUTCOMES = ("ok", "dead_letter", "stopped")
+
+
+def expect_topic(topic: str) -> None:
+    """Export the topic's counters at 0 before its first message: a rate over a series
+    that does not exist yet is no data, not 0 (a dashboard panel or an alert on dead
+    letters would stay empty until the first one)."""
+    for outcome in OUTCOMES:
+        MESSAGES.labels(topic, outcome)
+    DEAD_LETTERS.labels(topic)
 
 
 class WorkerMustStop(RuntimeError):

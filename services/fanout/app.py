@@ -27,6 +27,7 @@ from services.common.event_publisher import EventPublisher
 from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
 from services.common.poison_guard import GuardedProcessing
 from services.common.settings import Settings
+from services.common.store_health import watch_cassandra
 from services.common.rank_moves import parse as parse_rank_move
 from services.common.serving_changes import Notices
 from services.common.topics import cdc_topic, rank_moves_topic, serving_changes_topic
@@ -64,6 +65,7 @@ def tier_policy(settings: Settings) -> TierPolicy:
 
 async def open_ports(settings: Settings) -> FanoutPorts:
     session = cql.session(settings, timeout=settings.worker_store_timeout_s)
+    watch_cassandra(session.cluster)
     use_cached_rows(session)
     runner = CqlRunner(session, settings.store_max_in_flight)
     publisher = EventPublisher(settings)

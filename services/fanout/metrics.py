@@ -19,6 +19,8 @@ STORE_RETRIES = Counter("feed_fanout_store_retries_total",
                         "Pages of a fan-out retried after a store timeout (each halves the "
                         "capacity estimate)")
 TIER_CHANGES = Counter("feed_fanout_tier_changes_total", "Author tier changes", ["to"])
+for _tier in ("celebrity", "ordinary"):  # at 0 from the start: no change is data, not a gap
+    TIER_CHANGES.labels(_tier)
 CLEANUP_ROWS = Counter("feed_fanout_cleanup_rows_total", "Inbox rows removed", ["reason"])
 TRIMS = Counter("feed_fanout_inbox_trims_total", "Inboxes trimmed to the length cap")
 CELEBRITY_POSTS = Counter("feed_fanout_celebrity_posts_total",

@@ -25,6 +25,7 @@ from services.common.settings import Settings
 from services.common.rank_moves import RankKeyMoved
 from services.common.rank_moves import encode as encode_move
 from services.common.serving_changes import Notices
+from services.common.store_health import watch_cassandra
 from services.common.topics import cdc_topic, rank_features_topic, rank_moves_topic, serving_changes_topic
 
 from .features import parse_feature_event
@@ -45,6 +46,7 @@ async def open_ports(settings: Settings) -> RankerPorts:
     session = await asyncio.get_running_loop().run_in_executor(
         None, functools.partial(cql.session, settings, timeout=settings.worker_store_timeout_s))
     use_plain_tuples(session)
+    watch_cassandra(session.cluster)
     publisher = EventPublisher(settings)
     await publisher.start()
     notices = Notices(publisher, serving_changes_topic(settings.topic_prefix))

@@ -35,3 +35,25 @@ def test_lag_command_reports_committed_group_lag_per_partition(settings: Setting
                      "lag": 4}]
     text = render(report(settings))
     assert group in text and "CDC slots:" in text
+
+
+def test_lag_shows_the_products_topics_and_slot_unless_asked_for_all(settings: Settings) -> None:
+    from deploy.lag import product_only
+
+    from services.cdc.slot import slot_name_for
+
+    data = {"at": "now", "cdc_lag_seconds": 0.0, "freshness": {},
+            "kafka": [{"group": "feed.fanout", "topic": f"{settings.topic_prefix}.public.posts",
+                       "partition": 0, "committed": 1, "end": 1, "lag": 0},
+                      {"group": "t_other.g", "topic": "t_other.public.posts", "partition": 0,
+                       "committed": 1, "end": 2, "lag": 1}],
+            "cdc_slots": [{"slot": slot_name_for(settings), "database": settings.pg_database,
+                           "active": True, "lag_bytes": 0, "wal_status": "reserved"},
+                          {"slot": "feed_cdc_t_other", "database": "t_other", "active": False,
+                           "lag_bytes": 9, "wal_status": "reserved"}]}
+    mine = product_only(data, settings)
+    assert [r["group"] for r in mine["kafka"]] == ["feed.fanout"]
+    assert [s["slot"] for s in mine["cdc_slots"]] == [slot_name_for(settings)]
+    # The live report, filtered, holds nothing of another prefix.
+    live = report(settings, everything=False)
+    assert all(r["topic"].startswith(f"{settings.topic_prefix}.") for r in live["kafka"])

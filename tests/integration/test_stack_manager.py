@@ -20,7 +20,7 @@ from deploy.stack.layout import REPO, Layout
 from tests.conftest import require
 
 PORT_NAMES = ("FEED_PG_PORT", "FEED_KAFKA_PORT", "FEED_KAFKA_CONTROLLER_PORT", "FEED_CASSANDRA_PORT",
-              "FEED_CASSANDRA_STORAGE_PORT", "FEED_CASSANDRA_JMX_PORT")
+              "FEED_CASSANDRA_STORAGE_PORT", "FEED_CASSANDRA_JMX_PORT", "FEED_PROMETHEUS_PORT")
 
 
 def _free_ports() -> dict[str, str]:
@@ -67,7 +67,7 @@ def test_up_twice_status_down_and_restart_keep_data(private_env: dict[str, str])
     first = stack(private_env, "up")
     assert first.returncode == 0, first.stderr
     rows = status(private_env)
-    assert set(rows) == {"postgres", "kafka-1", "cassandra-1"}
+    assert set(rows) == {"postgres", "kafka-1", "cassandra-1", "prometheus"}
     assert all(r["pid"] for r in rows.values())
     pids = {name: r["pid"] for name, r in rows.items()}
 
@@ -153,7 +153,8 @@ def test_three_node_mode_runs_three_brokers_and_a_three_node_ring(private_env: d
     assert result.returncode == 0, result.stderr
     rows = status(private_env)
     assert {n for n, r in rows.items() if r["pid"]} >= {"kafka-1", "kafka-2", "kafka-3",
-                                                       "cassandra-1", "cassandra-2", "cassandra-3"}
+                                                       "cassandra-1", "cassandra-2", "cassandra-3",
+                                                       "prometheus"}
     env = dict(line.removeprefix("export ").split("=", 1)
                for line in stack(private_env, "env").stdout.splitlines())
     s = Settings(kafka_bootstrap=env["FEED_KAFKA_BOOTSTRAP"], cassandra_hosts=env["FEED_CASSANDRA_HOSTS"],

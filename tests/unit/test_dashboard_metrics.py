@@ -16,6 +16,7 @@ def exported_names() -> set[str]:
     import services.common.batch_consumer  # noqa: F401
     import services.common.counted_edges  # noqa: F401 - the fan-out's and ranker's counted edges
     import services.common.poison_guard  # noqa: F401
+    from services.common.store_health import CassandraHosts  # also feed_kafka_brokers
     import services.fanout.metrics  # noqa: F401
     from services.api.feed.metrics import FeedMetrics
     from services.api.feed.notices import NoticeStats, register_collector
@@ -24,6 +25,7 @@ def exported_names() -> set[str]:
 
     api = ApiMetrics()
     FeedMetrics(api.registry)
+    api.registry.register(CassandraHosts())
     register_collector(api.registry, ServingCache(posts=1, follows=1, timelines=1, inboxes=1, ttl_s=1,
                                                   max_silence_s=1), NoticeStats())
     names: set[str] = set()

@@ -13,6 +13,8 @@ class FeedMetrics:
         self.source_failures = Counter("feed_partition_read_failures_total",
                                        "Candidate reads that failed or timed out (page served "
                                        "without them)", ("source",), registry=registry)
+        for source in ("inbox", "celebrity", "fallback"):  # at 0: a rate of none is no data
+            self.source_failures.labels(source)
         self.skipped = Counter("feed_items_skipped_total",
                                "Snapshot entries not shown because they became ineligible",
                                ("reason",), registry=registry)

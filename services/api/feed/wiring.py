@@ -16,6 +16,7 @@ from fastapi import FastAPI
 
 from services.common import cql
 from services.common.settings import Settings
+from services.common.store_health import watch_cassandra
 
 from ..stream.gate import EligibilityGate
 from ..stream.hub import StreamHub
@@ -30,7 +31,8 @@ from .store import FeedStore
 
 def _build(app: FastAPI, settings: Settings) -> None:
     """Blocking part (connect, prepare statements): run in a thread."""
-    session = cql.cluster(settings).connect(settings.cassandra_keyspace)  # TCP_NODELAY set there
+    session = cql.session(settings)  # TCP_NODELAY, speculable statements marked: cql.py
+    watch_cassandra(session.cluster, app.state.metrics.registry)
     raw = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following)
     metrics = FeedMetrics(app.state.metrics.registry)
     store: FeedStore = raw
