@@ -98,7 +98,6 @@ class CountedEdges:
         # next plan starts from what the other writer committed, not a stale replica.
         self._serial_read_edges = p(edges)
         self._serial_read_edges.consistency_level = ConsistencyLevel.SERIAL
-        self._serial_read_edges.is_idempotent = False  # a Paxos round: not sent twice
         self._read_count = p(f"SELECT {t.count} FROM {t.name} WHERE {t.partition}=? LIMIT 1")
         self._write_edge = p(f"UPDATE {t.name} SET {t.state}=?, lsn=? "
                              f"WHERE {t.partition}=? AND {t.edge}=? IF lsn=?")

@@ -2,14 +2,10 @@
 from __future__ import annotations
 
 import socket
-from typing import Any
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
-from cassandra.cqltypes import ListType
-from cassandra.policies import (ConstantSpeculativeExecutionPolicy, DCAwareRoundRobinPolicy,
-                                TokenAwarePolicy)
-from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
 from .settings import Settings, get_settings
 
@@ -31,46 +27,6 @@ PROTOCOL_VERSION = 4
 # the table per query).
 CONSISTENCY = ConsistencyLevel.LOCAL_QUORUM
 SERIAL_CONSISTENCY = ConsistencyLevel.LOCAL_SERIAL
-# A coordinator that is paused, cut off or starved (a node just restarted on a shared
-# machine) is not down to the driver: its requests wait for the client timeout (6 s in
-# the workers). A statement that is safe to run twice (``speculable``) also goes to the
-# next coordinator when the first has not answered after this long: far above a healthy
-# request (milliseconds), under the node's own 2 s write timeout. One extra execution at
-# most, so a cluster that is slow everywhere gets at most twice the load of those requests.
-SPECULATE_AFTER_S = 0.5
-
-
-def speculable(statement: PreparedStatement) -> bool:
-    """Whether running the statement twice at once leaves what running it once leaves: a
-    read that is not a Paxos read, or a write whose cells all take the caller's
-    ``USING TIMESTAMP`` and that sets no list (a list's elements get new cell ids per
-    write, so a second copy would duplicate them). Conditional writes (``IF``), writes
-    stamped by the coordinator's clock and counters are not."""
-    query = " ".join(statement.query_string.upper().split())
-    if statement.consistency_level in (ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL):
-        return False
-    if query.startswith("SELECT "):
-        return True
-    stamped = "TIMESTAMP ?" in query or "TIMESTAMP :" in query
-    if not stamped or " IF " in f"{query} ":
-        return False
-    return not any(isinstance(c.type, type) and issubclass(c.type, ListType)
-                   for c in statement.column_metadata or ())
-
-
-class SpeculableBatch(BatchStatement):
-    """An unlogged batch of speculable statements only, so itself safe to speculate."""
-
-    def __init__(self) -> None:
-        super().__init__(batch_type=BatchType.UNLOGGED)
-        self.is_idempotent = True
-
-    def add(self, statement: Any, parameters: Any = None) -> "SpeculableBatch":
-        if not (statement.is_idempotent or (isinstance(statement, PreparedStatement)
-                                            and speculable(statement))):
-            raise ValueError(f"not speculable, so not for a SpeculableBatch: {statement}")
-        super().add(statement, parameters)
-        return self
 
 
 def cluster(settings: Settings | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Cluster:
@@ -79,7 +35,6 @@ def cluster(settings: Settings | None = None, *, timeout: float = DEFAULT_TIMEOU
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
         request_timeout=timeout, consistency_level=CONSISTENCY,
         serial_consistency_level=SERIAL_CONSISTENCY,
-        speculative_execution_policy=ConstantSpeculativeExecutionPolicy(SPECULATE_AFTER_S, 1),
     )
     return Cluster(s.cassandra_contact_points, port=s.cassandra_port,
                    protocol_version=PROTOCOL_VERSION,
@@ -91,17 +46,6 @@ def cluster(settings: Settings | None = None, *, timeout: float = DEFAULT_TIMEOU
 
 def session(settings: Settings | None = None, *, keyspace: str | None = None,
             timeout: float = DEFAULT_TIMEOUT_S) -> Session:
-    """A connected session on the feed keyspace (or ``keyspace``). Every statement it
-    prepares is marked idempotent when ``speculable`` (the driver speculates only on
-    those); a caller that later makes one a Paxos read clears the mark itself."""
+    """A connected session on the feed keyspace (or ``keyspace``)."""
     s = settings or get_settings()
-    connected = cluster(s, timeout=timeout).connect(keyspace or s.cassandra_keyspace)
-    prepare = connected.prepare
-
-    def prepare_marked(query: str, *args: Any, **kwargs: Any) -> PreparedStatement:
-        statement = prepare(query, *args, **kwargs)
-        statement.is_idempotent = speculable(statement)
-        return statement
-
-    connected.prepare = prepare_marked  # type: ignore[method-assign]
-    return connected
+    return cluster(s, timeout=timeout).connect(keyspace or s.cassandra_keyspace)

@@ -14,11 +14,10 @@ from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Sequence
 
 from cassandra.cluster import Session
-from cassandra.query import PreparedStatement
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.common import ids
 from services.common.counted_edges import CountedEdges, EdgeTable
-from services.common.cql import SpeculableBatch
 from services.common.cql_async import CqlRunner
 from services.common.edge_transitions import EdgeChange, EdgeStep
 from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
@@ -44,7 +43,7 @@ class CopyStore:
         self._notices = notices
         p = session.prepare
         self._session = session
-        self._write_post_variants: dict[tuple[bool, str], PreparedStatement] = {}
+        self._write_post_variants: dict[tuple[bool, bool], PreparedStatement] = {}
         self._mark_fanned_out = p("UPDATE posts USING TIMESTAMP ? SET fanned_out=? WHERE post_id=?")
         copy_columns = ("author_id, created_at, visibility, deleted, WRITETIME(visibility) AS vis_ts, "
                         "fanned_out, score, rank_key, rank_key_next, WRITETIME(rank_key) AS key_ts")
@@ -81,28 +80,22 @@ class CopyStore:
         self._blocks_between = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
 
     # -- posts ---------------------------------------------------------------------------
-    def _post_writer(self, with_text: bool, media: str) -> PreparedStatement:
-        """UPDATE of the copy without the columns a change did not carry (TOAST).
-        ``media``: "skip" (not carried), "clear" (no media: the column's deletion, at the
-        change's timestamp like every cell, so the statement stays speculable) or "set"
-        (a list value: its elements get new cell ids per write, so this one variant is
-        never sent twice at once, services/common/cql.py ``speculable``)."""
-        key = (with_text, media)
+    def _post_writer(self, with_text: bool, with_media: bool) -> PreparedStatement:
+        """UPDATE of the copy without the columns a change did not carry (TOAST)."""
+        key = (with_text, with_media)
         if key not in self._write_post_variants:
             cols = ["author_id=?", "created_at=?"] + (["text=?"] if with_text else []) \
-                + {"skip": [], "clear": ["media_ids=null"], "set": ["media_ids=?"]}[media] \
-                + ["visibility=?", "deleted=?"]
+                + (["media_ids=?"] if with_media else []) + ["visibility=?", "deleted=?"]
             self._write_post_variants[key] = self._session.prepare(
                 f"UPDATE posts USING TIMESTAMP ? SET {', '.join(cols)} WHERE post_id=?")
         return self._write_post_variants[key]
 
     async def write_post(self, post: PostFields, lsn: int) -> None:
-        with_text = post.text is not None
-        media = "skip" if post.media_ids is None else "set" if post.media_ids else "clear"
+        with_text, with_media = post.text is not None, post.media_ids is not None
         params: list = [lsn, post.author_id, post.created_at]
-        params += ([post.text] if with_text else []) + ([post.media_ids] if media == "set" else [])
+        params += ([post.text] if with_text else []) + ([post.media_ids] if with_media else [])
         params += [post.visibility if not post.deleted else 0, post.deleted, post.post_id]
-        await self._run.execute(self._post_writer(with_text, media), params)
+        await self._run.execute(self._post_writer(with_text, with_media), params)
         await self._notices.changed(ServingChange(posts=(post.post_id,)))
 
     async def read_post(self, post_id: int) -> PostCopy | None:
@@ -145,7 +138,7 @@ class CopyStore:
                                new_key: float, key_ts: int) -> None:
         """The author-timeline row from ``old_keys`` to ``new_key``: one partition, one batch."""
         bucket = ids.day_bucket(post_id)
-        batch = SpeculableBatch()
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for key in dict.fromkeys(old_keys):
             if key != new_key:
                 batch.add(self._del_author_post, (key_ts, author_id, bucket, key, post_id))

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 from cassandra.cluster import Session
-from cassandra.query import PreparedStatement
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from services.common.cql import SpeculableBatch
 from services.common.cql_async import CqlRunner
 from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
@@ -93,14 +92,14 @@ class InboxStore:
                             rows_of: Callable[[int], list[tuple[PreparedStatement, tuple]]]) -> int:
         """Each reader's statements, in unlogged batches of readers sharing replicas (a
         reader's statements never split across batches); returns the readers written."""
-        batches: list[tuple[SpeculableBatch, int]] = []
+        batches: list[tuple[BatchStatement, int]] = []
         for readers in self._by_replicas(reader_ids):
-            batch, count, size = SpeculableBatch(), 0, 0
+            batch, count, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0, 0
             for reader in readers:
                 statements = rows_of(reader)
                 if size and size + len(statements) > PUSH_BATCH_ROWS:
                     batches.append((batch, count))
-                    batch, count, size = SpeculableBatch(), 0, 0
+                    batch, count, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0, 0
                 for statement, params in statements:
                     batch.add(statement, params)
                 count, size = count + 1, size + len(statements)
@@ -108,7 +107,7 @@ class InboxStore:
                 batches.append((batch, count))
         permits = self._permits()
 
-        async def send(batch: SpeculableBatch, count: int) -> int:
+        async def send(batch: BatchStatement, count: int) -> int:
             async with permits:
                 await self._run.execute(batch)
             return count
@@ -178,7 +177,7 @@ class InboxStore:
         rows = [r for r in rows if r.ttl_s > 0]  # TTL 0 would mean "never expires"
         batches: list[tuple[Any, Sequence[Any]]] = []
         for start in range(0, len(rows), PUSH_BATCH_ROWS):
-            batch = SpeculableBatch()
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             for r in rows[start:start + PUSH_BATCH_ROWS]:
                 batch.add(self._push, (reader_id, r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts))
             batches.append((batch, ()))
@@ -215,7 +214,7 @@ class InboxStore:
         ordered = sorted(doomed)
         statements = []
         for i in range(0, len(ordered), PUSH_BATCH_ROWS):
-            batch = SpeculableBatch()
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             for key, post_id in ordered[i:i + PUSH_BATCH_ROWS]:
                 batch.add(self._unpush, (ts, reader_id, key, post_id))
             statements.append((batch, ()))

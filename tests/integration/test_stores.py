@@ -114,22 +114,3 @@ def test_cassandra_round_trip_through_project_session(settings: Settings) -> Non
         session.cluster.shutdown()
     assert sorted(r.followed_id for r in rows) == [2, 3]
 
-
-def test_a_project_session_marks_only_speculable_statements_and_runs_their_batches(settings: Settings) -> None:
-    session = cql.session(settings)
-    try:
-        push = session.prepare("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
-                               "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
-        read = session.prepare("SELECT post_id FROM feed_inbox WHERE reader_id=?")
-        score = session.prepare("UPDATE posts SET score=? WHERE post_id=?")
-        media = session.prepare("UPDATE posts USING TIMESTAMP ? SET media_ids=? WHERE post_id=?")
-        no_media = session.prepare("UPDATE posts USING TIMESTAMP ? SET media_ids=null WHERE post_id=?")
-        assert (push.is_idempotent, read.is_idempotent, no_media.is_idempotent) == (True, True, True)
-        assert (score.is_idempotent, media.is_idempotent) == (False, False)
-        batch = cql.SpeculableBatch()
-        for post in (1, 2):
-            batch.add(push, (777, float(post), post, 5, 600, 1_000))
-        session.execute(batch)
-        assert sorted(r.post_id for r in session.execute(read, (777,))) == [1, 2]
-    finally:
-        session.cluster.shutdown()

@@ -34,7 +34,6 @@ class _Session:
 
 class _Cql(str):
     fetch_size = None
-    is_idempotent = True  # every inbox write is stamped (USING TIMESTAMP): cql.session marks it
 
 
 class _Runner:

@@ -16,8 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from cassandra.cluster import ExecutionProfile, Session
-from cassandra.policies import (ConstantSpeculativeExecutionPolicy, DCAwareRoundRobinPolicy,
-                                TokenAwarePolicy)
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from services.common.cql import CONSISTENCY, SERIAL_CONSISTENCY
@@ -28,9 +27,11 @@ CELEBRITY_SHARD = 0
 # Extra time the asyncio side waits past the driver's own timeout before giving up:
 # the driver normally fails the future first; this only guards a lost callback.
 _GUARD_S = 0.05
-# When an idempotent read (every SELECT here) is sent to a second replica: well above a
-# healthy read (~1 ms) and well under the store timeout (0.25 s).
-SPECULATE_AFTER_S = 0.06
+# No driver-side speculative execution: cassandra-driver 3.30 sets a ResponseFuture's
+# connection in _query but its stream id only after _query returns, so a speculative
+# execution fired in between (a starved event loop, a short delay) leaves the two
+# mismatched, and a client timeout then pops another request's callback: reads answered
+# with other requests' rows (docs/reliability.md, third session).
 
 
 def install_profile(session: Session, timeout: float) -> None:
@@ -38,12 +39,7 @@ def install_profile(session: Session, timeout: float) -> None:
     profile = ExecutionProfile(load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
                                request_timeout=timeout, row_factory=tuple_factory,
                                consistency_level=CONSISTENCY,
-                               serial_consistency_level=SERIAL_CONSISTENCY,
-                               # A paused coordinator (SIGSTOP, a long GC) is not down to the
-                               # driver: a read marked idempotent also goes to the next
-                               # replica after SPECULATE_AFTER_S instead of timing out.
-                               speculative_execution_policy=ConstantSpeculativeExecutionPolicy(
-                                   SPECULATE_AFTER_S, 1))
+                               serial_consistency_level=SERIAL_CONSISTENCY)
     if PROFILE not in session.cluster.profile_manager.profiles:
         session.cluster.add_execution_profile(PROFILE, profile)
 
@@ -94,15 +90,10 @@ class FeedStore:
                  "rank_key, rank_key_next, WRITETIME(rank_key)")
         self._posts_full = p(f"SELECT {state}, text FROM posts WHERE post_id IN ?")
         self._posts_state = p(f"SELECT {state} FROM posts WHERE post_id IN ?")
-        self._post_full = p(f"SELECT {state}, text FROM posts WHERE post_id=?")
-        self._post_state = p(f"SELECT {state} FROM posts WHERE post_id=?")
         self._save_snapshot = p("INSERT INTO feed_snapshots (reader_id, feed_version, ranked, "
                                 "created_at) VALUES (?,?,?,?) USING TTL ?")
         self._load_snapshot = p("SELECT ranked, created_at FROM feed_snapshots "
                                 "WHERE reader_id=? AND feed_version=?")
-        for statement in vars(self).values():
-            if isinstance(statement, PreparedStatement) and statement.query_string.startswith("SELECT"):
-                statement.is_idempotent = True  # safe to speculate (SPECULATE_AFTER_S)
 
     @property
     def from_memory(self) -> bool:
@@ -190,25 +181,6 @@ class FeedStore:
         created_at_ms, visibility, deleted, rank_key, rank_key_next, key_ts[, text])``."""
         statement = self._posts_full if with_text else self._posts_state
         return await self._rows(statement, (list(post_ids),))
-
-    async def posts_each(self, post_ids: Sequence[int], *,
-                         with_text: bool) -> tuple[list[tuple], set[int]]:
-        """The rows ``posts`` gives, one point read per post, all at once; and the ids
-        whose read failed. For a batch whose IN read failed: its coordinator waits on
-        every partition's replicas, so one slow or dead replica fails all of them, while a
-        point read goes to a replica of its own partition (token-aware) and speculates on
-        its own, so the same replica costs only the posts it holds."""
-        statement = self._post_full if with_text else self._post_state
-        results = await asyncio.gather(*(self._rows(statement, (p,)) for p in post_ids),
-                                       return_exceptions=True)
-        rows: list[tuple] = []
-        failed: set[int] = set()
-        for post_id, result in zip(post_ids, results):
-            if isinstance(result, BaseException):
-                failed.add(post_id)
-            else:
-                rows += result
-        return rows, failed
 
     # -- snapshots ----------------------------------------------------------------------------
     async def save_snapshots(self, items: Sequence[Any]) -> None:
