@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from services.common import cql, pg
@@ -158,7 +158,7 @@ def _dlq_records(settings: Settings) -> int:
         for name, topic in meta.topics.items():
             if name.startswith(settings.topic_prefix + ".") and name.endswith(".dlq"):
                 for p in topic.partitions:
-                    low, high = probe.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+                    low, high = _watermarks(probe, TopicPartition(name, p))
                     total += high - low
     finally:
         probe.close()
@@ -270,6 +270,22 @@ def _cdc_gaps(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
     return len(unsent), len(lost), (unsent[:5] + lost[:5])
 
 
+# Transient Kafka errors the checker reads through (a leader that moved after the fault).
+RETRIES = 10
+
+
+def _watermarks(client: Consumer, tp: TopicPartition) -> tuple[int, int]:
+    """The partition's low and high watermarks, asked again on a retriable error."""
+    for attempt in range(RETRIES):
+        try:
+            return client.get_watermark_offsets(tp, timeout=10)
+        except KafkaException as exc:
+            if attempt == RETRIES - 1 or not exc.args[0].retriable():
+                raise
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
 def _missing_offsets(settings: Settings, wanted: dict[tuple[str, int], set[int]]) -> list[Any]:
     """Acknowledged (topic, partition, offset)s that a read of the partition does not return."""
     consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": CHECKER_GROUP,
@@ -277,15 +293,21 @@ def _missing_offsets(settings: Settings, wanted: dict[tuple[str, int], set[int]]
     missing: list[Any] = []
     try:
         for (topic, partition), offsets in wanted.items():
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            low, high = _watermarks(consumer, TopicPartition(topic, partition))
             present: set[int] = set()
             start = min(offsets)
             if start < high:
                 consumer.assign([TopicPartition(topic, partition, max(start, low))])
+                errors = 0
                 while True:
                     msg = consumer.poll(5)
-                    if msg is None or msg.error():
+                    if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
                         break
+                    if msg.error():  # a leader moving after the fault: read on
+                        errors += 1
+                        if errors > RETRIES:
+                            break
+                        continue
                     present.add(msg.offset())
                     if msg.offset() >= min(high - 1, max(offsets)):
                         break

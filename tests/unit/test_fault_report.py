@@ -56,3 +56,23 @@ def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
     # resync and never announced: the one silent gap.
     assert stream_gaps(w) == (1, [506])
     assert stream_gaps(type("N", (), {"cast": W.cast, "ledger": Ledger()})())[0] == 0
+
+
+def test_the_expected_alert_must_fire_during_the_fault_and_clear_after_the_lift() -> None:
+    from tests.faults.__main__ import AlertWatch
+
+    watch = AlertWatch.__new__(AlertWatch)
+    a, none = frozenset({"FeedCassandraNodeUnreachable"}), frozenset()
+    watch.samples = [(100.0, none), (130.0, a), (140.0, None), (200.0, a), (215.0, none)]
+    got = watch.summary("FeedCassandraNodeUnreachable", fault_at=110.0, lifted_at=190.0)
+    assert (got["fired_after_fault_s"], got["resolved_after_lift_s"], got["ok"]) == (20.0, 25.0, True)
+    assert got["unreachable_polls"] == 1
+    never = watch.summary("FeedKafkaBrokerUnreachable", fault_at=110.0, lifted_at=190.0)
+    assert (never["fired_after_fault_s"], never["ok"]) == (None, False)
+    result = {"scenario": "cassandra-kill", "faults": ["SIGKILL cassandra-3"],
+              "verdict": Verdict(acked_writes=10).as_dict(), "ok": True, "non_2xx_during": 0,
+              "requests_during": 100, "server_errors_other_than_503": 0, "freshness_max_during_s": 1.0,
+              "lag_recovered_after_lift_s": 2.0, "lag_zero_after_load_s": 1.0, "alert": never}
+    assert row(result).rstrip().endswith("| FeedKafkaBrokerUnreachable never fired | MISSED (alert) |")
+    result["alert"] = got
+    assert row(result).rstrip().endswith("fired 20.0 s after the fault, cleared 25.0 s after the lift | ok |")
