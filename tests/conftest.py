@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 
 import pytest
@@ -43,6 +44,17 @@ def require(*services: str) -> None:
             if IN_CI:
                 pytest.fail(message)
             pytest.skip(message)
+
+
+def require_tool(name: str, hint: str) -> str:
+    """The path of program ``name``; skip (locally) or fail (CI) when it is missing."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is missing ({hint})"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -33,27 +33,27 @@ def _apt_install(packages: list[str], why: str, log: Path) -> None:
                 f"apt-get install {' '.join(packages)}", log, env=env)
 
 
+def _programs(names: list[str], package: str, why: str, log: Path) -> list[str]:
+    """The paths of ``names``, Debian's ``package`` installed first when one is missing."""
+    if not all(shutil.which(n) for n in names):
+        _apt_install([package], f"{' or '.join(names)} missing ({why})", log)
+    paths = [shutil.which(n) for n in names]
+    missing = [n for n, p in zip(names, paths) if p is None]
+    if missing:
+        raise StackError(f"{package} was installed but {', '.join(missing)} is not on PATH")
+    return paths  # type: ignore[return-value]
+
+
 def ensure_nft(log: Path) -> str:
-    """``nft`` (Debian's nftables), installed when missing: the fault suite cuts a node off
-    the network with it (netem does not work on these machines; nftables does)."""
-    found = shutil.which("nft")
-    if found:
-        return found
-    _apt_install(["nftables"], "nft is missing (the fault suite's network cuts)", log)
-    found = shutil.which("nft")
-    if not found:
-        raise StackError("nftables was installed but nft is not on PATH")
-    return found
+    """``nft`` (Debian's nftables): the fault suite cuts a node off the network with it
+    (netem does not work on these machines; nftables does)."""
+    return _programs(["nft"], "nftables", "the fault suite's network cuts", log)[0]
 
 
 def ensure_prometheus(log: Path) -> tuple[str, str]:
-    """``prometheus`` and ``promtool`` (Debian's package, 2.42 on bookworm), installed when
-    missing: the stack scrapes the services with it and the tests check the alert rules."""
-    if not (shutil.which("prometheus") and shutil.which("promtool")):
-        _apt_install(["prometheus"], "prometheus is missing (metrics, alert rules)", log)
-    server, tool = shutil.which("prometheus"), shutil.which("promtool")
-    if not (server and tool):
-        raise StackError("prometheus was installed but prometheus/promtool are not on PATH")
+    """``prometheus`` and ``promtool`` (Debian's package, 2.42 on bookworm): the stack
+    scrapes the services with it and the tests check the alert rules."""
+    server, tool = _programs(["prometheus", "promtool"], "prometheus", "metrics, alert rules", log)
     return server, tool
 
 

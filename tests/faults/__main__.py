@@ -48,15 +48,32 @@ def _settings() -> Settings:
     return get_settings()
 
 
-class AlertWatch:
+class _Sampler:
+    """A daemon thread taking samples (``_run``) from ``start`` until ``stop``."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=15)
+
+
+class AlertWatch(_Sampler):
     """The firing alerts of the stack's Prometheus, polled every 2 s (``/api/v1/alerts``)."""
 
     def __init__(self) -> None:
         from deploy.stack import prometheus
+        super().__init__()
         self.url = f"http://{prometheus.address()}/api/v1/alerts"
         self.samples: list[tuple[float, frozenset[str] | None]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     def firing(self) -> frozenset[str] | None:
         import urllib.request
@@ -71,13 +88,6 @@ class AlertWatch:
         while not self._stop.is_set():
             self.samples.append((time.time(), self.firing()))
             self._stop.wait(2.0)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
 
     def summary(self, alert: str, fault_at: float, lifted_at: float) -> dict[str, Any]:
         """When ``alert`` first fired after the fault, and when it was last seen firing
@@ -94,14 +104,13 @@ class AlertWatch:
                 "ok": fired is not None and fired <= lifted_at and resolved is not None}
 
 
-class LagWatch:
+class LagWatch(_Sampler):
     """The fan-out's and the ranker's total consumer lag, sampled every second."""
 
     def __init__(self, settings: Settings) -> None:
+        super().__init__()
         self.settings = settings
         self.samples: list[tuple[float, int | None]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
         prefix = settings.topic_prefix
         self.groups = {settings.fanout_group_id or f"{prefix}.fanout",
                        settings.ranker_group_id or f"{prefix}.ranker"}
@@ -137,13 +146,6 @@ class LagWatch:
         finally:
             for reader in readers.values():
                 reader.close()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=15)
 
     def recovered_after(self, fault_at: float, lifted_at: float) -> float | None:
         """Seconds from the lift until the lag is back at what it was under the same load

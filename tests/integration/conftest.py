@@ -8,6 +8,7 @@ The read path's tests reuse the same fixture.
 from __future__ import annotations
 
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
+import psycopg
 import pytest
 import uvicorn
 from fastapi import FastAPI
@@ -34,6 +36,38 @@ def wait_until(condition: Callable[[], bool], *, timeout: float = 10.0,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {message}")
         time.sleep(interval)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def drop_database_with_slots(admin_dsn: str, name: str, deadline_s: float = 60.0) -> None:
+    """Drop a test database and the replication slots on it. A relay the test stopped can
+    take seconds to let go of its slot and its connections on a loaded machine (the
+    replication role's sessions cannot be ended by this one): wait for both, with a
+    deadline, rather than fail teardown."""
+    deadline = time.monotonic() + deadline_s
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        while True:
+            rows = conn.execute("SELECT slot_name, active_pid FROM pg_replication_slots "
+                                "WHERE database = %s", (name,)).fetchall()
+            if all(pid is None for _, pid in rows) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        for slot, _ in rows:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        while True:
+            try:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                return
+            except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ObjectInUse):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
 
 def new_user_id() -> int:

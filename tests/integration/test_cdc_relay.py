@@ -10,7 +10,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from services.cdc.slot import slot_name_for
 from services.common.settings import Settings
 from services.common.topics import CAPTURED_TABLES, cdc_topic, heartbeat_topic
 
+from .conftest import drop_database_with_slots, free_port
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # How long teardown waits for a stopped relay to release its slot and connections.
 TEARDOWN_DEADLINE_S = 60
@@ -46,12 +47,6 @@ def wait_for(condition: Callable[[], object], timeout: float, message: str) -> o
         time.sleep(0.1)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def source(settings: Settings) -> Iterator[Settings]:
     """A fresh migrated database + topic prefix for one test; slots dropped afterwards."""
@@ -60,31 +55,11 @@ def source(settings: Settings) -> Iterator[Settings]:
     with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     s = settings.model_copy(update={"pg_database": name, "topic_prefix": name,
-                                    "cdc_metrics_port": _free_port()})
+                                    "cdc_metrics_port": free_port()})
     migrate_postgres(s)
     migrate_kafka(s, name)
     yield s
-    with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
-        # A relay the test stopped can take seconds to let go of its slot and its
-        # connections on a loaded machine (the replication role's sessions cannot be
-        # ended by this one): wait for both, with a deadline, rather than fail teardown.
-        deadline = time.monotonic() + TEARDOWN_DEADLINE_S
-        while True:
-            rows = conn.execute("SELECT slot_name, active_pid FROM pg_replication_slots "
-                                "WHERE database = %s", (name,)).fetchall()
-            if all(pid is None for _, pid in rows) or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        for slot, _ in rows:
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-        while True:
-            try:
-                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-                break
-            except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ObjectInUse):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+    drop_database_with_slots(admin.pg_dsn, name, TEARDOWN_DEADLINE_S)
 
 
 @dataclass
@@ -118,7 +93,7 @@ def relays(tmp_path) -> Iterator[Callable[..., RelayProcess]]:
         env = {**os.environ, "FEED_PG_DATABASE": s.pg_database, "FEED_TOPIC_PREFIX": s.topic_prefix,
                "FEED_PG_HOST": s.pg_host, "FEED_PG_PORT": str(s.pg_port),
                "FEED_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
-               "FEED_CDC_METRICS_PORT": str(_free_port()),
+               "FEED_CDC_METRICS_PORT": str(free_port()),
                "FEED_CDC_HEARTBEAT_INTERVAL_S": "1", **extra}
         log_path = str(tmp_path / f"relay{len(started)}.log")
         with open(log_path, "w") as log:

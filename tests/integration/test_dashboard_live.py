@@ -13,8 +13,6 @@ import itertools
 import json
 import math
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -30,9 +28,9 @@ import pytest
 from deploy.stack.prometheus import RULES, config
 from services.api.auth import mint_token
 from services.common.settings import Settings
-from tests.conftest import IN_CI
+from tests.conftest import require_tool
 
-from .conftest import new_user_id
+from .conftest import drop_database_with_slots, free_port, new_user_id
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "feed-pipeline.json"
@@ -41,12 +39,6 @@ SERVICES = {"feed-cdc": "services.cdc", "feed-fanout": "services.fanout",
 PANELS_DEADLINE_S = 180
 TRAFFIC_S = 20
 _counter = itertools.count(1)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -75,18 +67,13 @@ def _wait(url: str, what: str, procs: list[subprocess.Popen], timeout: float = 9
 def live(settings: Settings, tmp_path: Path) -> Iterator[LiveSystem]:
     from deploy.migrate import migrate_kafka, migrate_postgres
 
-    server = shutil.which("prometheus")
-    if server is None:
-        message = "prometheus is missing (Debian's package; `make up` installs it)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+    server = require_tool("prometheus", "Debian's package; `make up` installs it")
     name = f"{settings.pg_database}_dash{next(_counter)}"
     admin = Settings(pg_database=settings.pg_database)
     with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    ports = {"api_port": _free_port(), "cdc_metrics_port": _free_port(),
-             "fanout_metrics_port": _free_port(), "ranker_metrics_port": _free_port()}
+    ports = {"api_port": free_port(), "cdc_metrics_port": free_port(),
+             "fanout_metrics_port": free_port(), "ranker_metrics_port": free_port()}
     s = settings.model_copy(update={"pg_database": name, "topic_prefix": name, **ports})
     migrate_postgres(s)
     migrate_kafka(s, name)
@@ -96,7 +83,7 @@ def live(settings: Settings, tmp_path: Path) -> Iterator[LiveSystem]:
            "FEED_CDC_HEARTBEAT_INTERVAL_S": "1", "FEED_KAFKA_COMMIT_INTERVAL_S": "0.5",
            **{f"FEED_{k.upper()}": str(v) for k, v in ports.items()}}
     procs: list[subprocess.Popen] = []
-    prom_port = _free_port()
+    prom_port = free_port()
     jobs = {"feed-api": f"127.0.0.1:{s.api_port}", "feed-cdc": f"127.0.0.1:{s.cdc_metrics_port}",
             "feed-fanout": f"127.0.0.1:{s.fanout_metrics_port}",
             "feed-ranker": f"127.0.0.1:{s.ranker_metrics_port}"}
@@ -128,17 +115,7 @@ def live(settings: Settings, tmp_path: Path) -> Iterator[LiveSystem]:
                 proc.kill()
         for log in sorted(tmp_path.glob("*.log")):
             print(f"--- {log.name} (tail)\n{log.read_bytes()[-2000:].decode('utf-8', 'replace')}")
-        with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
-            deadline = time.monotonic() + 60
-            while True:  # the relay's walsender can take a moment to let go of the slot
-                rows = conn.execute("SELECT slot_name, active_pid FROM pg_replication_slots "
-                                    "WHERE database = %s", (name,)).fetchall()
-                if all(pid is None for _, pid in rows) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
-            for slot, _ in rows:
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        drop_database_with_slots(admin.pg_dsn, name)
 
 
 def _traffic(system: LiveSystem) -> None:

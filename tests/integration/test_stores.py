@@ -113,4 +113,3 @@ def test_cassandra_round_trip_through_project_session(settings: Settings) -> Non
     finally:
         session.cluster.shutdown()
     assert sorted(r.followed_id for r in rows) == [2, 3]
-

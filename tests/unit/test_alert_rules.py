@@ -2,25 +2,16 @@
 their unit tests (rules.test.yml: each alert fires on its series, quiet on healthy ones)."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import IN_CI
+from tests.conftest import require_tool
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
 
 def _promtool() -> str:
-    tool = shutil.which("promtool")
-    if tool is None:
-        message = "promtool is missing (Debian's prometheus package; `make up` installs it)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return tool
+    return require_tool("promtool", "Debian's prometheus package; `make up` installs it")
 
 
 def test_rules_are_valid() -> None:
