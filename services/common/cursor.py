@@ -1,6 +1,7 @@
 """Opaque, signed feed cursors (DESIGN.md "Feed paging"). Pure: no I/O, no clock.
 
-A cursor carries the reader it was issued to, the snapshot's ``feed_version`` and the
+A cursor carries the reader it was issued to, the snapshot's ``feed_version``, the
+feed order it pages (``ranked`` or ``latest``: a cursor is bound to its order) and the
 last ``(rank, post_id)`` of the page it ends. It is ``<payload>.<kid>.<mac>``, each part
 base64url without padding; ``mac`` is HMAC-SHA256 over ``<payload>.<kid>`` with the
 secret named by ``kid``. Keys come from ``Settings.cursor_keys`` ("kid:secret,..."): the
@@ -24,6 +25,10 @@ import orjson
 CURSOR_FORMAT = 1
 # Longer input is refused before any decoding (a cursor is ~150 characters).
 MAX_CURSOR_CHARS = 512
+# Feed orders (GET /v1/feed?order=...); a ranked cursor's payload names none, so cursors
+# issued before latest order existed still decode as ranked.
+RANKED, LATEST = "ranked", "latest"
+ORDERS = (RANKED, LATEST)
 
 
 class CursorRejected(ValueError):
@@ -64,6 +69,7 @@ class Cursor:
     feed_version: str
     rank: float
     post_id: int
+    order: str = RANKED
 
 
 def _b64(data: bytes) -> str:
@@ -82,8 +88,12 @@ def encode_cursor(cursor: Cursor, keys: CursorKeys) -> str:
     """The opaque string for ``cursor``, signed with the current signing key."""
     if not math.isfinite(cursor.rank):
         raise ValueError("rank must be finite")
+    if cursor.order not in ORDERS:
+        raise ValueError(f"unknown order {cursor.order!r}")
     payload = {"v": CURSOR_FORMAT, "r": str(cursor.reader_id), "f": cursor.feed_version,
                "k": cursor.rank, "p": str(cursor.post_id)}
+    if cursor.order != RANKED:
+        payload["o"] = cursor.order
     body = _b64(orjson.dumps(payload))
     signed = f"{body}.{keys.signing}"
     return f"{signed}.{_b64(_mac(keys.by_kid[keys.signing], signed))}"
@@ -115,7 +125,10 @@ def decode_cursor(token: str, keys: CursorKeys, reader_id: int) -> Cursor:
         if payload["v"] != CURSOR_FORMAT:
             raise CursorRejected("cursor format is not supported")
         cursor = Cursor(reader_id=int(payload["r"]), feed_version=str(payload["f"]),
-                        rank=float(payload["k"]), post_id=int(payload["p"]))
+                        rank=float(payload["k"]), post_id=int(payload["p"]),
+                        order=payload.get("o", RANKED))
+        if cursor.order not in ORDERS:
+            raise CursorRejected("cursor is malformed")
     except CursorRejected:
         raise
     except (ValueError, KeyError, TypeError) as exc:  # orjson.JSONDecodeError is a ValueError

@@ -175,6 +175,12 @@ class Settings(BaseSettings):
     # first-page budget on the bench machine); small follow lists are fully covered.
     feed_fallback_authors: int = 16
     feed_fallback_posts_per_author: int = 5
+    # Latest order (GET /v1/feed?order=latest) reads the whole inbox (inbox_cap rows) and
+    # this many rows of each followed celebrity's day partition, newest first by post id.
+    feed_latest_posts_per_partition: int = 200
+    # A reader's stored preferences (GET|PUT /v1/me/preferences) are kept in the process
+    # this long: a change made through another process is used within this delay.
+    feed_preferences_cache_s: float = 5.0
     # Upper bound on a snapshot's entries as walks extend it (24 bytes each packed): 40
     # pages of 20, the depth of a home timeline (Twitter's was 800 tweets).
     feed_max_candidates: int = 800

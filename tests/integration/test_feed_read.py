@@ -213,7 +213,7 @@ def test_fast_path_answers_a_known_caller_as_the_route_does(api_server: RunningA
         by_route = client.get("/v1/feed", params={"limit": 2})  # a new token: the route checks it
         assert served == []
         fast = client.get("/v1/feed", params={"limit": 2})
-        assert served == [(reader, 2, None)]
+        assert served == [(reader, 2, None, None)]
         for response in (by_route, fast):
             assert response.status_code == 200
             assert response.headers["content-type"] == "application/json"

@@ -69,3 +69,14 @@ def test_every_flipped_character_is_rejected() -> None:
 def test_bad_key_specs_are_refused(spec: str) -> None:
     with pytest.raises(ValueError):
         CursorKeys.parse(spec)
+
+
+def test_cursor_carries_its_order_and_ranked_cursors_keep_their_old_payload() -> None:
+    latest = Cursor(**{**CURSOR.__dict__, "order": "latest"})
+    assert decode_cursor(encode_cursor(latest, KEYS), KEYS, 42).order == "latest"
+    body = encode_cursor(CURSOR, KEYS).split(".")[0]
+    payload = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    assert "o" not in payload  # a ranked cursor issued before orders existed reads the same
+    assert decode_cursor(encode_cursor(CURSOR, KEYS), KEYS, 42).order == "ranked"
+    with pytest.raises(ValueError):
+        encode_cursor(Cursor(**{**CURSOR.__dict__, "order": "oldest"}), KEYS)

@@ -63,3 +63,18 @@ def test_posts_with_rows_under_two_keys_are_in_doubt_and_the_live_row_wins() -> 
     assert rows_in_doubt([inbox, [(5.0, 2, 7)]]) == {1}
     rows, _ = merge_top([inbox], 10, live=lambda row: row[1] != 1 or row[0] == 4.0)
     assert rows == [(5.0, 2, 7), (4.0, 1, 7)]
+
+
+def test_latest_rows_are_keyed_by_creation_time_one_per_post() -> None:
+    from services.api.feed.candidates import latest_key, latest_rows
+    from services.common import ids
+
+    old, new, newest = (ids.compose(1_790_000_000_000 + ms, 1, 0) for ms in (0, 5_000, 9_000))
+    inbox = [(9.5, old, 1), (3.0, newest, 2), (7.0, new, 3), (2.0, old, 1)]  # old: two rows (a move)
+    fallback = [(3.0, newest, 2)]
+    rows, more = merge_top(latest_rows([inbox, fallback]), 10)
+    assert [r[1] for r in rows] == [newest, new, old] and not more
+    assert rows[0][0] == latest_key(newest) == float(ids.timestamp_ms(newest))
+    same_ms = [ids.compose(1_790_000_000_000, node, 0) for node in (3, 1, 2)]
+    tied, _ = merge_top(latest_rows([[(0.0, p, 1) for p in same_ms]]), 10)
+    assert [r[1] for r in tied] == sorted(same_ms, reverse=True)  # newest first by post id

@@ -66,3 +66,12 @@ def test_a_snapshot_of_another_format_is_refused() -> None:
     import pytest
     with pytest.raises(ValueError):
         snapshot.PackedEntries(bytes([1]) + b"\0" * 24)  # the v1 layout (no flags byte)
+
+
+def test_a_snapshot_says_which_order_it_is_in_and_keeps_it_when_extended() -> None:
+    rows = [(3.0, 30, 1), (2.0, 20, 1)]
+    assert not snapshot.PackedEntries(snapshot.pack_tuples(rows, more=True)).latest
+    latest = snapshot.pack_tuples(rows, latest=True)
+    packed = snapshot.PackedEntries(latest)
+    assert packed.latest and not packed.more and list(packed) == [Ranked(*r) for r in rows]
+    assert snapshot.PackedEntries(snapshot.extend(latest, [(1.0, 10, 1)], False)).latest

@@ -12,6 +12,13 @@ Sources (all clustered by the time-invariant rank key, 0005_rank_keys.cql):
   many authors is fully covered on every first page), so a post whose fan-out is late
   still reaches the feed.
 
+Latest order (``latest=True``) reads the same sources deeper, since they are clustered
+by rank key and not by time: the whole inbox (at most ``inbox_cap`` rows: the fan-out
+trims it) and the top ``latest_per_partition`` rows of each author partition, re-keys
+every row by its post's creation time (``latest_key``) and keeps the newest. Its cost is
+bounded by the inbox cap and the partitions read, never by history; the snapshot then
+holds every candidate, so it is never extended.
+
 The merge keeps the ``depth`` highest rows (one per post): a first page's reads are
 bounded by ``depth`` and by the number of followed celebrities, never by history. Which
 follows matter is read with the sources (``followed_id IN`` the celebrity list, and the
@@ -93,6 +100,22 @@ class Limits:
     max_celebrities: int
     fallback_authors: int
     per_fallback_author: int
+    latest_inbox: int = 500           # the inbox cap: a latest snapshot reads it all
+    latest_per_partition: int = 200   # rows of one author-day partition for latest order
+    latest_depth: int = 800           # entries a latest snapshot keeps
+
+
+def latest_key(post_id: int) -> float:
+    """A row's key in latest order: its post's creation time (Unix ms; exact in a
+    float). Equal keys are ordered by post id, so the order is newest first by post id."""
+    return float(ids.timestamp_ms(post_id))
+
+
+def latest_rows(sources: Iterable[Sequence[Row]]) -> list[list[Row]]:
+    """``sources`` re-keyed for latest order. Rows of one post under different rank keys
+    (a move's old row not yet deleted) become one row, so no copy read is needed."""
+    return [[(latest_key(post_id), post_id, author) for _key, post_id, author in rows]
+            for rows in sources]
 
 
 @dataclass
@@ -223,11 +246,13 @@ class SourceReader:
 
     async def first(self, reader_id: int, celebrities: Sequence[tuple[int, int | None]],
                     blocks: Awaitable[frozenset[int]], inbox: Awaitable[list[Row]],
-                    now_ms: int) -> tuple[Sources, frozenset[int]]:
+                    now_ms: int, *, latest: bool = False) -> tuple[Sources, frozenset[int]]:
         """The snapshot's rows for a first page, and the reader's blocks. ``inbox`` and
         ``blocks`` are reads the caller already started (they go out with the follow
-        reads); a failure of ``blocks`` raises ``GraphUnavailable`` (a correctness input)."""
+        reads: ``depth`` rows, or ``latest_inbox`` for latest order); a failure of ``blocks`` raises
+        ``GraphUnavailable`` (a correctness input). ``latest``: see the module docstring."""
         lim, store = self._limits, self._store
+        per_celebrity = lim.latest_per_partition if latest else lim.per_celebrity
         start = fallback_start(now_ms)
         in_turn = store.from_memory
         follows = await settled([
@@ -251,7 +276,7 @@ class SourceReader:
         celeb_chunks = _chunks(celebs, AUTHORS_PER_READ)
         fallback_chunks = _chunks(sorted(fallback), AUTHORS_PER_READ)
         labels = ["celebrity"] * len(celeb_chunks) + ["fallback"] * len(fallback_chunks)
-        reads = [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR), lim.per_celebrity)
+        reads = [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR), per_celebrity)
                  for c in celeb_chunks]
         reads += [store.authors_top(c, day_buckets(now_ms, 1), lim.per_fallback_author)
                   for c in fallback_chunks]
@@ -260,6 +285,10 @@ class SourceReader:
             blocked = await blocks
         except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
             raise GraphUnavailable("the reader's blocks could not be read") from exc
+        if latest:
+            usable = latest_rows(self._usable(["inbox", *labels], results, out))
+            out.rows, _ = merge_top(usable, lim.latest_depth, blocked)
+            return out, blocked  # every candidate is in: nothing to extend
         full = _full_inbox(results[0], lim.depth) or _full_partitions(
             results[1:1 + len(celeb_chunks)], lim.per_celebrity)
         usable = self._usable(["inbox", *labels], results, out)

@@ -11,6 +11,10 @@ per window the same reads as (3): one round trip when the snapshot is cached. A 
 that reaches the end of a snapshot whose sources held more extends it with the next
 rows strictly below its last entry (``SourceReader.after``), up to ``feed_max_candidates``.
 
+Latest order (``order=latest``) builds its snapshot from the same sources read deeper and
+keyed by creation time (candidates.py); a cursor carries its order, and a first page that
+names none uses the reader's stored preference (preferences.py).
+
 An entry is shown only if the post is eligible now (``eligibility.judge``) and the entry
 is the post's live row (``PostView.holds_row``: its key is the copy's, or the copy moved
 after the snapshot was made); so a row left behind by a racing move is never shown.
@@ -30,7 +34,8 @@ from datetime import datetime, timezone
 from typing import Awaitable, Callable, Sequence
 
 from services.common import ids
-from services.common.cursor import Cursor, CursorKeys, decode_cursor, encode_cursor
+from services.common.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
+                                    decode_cursor, encode_cursor)
 from services.common.ranking import Ranked
 from services.common.settings import Settings
 
@@ -41,6 +46,7 @@ from .bodies import FetchResult, PostBody, PostCopies, PostView
 from .eligibility import ReaderGraph, Verdict, judge
 from .graph import GraphUnavailable, PageGraph
 from .metrics import FeedMetrics
+from .preferences import Preferences
 from .snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
 from .store import FeedStore
 
@@ -68,6 +74,7 @@ class FeedPage:
     feed_version: str
     generated_at: datetime
     warnings: list[str] = field(default_factory=list)
+    order: str = RANKED
 
 
 @dataclass
@@ -78,6 +85,7 @@ class _Walk:
     version: str
     blob: bytes
     generated_at: datetime
+    order: str = RANKED
 
     @property
     def generated_us(self) -> int:
@@ -93,6 +101,7 @@ class FeedReader:
         self._metrics = metrics
         self._clock = clock
         self._keys = CursorKeys.parse(settings.cursor_keys.get_secret_value())
+        self.preferences = Preferences(store, settings.feed_preferences_cache_s)
         self._celebrities = cand.CelebrityList(store, settings.feed_celebrities_cache_s)
         self._snapshots = snapshot.SnapshotCache(settings.feed_snapshot_cache_size,
                                                  settings.feed_snapshot_ttl_s)
@@ -104,7 +113,10 @@ class FeedReader:
             per_celebrity=settings.feed_celebrity_posts_per_author,
             max_celebrities=settings.feed_max_celebrities,
             fallback_authors=settings.feed_fallback_authors,
-            per_fallback_author=settings.feed_fallback_posts_per_author))
+            per_fallback_author=settings.feed_fallback_posts_per_author,
+            latest_inbox=settings.inbox_cap,
+            latest_per_partition=settings.feed_latest_posts_per_partition,
+            latest_depth=settings.feed_max_candidates))
 
     async def _celebrity_list(self) -> list[tuple[int, int | None]]:
         try:
@@ -113,19 +125,29 @@ class FeedReader:
             self._metrics.source_failures.labels("celebrities").inc()
             return []
 
-    async def first_page(self, reader_id: int, limit: int, *, reason: str = "first_page",
-                         warnings: tuple[str, ...] = ()) -> FeedPage:
+    async def first_page(self, reader_id: int, limit: int, *, order: str | None = RANKED,
+                         reason: str = "first_page", warnings: tuple[str, ...] = ()) -> FeedPage:
+        """A new snapshot's first page in ``order`` (None: the reader's stored preference)."""
+        if order is None:
+            try:
+                order = await self.preferences.feed_order(reader_id)
+            except Exception:  # noqa: BLE001 - a preference is not worth failing a page for
+                log.warning("preferences of reader %d could not be read", reader_id, exc_info=True)
+                order, warnings = RANKED, (*warnings, "preferences_unavailable")
         now = self._clock()
         now_ms = int(now.timestamp() * 1000)
+        latest = order == LATEST
         # Started now, awaited by SourceReader.first: tasks when they go to Cassandra (they
         # then overlap the follow reads), plain coroutines when the cache answers them.
-        inbox: Awaitable[list[cand.Row]] = self._store.inbox_top(reader_id, self._depth)
+        inbox: Awaitable[list[cand.Row]] = self._store.inbox_top(
+            reader_id, self._settings.inbox_cap if latest else self._depth)
         blocks: Awaitable[frozenset[int]] = self._store.blocked(reader_id)
         if not self._store.from_memory:
             inbox, blocks = asyncio.ensure_future(inbox), asyncio.ensure_future(blocks)
         celebrities = await self._celebrity_list()
         try:
-            sources, blocked = await self._sources.first(reader_id, celebrities, blocks, inbox, now_ms)
+            sources, blocked = await self._sources.first(reader_id, celebrities, blocks, inbox,
+                                                         now_ms, latest=latest)
         except GraphUnavailable as exc:
             raise FeedUnavailable(str(exc)) from exc
         failed = sources.failed_sources
@@ -134,7 +156,7 @@ class FeedReader:
         self._metrics.snapshots.labels(reason).inc()
         self._metrics.candidates.inc(len(sources.rows))
         walk = _Walk(reader_id, snapshot.new_feed_version(now),
-                     snapshot.pack_tuples(sources.rows, sources.more), now)
+                     snapshot.pack_tuples(sources.rows, sources.more, latest), now, order)
         graph = PageGraph(self._store, reader_id, following=sources.following,
                           asked=sources.asked, blocked=blocked)
         # The snapshot is kept here and stored behind the page (snapshot_writer.py). A
@@ -171,27 +193,33 @@ class FeedReader:
             await asyncio.sleep(RETRY_AFTER_S)
         return None
 
-    async def next_page(self, reader_id: int, limit: int, token: str) -> FeedPage:
-        """The page after ``token``; raises ``CursorRejected`` for a cursor not ours."""
+    async def next_page(self, reader_id: int, limit: int, token: str,
+                        order: str | None = None) -> FeedPage:
+        """The page after ``token``; raises ``CursorRejected`` for a cursor not ours, or
+        one of the other order than ``order`` (None: the cursor's own)."""
         cursor = decode_cursor(token, self._keys, reader_id)
+        if order is not None and order != cursor.order:
+            raise CursorRejected(f"cursor pages the {cursor.order} order, not {order}")
         cached = self._snapshots.get(reader_id, cursor.feed_version, self._clock())
         if cached is not None:
             blob, generated_at = cached.blob, cached.generated_at
         else:
             stored = await self._load(reader_id, cursor.feed_version)
             if stored is None:
-                return await self.first_page(reader_id, limit, reason="snapshot_expired",
-                                             warnings=("snapshot_expired",))
+                return await self.first_page(reader_id, limit, order=cursor.order,
+                                             reason="snapshot_expired", warnings=("snapshot_expired",))
             blob, generated_at = stored
             generated_at = generated_at or self._clock()
             self._snapshots.put(reader_id, cursor.feed_version, blob, generated_at)
         try:
             entries = snapshot.PackedEntries(blob)
         except ValueError:  # a snapshot of an older format: start again
-            return await self.first_page(reader_id, limit, reason="snapshot_expired",
-                                         warnings=("snapshot_expired",))
+            return await self.first_page(reader_id, limit, order=cursor.order,
+                                         reason="snapshot_expired", warnings=("snapshot_expired",))
+        if entries.latest != (cursor.order == LATEST):
+            raise CursorRejected("cursor does not match its snapshot's order")
         start = paging.start_after(entries, (cursor.rank, cursor.post_id))
-        walk = _Walk(reader_id, cursor.feed_version, blob, generated_at)
+        walk = _Walk(reader_id, cursor.feed_version, blob, generated_at, cursor.order)
         return await self._fill(walk, start, limit, PageGraph(self._store, reader_id))
 
     async def _extend(self, walk: _Walk) -> snapshot.PackedEntries | None:
@@ -222,6 +250,7 @@ class FeedReader:
 
     async def _fill(self, walk: _Walk, start: int, limit: int, graph: PageGraph) -> FeedPage:
         entries: Sequence[Ranked] = snapshot.PackedEntries(walk.blob)
+        latest = walk.order == LATEST
         known: dict[int, PostView] = {}
         items: list[PageItem] = []
         index = start
@@ -245,7 +274,8 @@ class FeedReader:
             usable = paging.until_unknown(win, fetched.failed)
             current, made_us = graph.graph, walk.generated_us
             got = paging.fill(usable, limit - len(items),
-                              lambda e: self._eligible(e, known.get(e.post_id), current, made_us))
+                              lambda e: self._eligible(e, known.get(e.post_id), current, made_us,
+                                                       latest))
             items += [PageItem(e, known[e.post_id].body) for e in got.items]  # type: ignore[arg-type]
             index += got.consumed
             if got.consumed == len(usable) < len(win) and len(items) < limit:
@@ -261,15 +291,17 @@ class FeedReader:
         more = paging.has_more(entries, index) or snapshot.PackedEntries(walk.blob).more
         if items and (stalled or more):
             last = items[-1].entry
-            next_cursor = encode_cursor(Cursor(walk.reader_id, walk.version, last.rank, last.post_id),
-                                        self._keys)
-        return FeedPage(items, next_cursor, walk.version, walk.generated_at, warnings)
+            next_cursor = encode_cursor(Cursor(walk.reader_id, walk.version, last.rank, last.post_id,
+                                               walk.order), self._keys)
+        return FeedPage(items, next_cursor, walk.version, walk.generated_at, warnings, walk.order)
 
     def _eligible(self, entry: Ranked, view: PostView | None, graph: ReaderGraph,
-                  snapshot_us: int) -> bool:
+                  snapshot_us: int, latest: bool = False) -> bool:
+        """Eligible now, and (ranked order) the post's live row. A latest entry is keyed
+        by creation time and holds one row per post (candidates.latest_rows)."""
         verdict = judge(view.state if view else None, graph)
         if verdict is Verdict.ELIGIBLE and view is not None:
-            if not view.holds_row(entry.rank, snapshot_us):
+            if not latest and not view.holds_row(entry.rank, snapshot_us):
                 self._metrics.skipped.labels("stale_row").inc()
                 return False
             if view.body is not None:

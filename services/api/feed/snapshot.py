@@ -24,8 +24,10 @@ from services.common.ranking import Ranked
 
 FORMAT_V2 = 2
 _HEADER = 2
-# Flags: the sources held rows below the last entry (a walk may extend the snapshot).
+# Flags: the sources held rows below the last entry (a walk may extend the snapshot);
+# the entries are in latest order (keys are creation times, candidates.latest_key).
 MORE = 1
+LATEST = 2
 _RECORD = struct.Struct("<dqq")
 _new = tuple.__new__
 # Length of a feed version: "v-YYYYMMDD-HHMMSS-" + 8 hex characters of randomness, so
@@ -79,25 +81,27 @@ def _records(entries: Iterable[tuple[float, int, int | None]]) -> bytes:
     return struct.pack(f"<{len(flat) // 3 * 'dqq'}", *flat)
 
 
-def pack_tuples(entries: Iterable[tuple[float, int, int | None]], more: bool = False) -> bytes:
+def pack_tuples(entries: Iterable[tuple[float, int, int | None]], more: bool = False,
+                latest: bool = False) -> bytes:
     """The ``ranked`` blob for ``(rank_key, post_id, author_id)`` tuples in feed order."""
-    return bytes([FORMAT_V2, MORE if more else 0]) + _records(entries)
+    return bytes([FORMAT_V2, (MORE if more else 0) | (LATEST if latest else 0)]) + _records(entries)
 
 
 def extend(blob: bytes, entries: Iterable[tuple[float, int, int | None]], more: bool) -> bytes:
     """``blob`` with ``entries`` appended (they sort after its last entry) and new flags."""
-    return bytes([FORMAT_V2, MORE if more else 0]) + blob[_HEADER:] + _records(entries)
+    return bytes([FORMAT_V2, (MORE if more else 0) | (blob[1] & LATEST)]) + blob[_HEADER:] + _records(entries)
 
 
 class PackedEntries(Sequence[Ranked]):
     """A v2 blob as a read-only sequence of ``Ranked``, decoded one record at a time."""
 
-    __slots__ = ("_view", "_count", "more")
+    __slots__ = ("_view", "_count", "more", "latest")
 
     def __init__(self, blob: bytes) -> None:
         if len(blob) < _HEADER or blob[0] != FORMAT_V2 or (len(blob) - _HEADER) % _RECORD.size:
             raise ValueError("not a v2 snapshot blob")
         self.more = bool(blob[1] & MORE)
+        self.latest = bool(blob[1] & LATEST)
         self._view = memoryview(blob)[_HEADER:]
         self._count = len(self._view) // _RECORD.size
 

@@ -90,6 +90,9 @@ class FeedStore:
                  "rank_key, rank_key_next, WRITETIME(rank_key)")
         self._posts_full = p(f"SELECT {state}, text FROM posts WHERE post_id IN ?")
         self._posts_state = p(f"SELECT {state} FROM posts WHERE post_id IN ?")
+        self._preferences = p("SELECT feed_order FROM reader_preferences WHERE reader_id=?")
+        self._save_preferences = p("INSERT INTO reader_preferences (reader_id, feed_order, "
+                                   "updated_at) VALUES (?,?,toTimestamp(now()))")
         self._save_snapshot = p("INSERT INTO feed_snapshots (reader_id, feed_version, ranked, "
                                 "created_at) VALUES (?,?,?,?) USING TTL ?")
         self._load_snapshot = p("SELECT ranked, created_at FROM feed_snapshots "
@@ -181,6 +184,15 @@ class FeedStore:
         created_at_ms, visibility, deleted, rank_key, rank_key_next, key_ts[, text])``."""
         statement = self._posts_full if with_text else self._posts_state
         return await self._rows(statement, (list(post_ids),))
+
+    # -- preferences ------------------------------------------------------------------------
+    async def feed_order(self, reader_id: int) -> str | None:
+        """The reader's stored feed order, or None when none is stored."""
+        rows = await self._rows(self._preferences, (reader_id,))
+        return rows[0][0] if rows else None
+
+    async def save_feed_order(self, reader_id: int, order: str) -> None:
+        await self._rows(self._save_preferences, (reader_id, order))
 
     # -- snapshots ----------------------------------------------------------------------------
     async def save_snapshots(self, items: Sequence[Any]) -> None:

@@ -1,4 +1,4 @@
-"""``GET /v1/feed``: the reader's ranked home feed, paged over a snapshot (issue 6).
+"""``GET /v1/feed``: the reader's home feed, ranked or latest first, paged over a snapshot.
 
 The route only translates HTTP to ``FeedReader`` calls and back; the decisions live in
 ``services/api/feed``. Cursor problems share one stable type (``invalid-cursor``): the
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from services.common.cursor import MAX_CURSOR_CHARS, CursorRejected
+from services.common.cursor import LATEST, MAX_CURSOR_CHARS, CursorRejected
 from services.common.ranking import rank_of_key
 
 from ..auth import CurrentUser
@@ -34,12 +34,16 @@ DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
 
 
+FeedOrder = Literal["ranked", "latest"]
+
+
 class FeedItemOut(BaseModel):
     post_id: str
     author_id: str
     text: str
     created_at: str
-    rank: float
+    rank: float | None = Field(description="The post's rank when the snapshot was made "
+                                           "(higher first); null in latest order")
 
 
 class FeedPageOut(BaseModel):
@@ -47,6 +51,8 @@ class FeedPageOut(BaseModel):
     next_cursor: str | None
     feed_version: str
     generated_at: str
+    order: FeedOrder = Field(description="The order this page is in: the one asked for, the "
+                                         "cursor's, or the reader's stored preference")
     warnings: list[str] | None = None
 
 
@@ -75,9 +81,12 @@ def _iso_ms(unix_ms: int) -> str:
     return iso_utc(datetime.fromtimestamp(unix_ms / 1000, tz=timezone.utc))
 
 
-def _rank(page: FeedPage) -> Callable[[float], float]:
+def _rank(page: FeedPage) -> Callable[[float], float | None]:
     """Snapshot entries hold time-invariant rank keys; a client sees the rank at the
-    snapshot's time (``ranking.rank_of_key``), which orders the same way."""
+    snapshot's time (``ranking.rank_of_key``), which orders the same way. A latest
+    snapshot's keys are creation times, not ranks: no rank is shown."""
+    if page.order == LATEST:
+        return lambda _key: None
     at_ms = int(page.generated_at.timestamp() * 1000)
     return lambda key: rank_of_key(key, at_ms)
 
@@ -90,7 +99,7 @@ def page_json(page: FeedPage) -> bytes:
                    "text": i.body.text, "created_at": _iso_ms(i.body.created_at_ms),
                    "rank": rank(i.entry.rank)} for i in page.items],
         "next_cursor": page.next_cursor, "feed_version": page.feed_version,
-        "generated_at": _generated_at(page.generated_at)}
+        "generated_at": _generated_at(page.generated_at), "order": page.order}
     if page.warnings:
         out["warnings"] = page.warnings
     return orjson.dumps(out)
@@ -104,7 +113,7 @@ def page_out(page: FeedPage) -> FeedPageOut:
                                                                    tz=timezone.utc)),
                          rank=rank(i.entry.rank)) for i in page.items]
     out = FeedPageOut(items=items, next_cursor=page.next_cursor, feed_version=page.feed_version,
-                      generated_at=iso_utc(page.generated_at))
+                      generated_at=iso_utc(page.generated_at), order=page.order)  # type: ignore[arg-type]
     if page.warnings:
         out.warnings = page.warnings
     return out
@@ -118,14 +127,16 @@ def feed_reader(request: Request) -> FeedReader:
     return reader
 
 
-async def serve(reader: FeedReader, user_id: int, limit: int, cursor: str | None) -> bytes:
+async def serve(reader: FeedReader, user_id: int, limit: int, cursor: str | None,
+                order: str | None = None) -> bytes:
     """The page's JSON body; raises ``ProblemError`` for what the client gets as a problem.
-    Shared by the route and ``feed_fast.FeedFastPath``: the two answer identically."""
+    Shared by the route and ``feed_fast.FeedFastPath``: the two answer identically.
+    ``order`` None: the cursor's order, or on a first page the reader's preference."""
     try:
         if cursor is None:
-            page = await reader.first_page(user_id, limit)
+            page = await reader.first_page(user_id, limit, order=order)
         else:
-            page = await reader.next_page(user_id, limit, cursor)
+            page = await reader.next_page(user_id, limit, cursor, order)
     except CursorRejected as exc:
         raise ProblemError(INVALID_CURSOR, str(exc)) from exc
     except FeedUnavailable as exc:
@@ -139,7 +150,12 @@ async def get_feed(
         request: Request, user: CurrentUser,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
         cursor: Annotated[str | None, Query(min_length=1, max_length=MAX_CURSOR_CHARS)] = None,
+        order: Annotated[FeedOrder | None, Query(
+            description="ranked (the default) or latest: newest first by post id. Without "
+                        "it, a first page uses the reader's stored preference "
+                        "(/v1/me/preferences) and a next page its cursor's order; a cursor "
+                        "used with the other order is refused (400 invalid-cursor).")] = None,
 ) -> Response:
     """One page of the caller's feed; pass ``next_cursor`` back for the next one."""
-    body = await serve(feed_reader(request), user.user_id, limit, cursor)
+    body = await serve(feed_reader(request), user.user_id, limit, cursor, order)
     return Response(body, media_type="application/json")

@@ -10,9 +10,9 @@ only when everything FastAPI would check is already settled:
 - the method is GET and the path exactly ``/v1/feed``;
 - the bearer token is one this process verified before and has not expired
   (``auth.known_principal``), and its user is known to exist (``KnownUsers``);
-- the query holds ``limit`` (1-3 digits within 1..MAX_LIMIT) and ``cursor`` (1 to
-  MAX_CURSOR_CHARS characters) at most once each; other parameters are ignored, as
-  FastAPI ignores them.
+- the query holds ``limit`` (1-3 digits within 1..MAX_LIMIT), ``cursor`` (1 to
+  MAX_CURSOR_CHARS characters) and ``order`` (``ranked`` or ``latest``) at most once
+  each; other parameters are ignored, as FastAPI ignores them.
 
 Anything else (no or new token, an unknown user, a bad or repeated parameter, no feed
 reader) goes on to the FastAPI route, which gives the documented answer or problem. The
@@ -28,7 +28,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.common.cursor import MAX_CURSOR_CHARS
+from services.common.cursor import MAX_CURSOR_CHARS, ORDERS
 
 from ..auth import known_principal
 from ..problems import ProblemError, problem_response
@@ -38,13 +38,13 @@ from .feed import DEFAULT_LIMIT, FEED_PATH, MAX_LIMIT, router, serve
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
-def feed_query(query_string: bytes) -> tuple[int, str | None] | None:
-    """``(limit, cursor)`` when the query is one the route would accept as is; None
-    when the route must decide (it then answers 422, or takes the value its own way)."""
-    limit, cursor = DEFAULT_LIMIT, None
+def feed_query(query_string: bytes) -> tuple[int, str | None, str | None] | None:
+    """``(limit, cursor, order)`` when the query is one the route would accept as is;
+    None when the route must decide (it then answers 422, or takes the value its own way)."""
+    limit, cursor, order = DEFAULT_LIMIT, None, None
     seen: set[str] = set()
     for key, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
-        if key not in ("limit", "cursor"):
+        if key not in ("limit", "cursor", "order"):
             continue
         if key in seen:
             return None
@@ -55,11 +55,15 @@ def feed_query(query_string: bytes) -> tuple[int, str | None] | None:
             limit = int(value)
             if not 1 <= limit <= MAX_LIMIT:
                 return None
+        elif key == "order":
+            if value not in ORDERS:
+                return None
+            order = value
         else:
             if not 1 <= len(value) <= MAX_CURSOR_CHARS:
                 return None
             cursor = value
-    return limit, cursor
+    return limit, cursor, order
 
 
 def bearer_token(scope: Scope) -> str | None:
