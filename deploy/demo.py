@@ -64,6 +64,7 @@ def main() -> int:
     base_url = f"http://{settings.api_host}:{settings.api_port}"
     items = wait_for_feed(base_url, token)
     print(f"\nThe API answers at {base_url} (OpenAPI: {base_url}/docs)")
+    print(f"The feed page: {base_url}/ (mint a token there for user {reader}, or paste the one below)")
     print(f"Demo reader {reader} has {items}+ items in the first page. Token (7 days):\n\n{token}\n")
     print(f'curl -s -H "Authorization: Bearer {token}" "{base_url}/v1/feed?limit=5"\n')
     print(f"Prometheus scrapes the services at http://{prometheus.address()} (alerts: "

@@ -57,6 +57,14 @@ def ensure_prometheus(log: Path) -> tuple[str, str]:
     return server, tool
 
 
+def ensure_chromium(log: Path) -> tuple[str, str]:
+    """``chromium`` and ``chromedriver`` (Debian's packages, one version): the feed page's
+    tests drive a real headless browser with them."""
+    browser, driver = _programs(["chromium", "chromedriver"], "chromium-driver",
+                                "the feed page's browser tests", log)
+    return browser, driver
+
+
 def java17(layout: Layout) -> str:
     explicit = os.environ.get("FEED_JAVA17")
     if explicit:

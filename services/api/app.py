@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, FastAPI
+from fastapi.staticfiles import StaticFiles
 from fastapi.telemetry import TelemetryConfig
 
 from services.common import pg
@@ -33,7 +34,7 @@ from .problems import install_problem_handlers
 from .readiness import ReadinessChecks, cassandra_check, lease_check, postgres_check
 from .request_context import BodyLimitMiddleware, RequestContextMiddleware
 from .feed.wiring import close_read_path, open_read_path
-from .routes import feed, health, moderation, posts, preferences, social
+from .routes import feed, health, moderation, posts, preferences, social, web
 from .routes.feed_fast import FeedFastPath
 from .stream import route as feed_stream
 from .stream.consumer import run_stream_consumer
@@ -55,7 +56,7 @@ MAX_BODY_BYTES = 64 * 1024
 NO_OTEL: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 ROUTERS: list[APIRouter] = [health.router, posts.router, social.router, moderation.router,
-                            feed.router, feed_stream.router, preferences.router]
+                            feed.router, feed_stream.router, preferences.router, web.router]
 # Coroutines run for the life of the app, given the app (periodic clean-ups).
 BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = [purge_expired_periodically,
                                                                run_stream_consumer,
@@ -112,4 +113,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestContextMiddleware)
     for router in ROUTERS:
         app.include_router(router)
+    app.mount("/static", StaticFiles(directory=web.WEB), name="static")
     return app

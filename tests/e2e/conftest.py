@@ -109,7 +109,7 @@ def _tail(path: Path, size: int = 3000) -> str:
     return path.read_bytes()[-size:].decode("utf-8", "replace") if path.exists() else ""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def system(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     from deploy.migrate import migrate_cassandra, migrate_kafka, migrate_postgres
 
@@ -124,7 +124,7 @@ def system(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     migrate_postgres(s)
     migrate_cassandra(s, name)
     migrate_kafka(s, name)
-    logs = tmp_path_factory.mktemp("e2e-logs")
+    logs = tmp_path_factory.mktemp("e2e-logs")  # printed (tails) at the end of the session
     env = {**os.environ, "FEED_DEV_MODE": "true", "FEED_API_WORKERS": "1",
            "FEED_PG_DATABASE": name, "FEED_CASSANDRA_KEYSPACE": name, "FEED_TOPIC_PREFIX": name,
            "FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S": str(CAPACITY_ROWS_PER_S),
