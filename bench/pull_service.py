@@ -165,7 +165,8 @@ class FastFeed:
             return
         authorization = next((v.decode("latin-1") for k, v in scope["headers"]
                               if k == b"authorization"), None)
-        status, body, media_type, headers = await self.answer(authorization, *query)
+        limit, cursor, _order = query  # one order only: newest first (the seed's query)
+        status, body, media_type, headers = await self.answer(authorization, limit, cursor)
         raw = [(b"content-length", str(len(body)).encode()), (b"content-type", media_type.encode())]
         raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await send({"type": "http.response.start", "status": status, "headers": raw})
