@@ -1,4 +1,4 @@
-"""The preference cache of first pages: stored orders, defaults, expiry, failures."""
+"""The preference cache of first pages: stored orders, defaults, refresh, failures."""
 from __future__ import annotations
 
 import asyncio
@@ -16,6 +16,7 @@ class _Store:
 
     async def feed_order(self, reader_id: int) -> str | None:
         self.reads += 1
+        await asyncio.sleep(0)
         if self.fail:
             raise TimeoutError("node down")
         return self.orders.get(reader_id)
@@ -26,25 +27,42 @@ class _Store:
         self.orders[reader_id] = order
 
 
-def test_a_reader_without_a_stored_order_gets_ranked_and_a_stored_one_is_kept_ttl_s() -> None:
-    store, clock = _Store(), [0.0]
-    prefs = Preferences(store, ttl_s=5, monotonic=lambda: clock[0])  # type: ignore[arg-type]
-    assert asyncio.run(prefs.feed_order(1)) == "ranked"
-    store.orders[1] = "latest"  # written through another process
-    assert asyncio.run(prefs.feed_order(1)) == "ranked" and store.reads == 1
-    clock[0] = 5.1
-    assert asyncio.run(prefs.feed_order(1)) == "latest" and store.reads == 2
+def test_a_kept_order_answers_at_once_and_is_refreshed_behind_the_page() -> None:
+    async def scenario() -> None:
+        store, clock = _Store(), [0.0]
+        prefs = Preferences(store, ttl_s=5, stale_s=60, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+        assert await prefs.feed_order(1) == "ranked" and store.reads == 1  # never seen: read
+        store.orders[1] = "latest"  # written through another process
+        assert await prefs.feed_order(1) == "ranked" and store.reads == 1  # fresh: kept
+        clock[0] = 5.1
+        assert await prefs.feed_order(1) == "ranked"  # stale: used once more, refreshed behind
+        assert await prefs.feed_order(1) == "ranked"  # one refresh in flight, not two
+        await asyncio.sleep(0.01)
+        assert store.reads == 2
+        assert await prefs.feed_order(1) == "latest"
+        clock[0] = 5.1 + 5 + 60.1  # too old to use: the page waits for the read
+        store.orders[1] = "ranked"
+        assert await prefs.feed_order(1) == "ranked" and store.reads == 3
+
+    asyncio.run(scenario())
 
 
 def test_a_change_through_this_process_is_used_at_once_and_failures_raise() -> None:
-    store = _Store()
-    prefs = Preferences(store, ttl_s=60, capacity=2)  # type: ignore[arg-type]
-    assert asyncio.run(prefs.feed_order(1)) == "ranked"
-    asyncio.run(prefs.set_feed_order(1, "latest"))
-    assert asyncio.run(prefs.feed_order(1)) == "latest" and store.orders == {1: "latest"}
-    store.fail = True
-    with pytest.raises(TimeoutError):
-        asyncio.run(prefs.feed_order(2))
-    with pytest.raises(TimeoutError):
-        asyncio.run(prefs.set_feed_order(1, "ranked"))
-    assert asyncio.run(prefs.feed_order(1)) == "latest"  # a failed write changes nothing
+    async def scenario() -> None:
+        store, clock = _Store(), [0.0]
+        prefs = Preferences(store, ttl_s=60, capacity=2, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+        assert await prefs.feed_order(1) == "ranked"
+        await prefs.set_feed_order(1, "latest")
+        assert await prefs.feed_order(1) == "latest" and store.orders == {1: "latest"}
+        store.fail = True
+        with pytest.raises(TimeoutError):
+            await prefs.feed_order(2)  # nothing kept: the failure is the caller's to handle
+        with pytest.raises(TimeoutError):
+            await prefs.set_feed_order(1, "ranked")
+        assert await prefs.feed_order(1) == "latest"  # a failed write changes nothing
+        clock[0] = 61
+        assert await prefs.feed_order(1) == "latest"  # stale and the refresh fails: kept
+        await asyncio.sleep(0.01)
+        assert await prefs.feed_order(1) == "latest"
+
+    asyncio.run(scenario())
