@@ -19,9 +19,9 @@ import pytest
 from deploy.stack.toolchain import ensure_chromium
 from services.api.auth import mint_token
 from tests.conftest import IN_CI
-from tests.integration.conftest import new_user_id
+from tests.integration.conftest import new_user_id, wait_until
 
-from .conftest import REPO, System, post
+from .conftest import REPO, System, feed, post
 
 pytestmark = pytest.mark.e2e
 ARTIFACTS = Path(os.environ.get("FEED_TEST_ARTIFACTS", REPO / "tests" / "artifacts")) / "browser"
@@ -160,6 +160,11 @@ def test_infinite_scroll_walks_the_cursor_and_an_expired_token_says_so(
     reader.wait(lambda: f"Following user {author_id}" in reader.text("#status"), "the follow")
     with system.client(author_id) as api:
         posted = [post(api, f"post {i}") for i in range(45)]
+    # Every post delivered before the page reloads (the banner shows the first ones at
+    # once, and a first page taken then would rightly hold fewer than 20).
+    with system.client(reader_id) as api:
+        wait_until(lambda: set(posted) <= set(feed(api)), timeout=VISIBLE_S, interval=0.5,
+                   message="every post in the reader's feed")
     reader.wait(lambda: reader.el("#new-posts").is_displayed(), "the new-posts banner")
     reader.el("#new-posts").click()
     reader.wait(lambda: len(reader.items()) == 20, "the first page of 20")
