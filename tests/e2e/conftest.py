@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +28,8 @@ import pytest
 from services.api.auth import MODERATOR_ROLE, mint_token
 from services.common import cql
 from services.common.settings import Settings
-from tests.integration.conftest import drop_database_with_slots, free_port
+from tests.integration.conftest import drop_database_with_slots, free_port, wait_for_http
+from tests.integration.test_feed_support import feed_ids, walk
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("cdc", "fanout", "ranker", "api")
@@ -46,6 +46,13 @@ class System:
     api: str
     logs: Path
     supervisors: dict[str, subprocess.Popen] = field(default_factory=dict)
+    _session: Any = None
+
+    def session(self) -> Any:
+        """One Cassandra session on the system's keyspace, for the tests' direct reads."""
+        if self._session is None:
+            self._session = cql.session(self.settings)
+        return self._session
 
     def client(self, user_id: int | None = None, *, moderator: bool = False) -> httpx.Client:
         headers = {}
@@ -78,31 +85,7 @@ def post(client: httpx.Client, text: str) -> int:
 
 def feed(client: httpx.Client, **params: Any) -> list[int]:
     """Every post id of the caller's feed, walking all its pages."""
-    ids: list[int] = []
-    cursor = None
-    while True:
-        r = client.get("/v1/feed", params={"limit": 50, **params, **({"cursor": cursor} if cursor else {})})
-        assert r.status_code == 200, r.text
-        page = r.json()
-        ids += [int(i["post_id"]) for i in page["items"]]
-        cursor = page["next_cursor"]
-        if not cursor:
-            return ids
-
-
-def _wait_ready(url: str, supervisors: dict[str, subprocess.Popen], logs: Path) -> None:
-    deadline = time.monotonic() + START_DEADLINE_S
-    while time.monotonic() < deadline:
-        for name, proc in supervisors.items():
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited while starting:\n{_tail(logs / f'{name}.log')}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} not ready after {START_DEADLINE_S} s")
+    return [pid for page in walk(client, 50, params=params) for pid in feed_ids(page)]
 
 
 def _tail(path: Path, size: int = 3000) -> str:
@@ -137,10 +120,11 @@ def system(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 system.supervisors[svc] = subprocess.Popen(
                     [sys.executable, "-m", "deploy.supervise", f"services.{svc}"], cwd=REPO, env=env,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        procs = list(system.supervisors.values())
         for svc, port in (("cdc", s.cdc_metrics_port), ("fanout", s.fanout_metrics_port),
                           ("ranker", s.ranker_metrics_port)):
-            _wait_ready(f"http://127.0.0.1:{port}/metrics", system.supervisors, logs)
-        _wait_ready(f"{system.api}/readyz", system.supervisors, logs)
+            wait_for_http(f"http://127.0.0.1:{port}/metrics", svc, procs, START_DEADLINE_S)
+        wait_for_http(f"{system.api}/readyz", "api", procs, START_DEADLINE_S)
         yield system
     finally:
         for proc in system.supervisors.values():
@@ -151,6 +135,8 @@ def system(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
+        if system._session is not None:
+            system._session.cluster.shutdown()
         for svc in SERVICES:
             print(f"--- {svc}.log (tail)\n{_tail(logs / f'{svc}.log')}")
         drop_database_with_slots(admin.pg_dsn, name)

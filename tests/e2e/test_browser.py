@@ -110,18 +110,26 @@ def pages(chromium: tuple[str, str], system: System) -> Iterator[dict[str, Page]
             page.close()
 
 
+def _reader_follows_author(pages: dict[str, Page], empty_shot: str | None = None) -> tuple[int, int]:
+    """New users signed in on both pages; the reader follows the author from its page."""
+    reader, author = pages["reader"], pages["author"]
+    reader_id, author_id = new_user_id(), new_user_id()
+    author.sign_in(author_id)  # first: a user exists from its first request
+    reader.sign_in(reader_id)
+    if empty_shot:
+        reader.wait(lambda: "Nothing here yet" in reader.text("#status"), "the empty-feed message")
+        reader.shot(empty_shot)
+    reader.type("#follow-user", str(author_id))
+    reader.wait(lambda: f"Following user {author_id}" in reader.text("#status"), "the follow")
+    return reader_id, author_id
+
+
 def test_a_post_from_one_browser_reaches_a_follower_through_the_banner(
         pages: dict[str, Page], system: System) -> None:
     from selenium.webdriver.common.keys import Keys
 
     reader, author = pages["reader"], pages["author"]
-    reader_id, author_id = new_user_id(), new_user_id()
-    author.sign_in(author_id)
-    reader.sign_in(reader_id)
-    reader.wait(lambda: "Nothing here yet" in reader.text("#status"), "the empty-feed message")
-    reader.shot("1-empty")
-    reader.type("#follow-user", str(author_id))
-    reader.wait(lambda: f"Following user {author_id}" in reader.text("#status"), "the follow")
+    reader_id, author_id = _reader_follows_author(pages, empty_shot="1-empty")
 
     text = f"hello from a browser {time.time_ns()}"
     author.type("#post-text", text, submit=False)
@@ -152,12 +160,8 @@ def test_a_post_from_one_browser_reaches_a_follower_through_the_banner(
 
 def test_infinite_scroll_walks_the_cursor_and_an_expired_token_says_so(
         pages: dict[str, Page], system: System) -> None:
-    reader, author = pages["reader"], pages["author"]
-    reader_id, author_id = new_user_id(), new_user_id()
-    author.sign_in(author_id)
-    reader.sign_in(reader_id)
-    reader.type("#follow-user", str(author_id))
-    reader.wait(lambda: f"Following user {author_id}" in reader.text("#status"), "the follow")
+    reader = pages["reader"]
+    reader_id, author_id = _reader_follows_author(pages)
     with system.client(author_id) as api:
         posted = [post(api, f"post {i}") for i in range(45)]
     # Every post delivered before the page reloads (the banner shows the first ones at

@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from services.common import cql
 from tests.integration.conftest import new_user_id, wait_until
 from tests.integration.test_feed_support import SseReader, new_item_post_ids
 
@@ -33,22 +32,14 @@ def _users(system: System, count: int) -> list[int]:
 
 
 def _inbox(system: System, reader: int) -> list[int]:
-    session = cql.session(system.settings)
-    try:
-        return [r.post_id for r in session.execute(
-            "SELECT post_id FROM feed_inbox WHERE reader_id = %s", (reader,))]
-    finally:
-        session.cluster.shutdown()
+    return [r.post_id for r in system.session().execute(
+        "SELECT post_id FROM feed_inbox WHERE reader_id = %s", (reader,))]
 
 
 def _followers_counted(system: System, author: int) -> int:
-    session = cql.session(system.settings)
-    try:
-        row = session.execute("SELECT followers FROM follow_edges WHERE followed_id = %s LIMIT 1",
-                              (author,)).one()
-        return int(row.followers or 0) if row else 0
-    finally:
-        session.cluster.shutdown()
+    row = system.session().execute("SELECT followers FROM follow_edges WHERE followed_id = %s LIMIT 1",
+                               (author,)).one()
+    return int(row.followers or 0) if row else 0
 
 
 def _follow(system: System, reader: int, authors: list[int]) -> None:

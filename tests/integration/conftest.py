@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +44,22 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def wait_for_http(url: str, what: str, procs: list[subprocess.Popen], timeout: float = 90) -> None:
+    """Wait until ``url`` answers 200; fail at once if one of ``procs`` (what serves it,
+    and what it needs) exits meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in procs:
+            assert proc.poll() is None, f"{proc.args} exited with {proc.returncode} while {what} started"
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{what} not ready at {url} after {timeout:.0f}s")
 
 
 def drop_database_with_slots(admin_dsn: str, name: str, deadline_s: float = 60.0) -> None:

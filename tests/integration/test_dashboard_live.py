@@ -30,7 +30,7 @@ from services.api.auth import mint_token
 from services.common.settings import Settings
 from tests.conftest import require_tool
 
-from .conftest import drop_database_with_slots, free_port, new_user_id
+from .conftest import drop_database_with_slots, free_port, new_user_id, wait_for_http
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "feed-pipeline.json"
@@ -47,20 +47,6 @@ class LiveSystem:
     api: str
     prometheus: str
     logs: Path
-
-
-def _wait(url: str, what: str, procs: list[subprocess.Popen], timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in procs:
-            assert proc.poll() is None, f"{proc.args} exited with {proc.returncode} while {what} started"
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not ready at {url} after {timeout:.0f}s")
 
 
 @pytest.fixture
@@ -101,8 +87,8 @@ def live(settings: Settings, tmp_path: Path) -> Iterator[LiveSystem]:
              f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
             stdout=log, stderr=subprocess.STDOUT))
         api = f"http://127.0.0.1:{s.api_port}"
-        _wait(f"{api}/healthz", "the API", procs)
-        _wait(f"http://127.0.0.1:{prom_port}/-/ready", "prometheus", procs)
+        wait_for_http(f"{api}/healthz", "the API", procs)
+        wait_for_http(f"http://127.0.0.1:{prom_port}/-/ready", "prometheus", procs)
         yield LiveSystem(s, api, f"http://127.0.0.1:{prom_port}", tmp_path)
     finally:
         for proc in procs:

@@ -216,15 +216,17 @@ def feed_ids(page: dict[str, Any]) -> list[int]:
 
 
 def walk(client: httpx.Client, limit: int, between: Callable[[int], None] = lambda _: None,
-         max_pages: int = 200) -> list[dict[str, Any]]:
-    """Every page of one snapshot; ``between(page_number)`` runs before each next page."""
+         max_pages: int = 200, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every page of one snapshot; ``between(page_number)`` runs before each next page;
+    ``params`` go with every request (``order``, say)."""
     pages = []
-    response = client.get("/v1/feed", params={"limit": limit})
+    response = client.get("/v1/feed", params={**(params or {}), "limit": limit})
     assert response.status_code == 200, response.text
     pages.append(response.json())
     while pages[-1]["next_cursor"] and len(pages) < max_pages:
         between(len(pages))
-        response = client.get("/v1/feed", params={"limit": limit, "cursor": pages[-1]["next_cursor"]})
+        response = client.get("/v1/feed", params={**(params or {}), "limit": limit,
+                                                  "cursor": pages[-1]["next_cursor"]})
         assert response.status_code == 200, response.text
         pages.append(response.json())
     return pages

@@ -26,10 +26,9 @@ class Preferences(BaseModel):
             responses=problem_responses(401, 503))
 async def get_preferences(request: Request, user: CurrentUser) -> Preferences:
     """The caller's preferences (defaults for what was never set)."""
+    preferences = feed_reader(request).preferences
     try:
-        order = await feed_reader(request).preferences.feed_order(user.user_id)
-    except ProblemError:
-        raise
+        order = await preferences.feed_order(user.user_id)
     except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
         raise ProblemError(UNAVAILABLE, "preferences could not be read",
                            headers={"Retry-After": "1"}) from exc
@@ -40,10 +39,9 @@ async def get_preferences(request: Request, user: CurrentUser) -> Preferences:
             responses=problem_responses(400, 401, 422, 503))
 async def put_preferences(request: Request, user: CurrentUser, body: Preferences) -> Preferences:
     """Store the caller's preferences; the next first page uses them."""
+    preferences = feed_reader(request).preferences
     try:
-        await feed_reader(request).preferences.set_feed_order(user.user_id, body.feed_order)
-    except ProblemError:
-        raise
+        await preferences.set_feed_order(user.user_id, body.feed_order)
     except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
         raise ProblemError(UNAVAILABLE, "preferences could not be stored",
                            headers={"Retry-After": "1"}) from exc
