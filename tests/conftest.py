@@ -100,3 +100,17 @@ def _drop(base: Settings, s: Settings, name: str) -> None:
         cl.shutdown()
     except Exception:  # noqa: BLE001
         pass
+    # The session's topics (its prefix, and the prefixes its tests derived from it): a
+    # run makes hundreds of partitions, and a development broker (512 MB heap) that kept
+    # every run's ran out of memory after a few dozen runs.
+    try:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+        ours = [t for t in admin.list_topics(timeout=15).topics
+                if t.startswith(name) or f".{name}" in t]  # name: t_ + 8 random hex digits
+        if ours:
+            for fut in admin.delete_topics(ours, operation_timeout=60).values():
+                fut.result()
+    except Exception:  # noqa: BLE001
+        pass
