@@ -1,18 +1,8 @@
 """``python -m services.api.rebuild_inbox <reader_id> [...]``: refill readers' inboxes.
 
-The inbox is an accelerator, not the source of truth: every post also lives in its
-author's timeline (``author_timeline``). This command re-derives a reader's inbox from
-the timelines of the authors they follow, with the fan-out's own code: ``CopyStore``
-reads the follow, block and post copies, ``audience.backfill_posts`` applies the
-no-backfill bound, and ``InboxStore.push_posts`` writes the rows under each post's
-current rank key, at the time of the rebuild, exactly like the fan-out's follow
-backfill. A rebuild racing a delete may write a row for a deleted post: the read path
-shows a row only when the copy is visible and its key matches, so it is never shown, and
-it expires with its TTL.
-
-Posts of celebrity-period authors (``fanned_out`` false) stay out: readers merge them
-from the author timeline. Only the ``inbox_cap`` highest-ranked posts within the inbox
-TTL are written. Safe to run any number of times.
+An operator's command over ``services.fanout.rebuild.rebuild_inbox`` (what it writes and
+why it is safe to run any number of times is explained there). Running API processes
+drop their cached inbox tops of the rebuilt readers (serving-changes notices).
 """
 from __future__ import annotations
 
@@ -20,67 +10,17 @@ import argparse
 import asyncio
 import logging
 import sys
-import time
-from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Callable
+from datetime import datetime, timezone
 
-from services.common import cql, ids
+from services.common import cql
 from services.common.cql_async import CqlRunner
 from services.common.event_publisher import EventPublisher
 from services.common.serving_changes import Notices
 from services.common.settings import Settings, get_settings
 from services.common.topics import serving_changes_topic
-from services.fanout.audience import backfill_posts, inbox_ttl_s, key_write_ts
 from services.fanout.copies import CopyStore
-from services.fanout.inbox import InboxRow, InboxStore
-
-log = logging.getLogger(__name__)
-
-# Inbox rows expire after 7 days (0001_serving.cql): nothing older is worth writing.
-INBOX_HORIZON = timedelta(days=7)
-# Clock skew allowance for the newest bucket read (same as the fan-out's backfill).
-SKEW = timedelta(minutes=1)
-
-
-@dataclass(frozen=True)
-class RebuildReport:
-    reader_id: int
-    authors: int
-    rows_written: int
-
-
-async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
-                        following: list[int], cap: int, clock: Callable[[], datetime],
-                        now_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> RebuildReport:
-    """Push the ``cap`` highest-ranked eligible, fanned-out posts of ``following``."""
-    now = clock()
-    # Written now: after the tombstones of whatever emptied the inbox (a purge, a trim),
-    # before any rank move decided from here on (which then shadows these rows).
-    at = now_us()
-    picked: list[InboxRow] = []
-    for author_id in following:
-        since = await copies.following_since(reader_id, author_id)
-        if since is None or await copies.blocked_either_way(author_id, reader_id):
-            continue
-        start = max(since, now - INBOX_HORIZON)
-        lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
-        newest = ids.lowest_id_at(int((now + SKEW).timestamp() * 1000))
-        for post_id in backfill_posts(await copies.author_posts_since(author_id, lowest, newest),
-                                      lowest):
-            copy = await copies.read_post(post_id)
-            if copy is None or not copy.alive or copy.fanned_out is not True:
-                continue
-            if copy.created_at is None or copy.created_at < since or copy.rank_key is None:
-                continue
-            ttl_s = inbox_ttl_s(copy.created_at, now)
-            if ttl_s > 0:
-                picked.append(InboxRow(post_id, author_id, copy.rank_key,
-                                       key_write_ts(copy.key_ts, copy.created_at, at), ttl_s))
-    picked.sort(key=lambda r: (r.rank_key, r.post_id), reverse=True)
-    written = await inbox.push_posts(reader_id, picked[:cap])
-    return RebuildReport(reader_id, len(following), written)
-
+from services.fanout.inbox import InboxStore
+from services.fanout.rebuild import RebuildReport, rebuild_inbox
 
 async def _main(reader_ids: list[int], settings: Settings) -> list[RebuildReport]:
     session = cql.session(settings)

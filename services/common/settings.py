@@ -5,6 +5,7 @@ default to loopback, matching what ``deploy/stack.py`` starts.
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import lru_cache
 from typing import Literal
 
@@ -74,6 +75,19 @@ class Settings(BaseSettings):
     # Check the cap on one insert in N per reader (by hash): a cap check reads the
     # partition, so doing it on every insert would double the cost of fan-out.
     inbox_trim_every: int = 32
+    # Inactive readers (services/fanout/inactive.py): the fan-out skips readers who have
+    # not read their feed for this long (Mastodon: 7 days; Twitter 2013: 30). An ISO 8601
+    # duration or seconds; 0 turns it off. Reads are recorded once per reader, API process
+    # and ``activity_resolution`` (a day), so the bound is exact to that resolution.
+    inactive_after: timedelta = timedelta(days=14)
+    activity_resolution: timedelta = timedelta(days=1)
+    # How often the fan-out's sweeper looks for readers who went inactive.
+    inactive_sweep_every_s: float = 600.0
+    # A returning reader's pages while their inbox is rebuilt read this many followed
+    # authors' partitions (today's and yesterday's), instead of the fallback's slice.
+    feed_regenerating_authors: int = 200
+    # A regeneration not finished after this long (its process died) is started again.
+    feed_regenerating_stale_s: float = 120.0
     # Poison handling: attempts before the dead-letter queue, and the failure-rate cap
     # over the last messages that stops the worker (a broken deploy, not bad data).
     consumer_max_attempts: int = 3

@@ -10,9 +10,13 @@ letter) are acknowledged, so the committed offset never passes work that was not
 
 Moderation removal reaches the fan-out as a posts change (``visibility`` 0, written in
 the same transaction as ``moderation_actions``), so that topic is not consumed here.
+
+A timer runs the inactive-reader sweeper (inactive.py) in the worker that owns the
+follows topic's partition 0.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Awaitable, Callable
@@ -20,6 +24,7 @@ from typing import Awaitable, Callable
 import faust
 
 from services.common import cql
+from services.common.activity import ActivityStore, Window
 from services.common.batch_consumer import ConsumerLag, consume_in_batches, refresh_lag_periodically
 from services.common.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry, use_cached_rows
 from services.common.envelope import ChangeRecord, parse_change
@@ -33,13 +38,16 @@ from services.common.serving_changes import Notices
 from services.common.topics import cdc_topic, rank_moves_topic, serving_changes_topic
 
 from .copies import CopyStore
+from .inactive import InactiveSweeper
 from .inbox import InboxStore
 from .post_events import PostFanout
 from .rank_moves import RankMoves
+from .rebuild import rebuild_inbox
 from .relation_events import RelationChanges
 from .tier_store import TierStore
 from .tiering import CapacityEstimate, TierPolicy
 
+log = logging.getLogger(__name__)
 
 
 def _utc_now() -> datetime:
@@ -56,6 +64,7 @@ class FanoutPorts:
     guard: GuardedProcessing
     publisher: EventPublisher
     lag: ConsumerLag
+    sweeper: InactiveSweeper | None
 
 
 def tier_policy(settings: Settings) -> TierPolicy:
@@ -79,13 +88,26 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     capacity = CapacityEstimate(settings.fanout_capacity_floor_rows_per_s,
                                 settings.fanout_capacity_pinned_rows_per_s)
     tiers = TierStore(session, runner, tier_policy(settings), capacity, _utc_now)
+    activity = ActivityStore(session, runner)
+    tracked = settings.inactive_after.total_seconds() > 0
+    inactive = activity.inactive_followers if tracked else None
+    sweeper = None
+    if tracked:
+        async def rebuild(reader_id: int, authors: list[int]) -> None:
+            await rebuild_inbox(reader_id, copies, inbox, authors, settings.inbox_cap, _utc_now)
+
+        sweeper = InactiveSweeper(activity, Window(settings.inactive_after,
+                                                   settings.activity_resolution), rebuild)
+    posts = PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
+                       retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s),
+                       **({"inactive": inactive} if inactive else {}))
     return FanoutPorts(
-        posts=PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
-                         retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s)),
-        relations=RelationChanges(copies, inbox, publisher, settings.topic_prefix, _utc_now),
-        rank_moves=RankMoves(copies, inbox, _utc_now),
+        posts=posts,
+        relations=RelationChanges(copies, inbox, publisher, settings.topic_prefix, _utc_now,
+                                  unflag=activity.unflag if tracked else None),
+        rank_moves=RankMoves(copies, inbox, _utc_now, inactive),
         guard=GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS),
-        publisher=publisher, lag=ConsumerLag())
+        publisher=publisher, lag=ConsumerLag(), sweeper=sweeper)
 
 
 ChangeApplier = Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]]
@@ -136,5 +158,23 @@ def create_app(settings: Settings) -> faust.App:
                                  keys_in_flight=settings.fanout_max_in_flight)
 
     refresh_lag_periodically(app, lambda: ports.opened.lag if ports.opened is not None else None)
+
+    follows_topic = cdc_topic("follows", prefix)
+
+    @app.timer(interval=max(1.0, settings.inactive_sweep_every_s))
+    async def sweep_inactive_readers() -> None:
+        # One worker sweeps: the one assigned partition 0 of the follows topic (faust's
+        # leader election is off, topic_disable_leader). Two at once during a rebalance
+        # only repeat idempotent work.
+        opened = ports.opened
+        if opened is None or opened.sweeper is None:
+            return
+        if not any(tp.topic == follows_topic and tp.partition == 0
+                   for tp in app.consumer.assignment()):
+            return
+        try:
+            await opened.sweeper.sweep()
+        except Exception:  # noqa: BLE001 - the next interval resumes where this stopped
+            log.warning("inactive-reader sweep failed; resuming next interval", exc_info=True)
 
     return app

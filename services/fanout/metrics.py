@@ -31,3 +31,11 @@ RANK_MOVE_ROWS = Histogram("feed_fanout_rank_move_rows",
                            "Inbox rows rewritten by one rank-key move (0: a celebrity post, "
                            "whose only row is in the author timeline)",
                            buckets=(0, 1, 10, 100, 1000, 5000, 20000, 100000))
+INACTIVE_ROWS_SKIPPED = Counter("feed_fanout_inactive_rows_skipped_total",
+                                "Inbox rows not written because the reader is inactive "
+                                "(has not read their feed for FEED_INACTIVE_AFTER)")
+READERS_GONE_IDLE = Counter("feed_fanout_readers_gone_idle_total",
+                            "Readers the sweeper flagged inactive (fan-out skips them)")
+READERS_UNDONE = Counter("feed_fanout_readers_idle_undone_total",
+                         "Readers who came back while the sweeper flagged them (unflagged "
+                         "and their inbox rebuilt by the sweeper)")

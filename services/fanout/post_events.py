@@ -16,7 +16,7 @@ import logging
 import time
 from datetime import datetime, timezone
 from functools import partial
-from typing import Callable
+from typing import Awaitable, Callable
 
 from services.common.cql_async import StoreRetry
 from services.common.envelope import ChangeRecord
@@ -35,11 +35,15 @@ from .events import celebrity_posted, post_landed_in_inbox
 from .inbox import InboxStore
 from .rank_moves import RankMoves
 from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
-                      FANOUT_SECONDS, INBOX_ROWS, STORE_RETRIES, TRIMS)
+                      FANOUT_SECONDS, INACTIVE_ROWS_SKIPPED, INBOX_ROWS, STORE_RETRIES, TRIMS)
 from .tier_store import TierStore
 from .tiering import OverlapMeter, Tier
 
 log = logging.getLogger(__name__)
+
+
+async def _nobody(_author_id: int) -> frozenset[int]:
+    return frozenset()
 
 
 class PostFanout:
@@ -48,8 +52,12 @@ class PostFanout:
                  retry: StoreRetry | None = None,
                  wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  monotonic: Callable[[], float] = time.monotonic,
-                 wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> None:
+                 wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
+                 inactive: Callable[[int], Awaitable[frozenset[int]]] = _nobody) -> None:
         self._copies = copies
+        # An author's followers the fan-out skips: they have not read their feed for
+        # FEED_INACTIVE_AFTER (services/fanout/inactive.py).
+        self._inactive = inactive
         self._inbox = inbox
         self._tiers = tiers
         self._publisher = publisher
@@ -61,7 +69,8 @@ class PostFanout:
         self._meter = OverlapMeter(tiers.capacity.min_sample_rows)
         self._retry = retry or StoreRetry()
         self._moves = RankMoves(copies, inbox,
-                                lambda: datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc))
+                                lambda: datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc),
+                                inactive)
 
     def _store_timed_out(self, exc: BaseException) -> None:
         STORE_RETRIES.inc()
@@ -134,16 +143,23 @@ class PostFanout:
         # knows to look for in inboxes. Marked before blocks and followers are read, too:
         # an unfollow or block that does not see the mark is seen by those reads.
         await self._copies.mark_fanned_out(post_id, True, lsn)
-        blocked = await self._copies.blocked_set(copy.author_id)
+        # Read after the timeline row and the mark: a returning reader's rebuild, which
+        # runs after their flags are gone, finds whatever this read still skipped them for.
+        blocked, inactive = await asyncio.gather(self._copies.blocked_set(copy.author_id),
+                                                 self._inactive(copy.author_id))
         started = self._monotonic()
         metered = followers >= self._meter.min_rows
         if metered:
             self._meter.started(started)
-        rows = 0
+        rows = skipped = 0
         pending = []
         try:
             async for page in self._copies.follower_pages(copy.author_id):
                 readers = readers_for_post(copy.author_id, copy.created_at, page, blocked)
+                if inactive:
+                    active = [r for r in readers if r not in inactive]
+                    skipped += len(readers) - len(active)
+                    readers = active
                 if not readers:
                     continue
                 written = await self._retry(partial(self._inbox.push, readers, post_id,
@@ -166,6 +182,7 @@ class PostFanout:
         elapsed = finished - started
         FANOUT_CAPACITY.set(self._tiers.capacity.rows_per_s)
         INBOX_ROWS.inc(rows)
+        INACTIVE_ROWS_SKIPPED.inc(skipped)
         FANOUT_SECONDS.observe(elapsed)
         if rows and change.commit_ts_ms and not change.snapshot:
             EVENT_TO_INBOX.observe(max(0, self._now_ms() - change.commit_ts_ms) / 1000)

@@ -17,7 +17,7 @@ tombstoned by the removal; moving would bring them back).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Callable
+from typing import Awaitable, Callable
 
 from services.common.rank_moves import RankKeyMoved
 
@@ -28,8 +28,11 @@ from .metrics import RANK_MOVE_ROWS
 
 
 class RankMoves:
-    def __init__(self, copies: CopyStore, inbox: InboxStore, clock: Callable[[], datetime]) -> None:
+    def __init__(self, copies: CopyStore, inbox: InboxStore, clock: Callable[[], datetime],
+                 inactive: Callable[[int], Awaitable[frozenset[int]]] | None = None) -> None:
         self._copies = copies
+        # Inactive followers get no inbox rows, so no moved ones either (inactive.py).
+        self._inactive = inactive
         self._inbox = inbox
         self._clock = clock
 
@@ -59,6 +62,8 @@ class RankMoves:
         rows = 0
         ttl_s = inbox_ttl_s(move.created_at, self._clock())
         blocked = await self._copies.blocked_set(move.author_id)
+        if self._inactive is not None:
+            blocked = blocked | await self._inactive(move.author_id)
         async for page in self._copies.follower_pages(move.author_id):
             readers = readers_for_post(move.author_id, move.created_at, page, blocked)
             if readers:

@@ -44,8 +44,13 @@ CLOCK_SKEW = timedelta(minutes=1)
 class RelationChanges:
     def __init__(self, copies: CopyStore, inbox: InboxStore, publisher: EventPublisher,
                  topic_prefix: str, clock: Callable[[], datetime],
-                 wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> None:
+                 wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
+                 unflag: Callable[[int, list[int]], Awaitable[None]] | None = None) -> None:
         self._copies = copies
+        # Clears an inactive-reader flag (inactive.py) left on a follow edge: a reader who
+        # follows (again) is reading, and a flag outliving an unfollow must not silence
+        # a later follow of the same author.
+        self._unflag = unflag
         self._inbox = inbox
         self._publisher = publisher
         self._inbox_topic = inbox_events_topic(topic_prefix)
@@ -68,6 +73,8 @@ class RelationChanges:
         elif step.newest:
             assert since is not None
             work.append(self._backfill(follower, followed, since))
+        if self._unflag is not None and (change.is_delete or step.newest):
+            work.append(self._unflag(follower, [followed]))
         await _all(work)
 
     async def on_block_changed(self, change: ChangeRecord) -> None:

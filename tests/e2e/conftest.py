@@ -37,6 +37,11 @@ SERVICES = ("cdc", "fanout", "ranker", "api")
 # at 4 rows/s, 4 followers (1 s) make a celebrity and 1-2 followers (<= 0.5 s) do not.
 CAPACITY_ROWS_PER_S = 4
 CELEBRITY_FOLLOWERS = 4
+# Inactive readers (services/fanout/inactive.py) on a clock the tests can wait for: a
+# reader is inactive after this many seconds without a read (1 s periods), the sweeper
+# looks every second. Longer than any other test leaves a reader without a read while
+# still expecting rows.
+INACTIVE_AFTER_S = 40
 START_DEADLINE_S = 120
 
 
@@ -112,6 +117,8 @@ def system(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
            "FEED_PG_DATABASE": name, "FEED_CASSANDRA_KEYSPACE": name, "FEED_TOPIC_PREFIX": name,
            "FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S": str(CAPACITY_ROWS_PER_S),
            "FEED_TIER_MIN_DWELL_S": "0", "FEED_CDC_HEARTBEAT_INTERVAL_S": "1",
+           "FEED_INACTIVE_AFTER": f"PT{INACTIVE_AFTER_S}S", "FEED_ACTIVITY_RESOLUTION": "PT1S",
+           "FEED_INACTIVE_SWEEP_EVERY_S": "1",
            **{f"FEED_{k.upper()}": str(v) for k, v in ports.items()}}
     system = System(s, f"http://127.0.0.1:{s.api_port}", logs)
     try:

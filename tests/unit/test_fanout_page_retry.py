@@ -107,3 +107,24 @@ def test_a_post_older_than_the_inbox_ttl_writes_no_rows():
     asyncio.run(_fanout(copies, inbox, tiers, publisher, T0 + timedelta(days=8)).on_post_changed(CHANGE))
     assert inbox.pushes == [] and copies.pages_read == 0 and publisher.sent == []
     assert copies.fanned_out == [False]  # nothing in inboxes for clean-up or backfill to find
+
+
+def test_inactive_followers_get_no_rows_no_events_and_are_counted():
+    from services.fanout.metrics import INACTIVE_ROWS_SKIPPED
+    copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), _Publisher()
+    inactive = frozenset(range(100, 100 + PAGE * PAGES, 3))  # every third follower
+
+    async def inactive_of(author_id):
+        assert author_id == AUTHOR
+        return inactive
+
+    before = INACTIVE_ROWS_SKIPPED._value.get()
+    fanout = PostFanout(copies, inbox, tiers, publisher, "t",  # type: ignore[arg-type]
+                        retry=StoreRetry(attempts=3, base_s=0.01, sleep=_no_sleep),
+                        wall_clock_ms=lambda: int((T0 + timedelta(minutes=1)).timestamp() * 1000),
+                        monotonic=lambda: 0.0, inactive=inactive_of)
+    asyncio.run(fanout.on_post_changed(CHANGE))
+    everyone = set(range(100, 100 + PAGE * PAGES))
+    assert inbox.rows == everyone - inactive
+    assert len(publisher.sent) == len(everyone - inactive)
+    assert INACTIVE_ROWS_SKIPPED._value.get() - before == len(inactive)

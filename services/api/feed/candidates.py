@@ -12,6 +12,10 @@ Sources (all clustered by the time-invariant rank key, 0005_rank_keys.cql):
   many authors is fully covered on every first page), so a post whose fan-out is late
   still reaches the feed.
 
+A returning inactive reader (``regenerating=True``: their inbox is being rebuilt,
+activity.py) gets the fallback widened to ``regenerating_authors`` followed authors and
+today's and yesterday's partitions: a full first page at once, never an empty feed.
+
 Latest order (``latest=True``) reads the same sources deeper, since they are clustered
 by rank key and not by time: the whole inbox (at most ``inbox_cap`` rows: the fan-out
 trims it) and the top ``latest_per_partition`` rows of each author partition, re-keys
@@ -103,6 +107,7 @@ class Limits:
     latest_inbox: int = 500           # the inbox cap: a latest snapshot reads it all
     latest_per_partition: int = 200   # rows of one author-day partition for latest order
     latest_depth: int = 800           # entries a latest snapshot keeps
+    regenerating_authors: int = 200   # the fallback's slice while an inbox is regenerated
 
 
 def latest_key(post_id: int) -> float:
@@ -246,19 +251,23 @@ class SourceReader:
 
     async def first(self, reader_id: int, celebrities: Sequence[tuple[int, int | None]],
                     blocks: Awaitable[frozenset[int]], inbox: Awaitable[list[Row]],
-                    now_ms: int, *, latest: bool = False) -> tuple[Sources, frozenset[int]]:
+                    now_ms: int, *, latest: bool = False,
+                    regenerating: bool = False) -> tuple[Sources, frozenset[int]]:
         """The snapshot's rows for a first page, and the reader's blocks. ``inbox`` and
         ``blocks`` are reads the caller already started (they go out with the follow
         reads: ``depth`` rows, or ``latest_inbox`` for latest order); a failure of ``blocks`` raises
-        ``GraphUnavailable`` (a correctness input). ``latest``: see the module docstring."""
+        ``GraphUnavailable`` (a correctness input). ``latest``, ``regenerating``: see the
+        module docstring."""
         lim, store = self._limits, self._store
         per_celebrity = lim.latest_per_partition if latest else lim.per_celebrity
+        fallback_authors = lim.regenerating_authors if regenerating else lim.fallback_authors
+        fallback_buckets = BUCKETS_PER_AUTHOR if regenerating else 1
         start = fallback_start(now_ms)
         in_turn = store.from_memory
         follows = await settled([
             followed_celebrities(store, reader_id, celebrities),
-            store.following_from(reader_id, start, lim.fallback_authors),
-            store.following_from(reader_id, 0, lim.fallback_authors)], in_turn)
+            store.following_from(reader_id, start, fallback_authors),
+            store.following_from(reader_id, 0, fallback_authors)], in_turn)
         out = Sources()
         celeb_follows, from_start, from_zero = follows
         if isinstance(celeb_follows, BaseException):
@@ -269,7 +278,7 @@ class SourceReader:
             out.failed_sources.append("fallback")
             fallback: dict[int, int] = {}
         else:
-            fallback = fallback_slice(from_start, from_zero, celeb_follows, lim.fallback_authors)
+            fallback = fallback_slice(from_start, from_zero, celeb_follows, fallback_authors)
         out.following = {**fallback, **celeb_follows}
         out.asked = set(out.following) | (set() if "celebrity" in out.failed_sources
                                           else {a for a, _ in celebrities})
@@ -278,8 +287,8 @@ class SourceReader:
         labels = ["celebrity"] * len(celeb_chunks) + ["fallback"] * len(fallback_chunks)
         reads = [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR), per_celebrity)
                  for c in celeb_chunks]
-        reads += [store.authors_top(c, day_buckets(now_ms, 1), lim.per_fallback_author)
-                  for c in fallback_chunks]
+        reads += [store.authors_top(c, day_buckets(now_ms, fallback_buckets),
+                                    lim.per_fallback_author) for c in fallback_chunks]
         results = await _settled([inbox, *reads], in_turn)
         try:
             blocked = await blocks

@@ -1,7 +1,7 @@
 """Read-path metrics, registered in the API's registry (``ApiMetrics.registry``)."""
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class FeedMetrics:
@@ -39,3 +39,12 @@ class FeedMetrics:
             "feed_stream_consumer_restarts_total",
             "Stream consumer restarts by outcome: replayed (the gap) or resync (streams told)",
             ("outcome",), registry=registry)
+        self.readers_returned = Counter("feed_readers_returned_total",
+                                        "Inactive readers who came back (inbox regenerated)",
+                                        registry=registry)
+        self.regeneration_seconds = Histogram(
+            "feed_inbox_regeneration_seconds", "A returning reader's inbox rebuild, flags to done",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60), registry=registry)
+        self.activity_failures = Counter("feed_activity_failures_total",
+                                         "Reads not recorded or regenerations failed (retried)",
+                                         registry=registry)

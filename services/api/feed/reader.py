@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from typing import Awaitable, Callable, Sequence
 
 from services.common import ids
+from services.common.activity import REGENERATING
 from services.common.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
                                     decode_cursor, encode_cursor)
 from services.common.ranking import Ranked
@@ -41,6 +42,7 @@ from services.common.settings import Settings
 
 from . import candidates as cand
 from . import paging, snapshot
+from .activity import ReaderActivity
 from .awaiting import settled
 from .bodies import FetchResult, PostBody, PostCopies, PostView
 from .eligibility import ReaderGraph, Verdict, judge
@@ -94,8 +96,11 @@ class _Walk:
 
 class FeedReader:
     def __init__(self, store: FeedStore, copies: PostCopies, settings: Settings,
-                 metrics: FeedMetrics, clock: Callable[[], datetime]) -> None:
+                 metrics: FeedMetrics, clock: Callable[[], datetime],
+                 activity: ReaderActivity | None = None) -> None:
         self._store = store
+        # Reads recorded, returning inactive readers regenerated (activity.py); None: off.
+        self.activity = activity
         self._copies = copies
         self._settings = settings
         self._metrics = metrics
@@ -116,7 +121,8 @@ class FeedReader:
             per_fallback_author=settings.feed_fallback_posts_per_author,
             latest_inbox=settings.inbox_cap,
             latest_per_partition=settings.feed_latest_posts_per_partition,
-            latest_depth=settings.feed_max_candidates))
+            latest_depth=settings.feed_max_candidates,
+            regenerating_authors=settings.feed_regenerating_authors))
 
     async def _celebrity_list(self) -> list[tuple[int, int | None]]:
         try:
@@ -144,10 +150,14 @@ class FeedReader:
         blocks: Awaitable[frozenset[int]] = self._store.blocked(reader_id)
         if not self._store.from_memory:
             inbox, blocks = asyncio.ensure_future(inbox), asyncio.ensure_future(blocks)
+        regenerating = await self._regenerating(reader_id)
+        if regenerating:
+            warnings = (*warnings, "regenerating")
         celebrities = await self._celebrity_list()
         try:
             sources, blocked = await self._sources.first(reader_id, celebrities, blocks, inbox,
-                                                         now_ms, latest=latest)
+                                                         now_ms, latest=latest,
+                                                         regenerating=regenerating)
         except GraphUnavailable as exc:
             raise FeedUnavailable(str(exc)) from exc
         failed = sources.failed_sources
@@ -168,6 +178,15 @@ class FeedReader:
         page.warnings = list(warnings) + degraded + page.warnings
         return page
 
+    async def _regenerating(self, reader_id: int) -> bool:
+        """Records the read; True while the reader's inbox is being regenerated."""
+        if self.activity is None:
+            return False
+        state = self.activity.known(reader_id)
+        if state is None:
+            state = await self.activity.state(reader_id)
+        return state == REGENERATING
+
     def _keep(self, walk: _Walk) -> None:
         """The snapshot in this process's cache now, and queued for Cassandra."""
         left = self._settings.feed_snapshot_ttl_s - int((self._clock() - walk.generated_at).total_seconds())
@@ -178,6 +197,8 @@ class FeedReader:
                                             walk.generated_at, left))
 
     async def close(self) -> None:
+        if self.activity is not None:
+            await self.activity.close()
         await self._writer.close()
 
     async def _load(self, reader_id: int, version: str) -> tuple[bytes, datetime] | None:
@@ -220,7 +241,10 @@ class FeedReader:
             raise CursorRejected("cursor does not match its snapshot's order")
         start = paging.start_after(entries, (cursor.rank, cursor.post_id))
         walk = _Walk(reader_id, cursor.feed_version, blob, generated_at, cursor.order)
-        return await self._fill(walk, start, limit, PageGraph(self._store, reader_id))
+        page = await self._fill(walk, start, limit, PageGraph(self._store, reader_id))
+        if await self._regenerating(reader_id):
+            page.warnings.insert(0, "regenerating")
+        return page
 
     async def _extend(self, walk: _Walk) -> snapshot.PackedEntries | None:
         """The snapshot with the next rows below its last entry, saved; None when the

@@ -2,7 +2,8 @@
 
 ``open_read_path(app)`` connects the Cassandra session and puts into ``app.state``:
 ``cassandra`` (the session; ``app.py`` registers its readiness check), ``feed``
-(``FeedReader``), ``feed_metrics``, and the stream's ``stream_hub``, ``stream_gate`` and
+(``FeedReader``, recording reads and regenerating returning inactive readers' inboxes,
+activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, and the stream's ``stream_hub``, ``stream_gate`` and
 ``stream_leases``, and (unless ``feed_cache_enabled`` is off) the ``serving_cache`` whose
 notice consumer is another background task (``notices.run_notice_consumer``); it registers the ``feed_stream`` readiness check (the hub's Kafka
 consumer has pinned its start offsets). The consumer itself runs as one of the app's
@@ -15,12 +16,15 @@ import asyncio
 from fastapi import FastAPI
 
 from services.common import cql
+from services.common.activity import ActivityStore, Window
+from services.common.cql_async import CqlRunner
 from services.common.settings import Settings
 from services.common.store_health import watch_cassandra
 
 from ..stream.gate import EligibilityGate
 from ..stream.hub import StreamHub
 from ..stream.leases import StreamLeases
+from .activity import InboxRebuilder, ReaderActivity
 from .bodies import BodyCache, PostCopies
 from .metrics import FeedMetrics
 from .notices import NoticeStats, register_collector
@@ -51,7 +55,18 @@ def _build(app: FastAPI, settings: Settings) -> None:
     app.state.feed_metrics = metrics
     app.state.feed_store = store
     copies = PostCopies(store, BodyCache(settings.feed_body_cache_size), cache)
-    app.state.feed = FeedReader(store, copies, settings, metrics, utc_now)
+    activity = None
+    if settings.inactive_after.total_seconds() > 0:
+        rebuilder = InboxRebuilder(session, settings)
+        app.state.inbox_rebuilder = rebuilder
+        activity = ReaderActivity(
+            ActivityStore(session, CqlRunner(session)),
+            Window(settings.inactive_after, settings.activity_resolution), rebuilder,
+            settings.feed_regenerating_stale_s, timeout_s=2 * settings.feed_store_timeout_s,
+            on_returned=lambda s: (metrics.readers_returned.inc(),
+                                   metrics.regeneration_seconds.observe(s)),
+            on_failure=metrics.activity_failures.inc)
+    app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity)
     # A lease outlives two missed heartbeats, so one slow refresh does not free the slot.
     app.state.stream_leases = StreamLeases(session, store, int(settings.stream_heartbeat_s * 2) + 5)
 
@@ -80,6 +95,9 @@ async def close_read_path(app: FastAPI) -> None:
     reader = getattr(app.state, "feed", None)
     if reader is not None:
         await reader.close()  # queued snapshots stored before the session closes
+    rebuilder = getattr(app.state, "inbox_rebuilder", None)
+    if rebuilder is not None:
+        await rebuilder.close()
     session = getattr(app.state, "cassandra", None)
     if session is not None:
         await asyncio.to_thread(session.cluster.shutdown)

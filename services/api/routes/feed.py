@@ -53,7 +53,14 @@ class FeedPageOut(BaseModel):
     generated_at: str
     order: FeedOrder = Field(description="The order this page is in: the one asked for, the "
                                          "cursor's, or the reader's stored preference")
-    warnings: list[str] | None = None
+    warnings: list[str] | None = Field(
+        default=None,
+        description="Present when the page is served degraded or differently, never instead "
+                    "of an error: snapshot_expired (a new first page replaced the walk), "
+                    "incomplete_candidates (a source could not be read), partial_page (ended "
+                    "before a post whose state could not be read), preferences_unavailable "
+                    "(ranked used), regenerating (an inactive reader's inbox is being refilled; "
+                    "the page is built from the followed authors' partitions meanwhile)")
 
 
 def iso_utc(ts: datetime) -> str:

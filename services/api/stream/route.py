@@ -75,6 +75,11 @@ async def feed_stream(
         _later(state.stream_leases.close(reader_id, lease))
         raise ProblemError(UNAVAILABLE, "the stream could not be opened",
                            headers={"Retry-After": "1"}) from exc
+    # An open stream is reading: recorded like a page (once per period), and a reader the
+    # fan-out stopped writing for is brought back (services/api/feed/activity.py).
+    activity = getattr(getattr(state, "feed", None), "activity", None)
+    if activity is not None:
+        await activity.state(reader_id)
     resume = hub.resume(reader_id, last_event_id) if last_event_id else None
     version = feed_version or "live"
     metrics = state.feed_metrics
@@ -98,6 +103,8 @@ async def feed_stream(
                     beats += 1
                     try:
                         await state.stream_leases.refresh(reader_id, lease)
+                        if activity is not None:
+                            await activity.state(reader_id)
                         if beats % FOLLOWED_REFRESH_HEARTBEATS == 0:
                             await hub.refresh_followed(reader_id)
                     except Exception:  # noqa: BLE001 - keep streaming; the lease has slack

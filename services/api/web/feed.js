@@ -116,8 +116,12 @@ function showPage(page, replace) {
   $("more").hidden = !state.cursor;
   $("feed-end").hidden = Boolean(state.cursor) || state.shown.size === 0;
   if (replace && state.shown.size === 0) say("Nothing here yet: follow someone, or post something.");
-  if ((page.warnings || []).includes("snapshot_expired")) {
+  const warnings = page.warnings || [];
+  if (warnings.includes("snapshot_expired")) {
     say("Your feed was refreshed: the ranking you were reading had expired.");
+  }
+  if (replace && warnings.includes("regenerating")) {
+    say("Welcome back: your feed is being rebuilt; refresh in a moment for everything.");
   }
 }
 

@@ -1,0 +1,163 @@
+"""Reader activity: who has read their feed lately, and which readers the fan-out skips.
+
+Shared by the API (records reads, brings back returning readers) and the fan-out
+(sweeps readers who went idle, skips them). Tables: 0008_reader_activity.cql.
+
+Time is cut into periods of ``resolution`` (a day by default). A reader whose last read
+is in period ``q`` is idle once the current period is past ``q + window``, where the
+window is ``inactive_after`` in periods: no read for at least ``inactive_after``.
+
+The two sides race when a reader returns just as the sweeper judges them. Each side
+writes its own fact first and then reads the other's: the API writes the last read,
+then reads the state; the sweeper writes ``idle`` (and the flags), then reads the last
+read again. Whichever order the four steps run in, one side sees the other and the
+reader ends up active with an inbox: either the API sees ``idle`` and regenerates, or
+the sweeper sees the new read and undoes its flags.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import AsyncIterator, Sequence
+
+from cassandra.cluster import Session
+
+from .cql_async import CqlRunner
+
+ACTIVE = "active"
+IDLE = "idle"
+REGENERATING = "regenerating"
+# readers_by_period partitions per period: a day of readers spread over this many.
+SHARDS = 16
+# Periods past the window the index is kept for, so a sweeper that was stopped this
+# long still finds the readers it has not judged (rows older than that expire).
+BACKLOG_PERIODS = 7
+# Flag writes in flight for one reader.
+FLAGS_IN_FLIGHT = 32
+SWEEP_NAME = "inactive_readers"
+
+
+@dataclass(frozen=True)
+class Window:
+    """Period arithmetic for ``inactive_after`` at ``resolution``."""
+
+    inactive_after: timedelta
+    resolution: timedelta
+
+    @property
+    def resolution_ms(self) -> int:
+        return max(1, int(self.resolution.total_seconds() * 1000))
+
+    @property
+    def periods(self) -> int:
+        """Whole periods a reader must miss to be idle."""
+        return max(1, math.ceil(self.inactive_after / self.resolution))
+
+    def period(self, now_ms: int) -> int:
+        return now_ms // self.resolution_ms
+
+    def idle_through(self, now_ms: int) -> int:
+        """The newest period whose readers (with no later read) are idle at ``now_ms``."""
+        return self.period(now_ms) - self.periods - 1
+
+    @property
+    def index_ttl_s(self) -> int:
+        """How long a readers_by_period row must live to be swept."""
+        return int((self.periods + 2 + BACKLOG_PERIODS) * self.resolution_ms / 1000) + 1
+
+
+@dataclass(frozen=True)
+class Activity:
+    last_period: int | None
+    state: str
+    state_at_ms: int | None
+
+
+def shard_of(reader_id: int) -> int:
+    return reader_id % SHARDS
+
+
+class ActivityStore:
+    """Every statement on the activity tables (and the follow list the flags need)."""
+
+    def __init__(self, session: Session, runner: CqlRunner, page_size: int = 1000) -> None:
+        p = session.prepare
+        self._run = runner
+        self._record = p("UPDATE reader_activity SET last_period=? WHERE reader_id=?")
+        self._index = p("INSERT INTO readers_by_period (period, shard, reader_id) VALUES (?,?,?) "
+                        "USING TTL ?")
+        self._read = p("SELECT last_period, state, toUnixTimestamp(state_at) FROM reader_activity "
+                       "WHERE reader_id=?")
+        self._set_state = p("UPDATE reader_activity SET state=?, state_at=toTimestamp(now()) "
+                            "WHERE reader_id=?")
+        self._in_period = p("SELECT reader_id FROM readers_by_period WHERE period=? AND shard=?")
+        self._in_period.fetch_size = page_size
+        self._following = p("SELECT followed_id FROM following WHERE follower_id=?")
+        self._following.fetch_size = page_size
+        self._flag = p("INSERT INTO inactive_followers (followed_id, follower_id) VALUES (?,?)")
+        self._unflag = p("DELETE FROM inactive_followers WHERE followed_id=? AND follower_id=?")
+        self._flagged = p("SELECT follower_id FROM inactive_followers WHERE followed_id=?")
+        self._flagged.fetch_size = page_size
+        self._progress = p("SELECT through_period FROM activity_sweeps WHERE name=?")
+        self._save_progress = p("UPDATE activity_sweeps SET through_period=? WHERE name=?")
+
+    # -- the API side ------------------------------------------------------------------------
+    async def record_read(self, reader_id: int, period: int, ttl_s: int) -> None:
+        """The reader read in ``period`` (their row, then the period's index)."""
+        await self._run.execute(self._record, (period, reader_id))
+        await self._run.execute(self._index, (period, shard_of(reader_id), reader_id, ttl_s))
+
+    async def record_reads(self, reads: Sequence[tuple[int, int]], ttl_s: int,
+                           in_flight: int = 64) -> None:
+        """Many ``(reader_id, period)`` reads at once (a bulk load, the benchmark)."""
+        await self._run.run_bounded([(self._record, (p, r)) for r, p in reads], in_flight)
+        await self._run.run_bounded([(self._index, (p, shard_of(r), r, ttl_s)) for r, p in reads],
+                                    in_flight)
+
+    async def activity(self, reader_id: int) -> Activity:
+        rows = await self._run.execute(self._read, (reader_id,))
+        if not rows:
+            return Activity(None, ACTIVE, None)
+        last, state, state_at = rows[0][0], rows[0][1], rows[0][2]
+        return Activity(last, state or ACTIVE, state_at)
+
+    async def set_state(self, reader_id: int, state: str) -> None:
+        await self._run.execute(self._set_state, (state, reader_id))
+
+    async def following(self, reader_id: int) -> list[int]:
+        out: list[int] = []
+        async for rows in self._run.pages(self._following, (reader_id,)):
+            out.extend(r[0] for r in rows)
+        return out
+
+    async def flag(self, reader_id: int, authors: Sequence[int]) -> None:
+        """The fan-out skips ``reader_id`` for these authors from now on."""
+        await self._run.run_bounded([(self._flag, (a, reader_id)) for a in authors],
+                                    FLAGS_IN_FLIGHT)
+
+    async def unflag(self, reader_id: int, authors: Sequence[int]) -> None:
+        await self._run.run_bounded([(self._unflag, (a, reader_id)) for a in authors],
+                                    FLAGS_IN_FLIGHT)
+
+    # -- the fan-out side --------------------------------------------------------------------
+    async def inactive_followers(self, author_id: int) -> frozenset[int]:
+        """The author's followers the fan-out skips (one partition, paged)."""
+        out: set[int] = set()
+        async for rows in self._run.pages(self._flagged, (author_id,)):
+            out.update(r[0] for r in rows)
+        return frozenset(out)
+
+    async def readers_in(self, period: int) -> AsyncIterator[list[int]]:
+        """Everyone who read in ``period`` (a reader may also have read since)."""
+        for shard in range(SHARDS):
+            async for rows in self._run.pages(self._in_period, (period, shard)):
+                if rows:
+                    yield [r[0] for r in rows]
+
+    async def swept_through(self, name: str = SWEEP_NAME) -> int | None:
+        rows = await self._run.execute(self._progress, (name,))
+        return rows[0][0] if rows else None
+
+    async def save_progress(self, period: int, name: str = SWEEP_NAME) -> None:
+        await self._run.execute(self._save_progress, (period, name))

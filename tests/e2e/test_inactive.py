@@ -1,0 +1,64 @@
+"""End to end: a reader who stops reading is flagged by the fan-out worker's own sweeper
+(its timer, in the worker process), gets no inbox rows, and on return is served at once
+while the API regenerates their inbox. The system runs with 1 s activity periods and
+``INACTIVE_AFTER_S`` (conftest.py); nothing is written to a store by the test."""
+from __future__ import annotations
+
+import time
+import urllib.request
+
+import pytest
+
+from tests.integration.conftest import wait_until
+from tests.integration.test_feed_support import feed_ids
+
+from .conftest import INACTIVE_AFTER_S, System, feed, post
+from .test_pipeline import VISIBLE_S, _follow, _inbox, _users
+
+pytestmark = pytest.mark.e2e
+
+
+def _state(system: System, reader: int) -> str | None:
+    row = system.session().execute("SELECT state FROM reader_activity WHERE reader_id = %s",
+                                   (reader,)).one()
+    return row.state if row else None
+
+
+def _skipped_rows(system: System) -> float:
+    port = system.settings.fanout_metrics_port
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return sum(float(line.split()[-1]) for line in body.splitlines()
+               if line.startswith("feed_fanout_inactive_rows_skipped_total "))
+
+
+def test_an_inactive_reader_gets_no_rows_and_comes_back_to_a_full_feed(system: System) -> None:
+    author, idle, active = _users(system, 3)
+    _follow(system, idle, [author])
+    _follow(system, active, [author])
+    with system.client(idle) as r:
+        assert feed(r) == []  # the read the API records
+    started = time.monotonic()
+    wait_until(lambda: _state(system, idle) == "idle", timeout=INACTIVE_AFTER_S + 30, interval=0.5,
+               message="the fan-out's sweeper to flag the reader")
+    print(f"flagged {time.monotonic() - started:.1f} s after the last read")
+    skipped = _skipped_rows(system)
+    with system.client(author) as a:
+        post_id = post(a, "while you were away")
+    wait_until(lambda: post_id in _inbox(system, active), timeout=VISIBLE_S, interval=0.2,
+               message="the post in the active follower's inbox")
+    assert post_id not in _inbox(system, idle)
+    assert _skipped_rows(system) - skipped == 1
+
+    with system.client(idle) as r:
+        page = r.get("/v1/feed").json()
+        assert "regenerating" in page.get("warnings", [])
+        assert feed_ids(page) == [post_id]  # at once, from the author's partition
+        wait_until(lambda: "regenerating" not in r.get("/v1/feed").json().get("warnings", []),
+                   timeout=VISIBLE_S, interval=0.2, message="the inbox to be regenerated")
+        assert post_id in _inbox(system, idle)
+        assert _state(system, idle) == "active"
+        with system.client(author) as a:
+            again = post(a, "welcome back")
+        wait_until(lambda: again in _inbox(system, idle), timeout=VISIBLE_S, interval=0.2,
+                   message="the next post in the returning reader's inbox")
+        assert feed(r)[:2] == [again, post_id]

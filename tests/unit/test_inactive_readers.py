@@ -1,0 +1,237 @@
+"""Inactive readers without a store: the period arithmetic, the sweeper's race with a
+returning reader, and the API side's once-per-period recording and regeneration."""
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from services.api.feed.activity import ReaderActivity
+from services.common.activity import ACTIVE, IDLE, REGENERATING, Activity, Window
+from services.fanout.inactive import InactiveSweeper
+
+DAY_MS = 24 * 3600 * 1000
+WINDOW = Window(timedelta(days=14), timedelta(days=1))
+NOW_MS = 20_000 * DAY_MS + 5_000
+
+
+class FakeStore:
+    """The ActivityStore calls, in memory; ``on_flag`` runs inside ``flag`` (a race)."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, int] = {}
+        self.state: dict[int, str] = {}
+        self.index: dict[int, list[int]] = {}
+        self.follows: dict[int, list[int]] = {}
+        self.flags: set[tuple[int, int]] = set()
+        self.progress: int | None = None
+        self.on_flag = lambda reader: None
+        self.calls: list[str] = []
+        self.fail = False
+
+    async def record_read(self, reader_id, period, ttl_s):
+        self.calls.append("record")
+        if self.fail:
+            raise TimeoutError("store down")
+        self.last[reader_id] = period
+        self.index.setdefault(period, []).append(reader_id)
+
+    async def activity(self, reader_id):
+        self.calls.append("activity")
+        return Activity(self.last.get(reader_id), self.state.get(reader_id, ACTIVE), 0)
+
+    async def set_state(self, reader_id, state):
+        self.state[reader_id] = state
+
+    async def following(self, reader_id):
+        return self.follows.get(reader_id, [])
+
+    async def flag(self, reader_id, authors):
+        self.flags |= {(a, reader_id) for a in authors}
+        self.on_flag(reader_id)
+
+    async def unflag(self, reader_id, authors):
+        self.flags -= {(a, reader_id) for a in authors}
+
+    async def readers_in(self, period):
+        if period in self.index:
+            yield list(self.index[period])
+
+    async def swept_through(self, name):
+        return self.progress
+
+    async def save_progress(self, period, name):
+        self.progress = period
+
+
+def test_a_reader_is_idle_once_the_whole_window_has_passed_without_a_read():
+    today = WINDOW.period(NOW_MS)
+    assert WINDOW.periods == 14
+    # Read on day today-15: 14 whole days without one since. Day today-14: not yet.
+    assert WINDOW.idle_through(NOW_MS) == today - 15
+    assert WINDOW.index_ttl_s > (14 + 1) * 86400  # the index outlives the window
+    assert Window(timedelta(seconds=10), timedelta(days=1)).periods == 1
+
+
+def _sweeper(store, rebuilt):
+    async def rebuild(reader_id, authors):
+        rebuilt.append((reader_id, sorted(authors)))
+    return InactiveSweeper(store, WINDOW, rebuild, now_ms=lambda: NOW_MS)
+
+
+def test_the_sweeper_flags_readers_without_a_later_read_and_resumes_where_it_stopped():
+    store, rebuilt = FakeStore(), []
+    through = WINDOW.idle_through(NOW_MS)
+    store.last |= {1: through, 2: through + 3, 3: through - 2}
+    store.index = {through: [1, 2], through - 2: [3]}  # 2 read then, and again since
+    store.follows = {1: [10, 11], 3: [10]}
+    report = asyncio.run(_sweeper(store, rebuilt).sweep())
+    assert sorted(report.flagged) == [1, 3]
+    assert store.flags == {(10, 1), (11, 1), (10, 3)}
+    assert store.state == {1: IDLE, 3: IDLE}
+    assert store.progress == through and report.periods[-1] == through
+    again = asyncio.run(_sweeper(store, rebuilt).sweep())
+    assert again.periods == [] and again.flagged == [] and rebuilt == []
+
+
+def test_a_reader_who_returns_while_being_flagged_is_unflagged_and_rebuilt():
+    """The API wrote the read, then read ``active`` (before the sweeper's ``idle``): the
+    sweeper's second read sees the new read and undoes its flags."""
+    store, rebuilt = FakeStore(), []
+    through = WINDOW.idle_through(NOW_MS)
+    store.last[1] = through
+    store.index = {through: [1]}
+    store.follows = {1: [10, 11]}
+    store.on_flag = lambda reader: store.last.__setitem__(reader, WINDOW.period(NOW_MS))
+    report = asyncio.run(_sweeper(store, rebuilt).sweep())
+    assert report.flagged == [] and report.undone == [1]
+    assert store.flags == set() and store.state[1] == ACTIVE
+    assert rebuilt == [(1, [10, 11])]
+
+
+def test_a_reader_the_api_is_regenerating_is_left_to_it():
+    store, rebuilt = FakeStore(), []
+    through = WINDOW.idle_through(NOW_MS)
+    store.last[1] = through
+    store.index = {through: [1]}
+    store.follows = {1: [10]}
+
+    def came_back(reader):  # the API saw ``idle`` and took over
+        store.last[reader] = WINDOW.period(NOW_MS)
+        store.state[reader] = REGENERATING
+    store.on_flag = came_back
+    report = asyncio.run(_sweeper(store, rebuilt).sweep())
+    assert report.undone == [] and rebuilt == []  # the API unflags and rebuilds
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = NOW_MS
+        self.mono = 0.0
+
+
+def _activity(store, clock, rebuild):
+    return ReaderActivity(store, WINDOW, rebuild, stale_s=120, now_ms=lambda: clock.ms,
+                          monotonic=lambda: clock.mono)
+
+
+def test_a_read_is_recorded_once_per_period_and_process():
+    store, clock = FakeStore(), Clock()
+
+    async def rebuild(reader_id, authors):
+        raise AssertionError("an active reader is not rebuilt")
+
+    async def run():
+        activity = _activity(store, clock, rebuild)
+        for _ in range(5):
+            assert await activity.state(7) == ACTIVE
+        assert store.calls == ["record", "activity"]  # write first, then read
+        clock.ms += DAY_MS  # the next day: recorded again
+        assert activity.known(7) is None
+        assert await activity.state(7) == ACTIVE
+        assert store.calls.count("record") == 2
+    asyncio.run(run())
+
+
+def test_a_returning_reader_is_regenerating_until_the_rebuild_is_done():
+    store, clock = FakeStore(), Clock()
+    store.state[7] = IDLE
+    store.follows[7] = [10, 11]
+    store.flags = {(10, 7), (11, 7)}
+    release = asyncio.Event()
+    seen = []
+
+    async def rebuild(reader_id, authors):
+        seen.append((store.state[reader_id], set(store.flags)))  # flags gone before
+        await release.wait()
+
+    async def run():
+        returned = []
+        activity = ReaderActivity(store, WINDOW, rebuild, stale_s=120,
+                                  on_returned=returned.append, now_ms=lambda: clock.ms,
+                                  monotonic=lambda: clock.mono)
+        assert await activity.state(7) == REGENERATING
+        await asyncio.sleep(0)
+        assert activity.known(7) == REGENERATING
+        clock.mono += 2  # asked again: the store still says regenerating, no second rebuild
+        assert await activity.state(7) == REGENERATING
+        release.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert activity.known(7) == ACTIVE and store.state[7] == ACTIVE
+        assert len(returned) == 1
+    asyncio.run(run())
+    assert seen == [(REGENERATING, set())]
+
+
+def test_a_regeneration_that_died_is_started_again_after_stale_s():
+    store, clock = FakeStore(), Clock()
+    store.state[7] = REGENERATING  # set at Unix 0 by a process that died
+    calls = []
+
+    async def rebuild(reader_id, authors):
+        calls.append(reader_id)
+
+    async def run():
+        activity = _activity(store, clock, rebuild)
+        assert await activity.state(7) == REGENERATING
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert calls == [7] and store.state[7] == ACTIVE
+    asyncio.run(run())
+
+
+def test_a_store_failure_serves_the_page_as_active_and_asks_again_later():
+    store, clock = FakeStore(), Clock()
+    store.fail = True
+    failures = []
+
+    async def rebuild(reader_id, authors):
+        raise AssertionError
+
+    async def run():
+        activity = ReaderActivity(store, WINDOW, rebuild, stale_s=120,
+                                  on_failure=lambda: failures.append(1),
+                                  now_ms=lambda: clock.ms, monotonic=lambda: clock.mono)
+        assert await activity.state(7) == ACTIVE
+        assert activity.known(7) == ACTIVE  # not asked on every page while the store is down
+        clock.mono += 61
+        assert activity.known(7) is None
+    asyncio.run(run())
+    assert failures == [1]
+
+
+def test_a_slow_store_does_not_hold_the_page():
+    store, clock = FakeStore(), Clock()
+
+    async def hang(reader_id, period, ttl_s):
+        await asyncio.sleep(30)
+    store.record_read = hang
+
+    async def rebuild(reader_id, authors):
+        raise AssertionError
+
+    async def run():
+        activity = ReaderActivity(store, WINDOW, rebuild, stale_s=120, timeout_s=0.05,
+                                  now_ms=lambda: clock.ms, monotonic=lambda: clock.mono)
+        assert await asyncio.wait_for(activity.state(7), 1) == ACTIVE
+    asyncio.run(run())
