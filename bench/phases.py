@@ -231,6 +231,19 @@ def fanout_on_write_rows(graph: Graph) -> dict[str, float]:
             "largest_author_followers": max(counts.values())}
 
 
+def largest_author_watchers(graph: Graph, n: int) -> dict[int, int]:
+    """The ``n`` most-followed authors and the follower ``largest_author_posts`` watches
+    (the last by id: the last page the fan-out reaches), as ``{author: watcher}``."""
+    counts = graph.follower_counts()
+    largest = sorted(counts, key=counts.__getitem__, reverse=True)[:n]
+    last: dict[int, int] = {}
+    wanted = set(largest)
+    for a, b in zip(graph.follower.tolist(), graph.followed.tolist()):
+        if b in wanted and a > last.get(b, -1):
+            last[b] = a
+    return {a: last[a] for a in largest}
+
+
 async def largest_author_posts(base_url: str, settings: Settings, graph: Graph, authors: list[int],
                                inbox_rows: Callable[[], float] | None = None,
                                timeout_s: float = 300.0) -> list[dict[str, Any]]:

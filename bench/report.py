@@ -61,6 +61,20 @@ def markdown(r: dict[str, Any]) -> str:
                   "", f"- pages: p50 {rd['p50_ms']} ms, p95 {rd['p95_ms']} ms, p99 {rd['p99_ms']} ms",
                   f"- new post on the follower's stream: observed {v['observed']}, missed {v['missed_30s']}; "
                   f"p50 {v['p50_s']} s, p95 {v['p95_s']} s, max {v['max_s']} s"]
+    ia = r.get("inactive")
+    if ia:
+        lines += ["", "## Inactive readers (no feed read for 14 days: no inbox rows)", "",
+                  "Each user's last read set from the graph's activity distribution (written as the "
+                  "API would have written it then), the fan-out's sweeper run once, then the history "
+                  "taken in: the rows not written are the fan-out's own counter. Returning readers "
+                  "open their feed one at a time, beside active readers the API has not seen either.",
+                  ""]
+        for k, v in ia.items():
+            if isinstance(v, dict):
+                lines.append(f"- {k}:")
+                lines += [f"  - {kk}: {vv}" for kk, vv in v.items()]
+            else:
+                lines.append(f"- {k}: {v}")
     la = r.get("largest_authors")
     if la:
         lines += ["", "## Largest authors: hybrid against pure fan-out-on-write", "",

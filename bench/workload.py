@@ -8,7 +8,12 @@ uses COPY, which is what "bulk" means for Postgres. The graph has:
 - every user follows a heavy-tailed number of ordinary authors (Pareto out-degree, mean
   ``mean_following``), chosen with Zipf weights, so in-degree is power-law too;
 - a history of posts by the most-followed ordinary authors and the celebrities,
-  timestamped over the last days with real Snowflake ids for those times.
+  timestamped over the last days with real Snowflake ids for those times;
+- an activity distribution: days since each user last read their feed. A share
+  ``inactive_share`` of users (an assumption: Twitter reported DAU/MAU near 0.4, a
+  Mastodon server's monthly actives are often under a fifth of its accounts) last read
+  15 to 120 days ago; the others within the last 13 days, most today or yesterday
+  (geometric, p = 0.6).
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ class GraphSpec:
     history_posts: int = 40_000
     history_days: int = 3
     likes_per_post: float = 3.0
+    inactive_share: float = 0.3
     seed: int = 7
 
     @classmethod
@@ -58,6 +64,8 @@ class Graph:
     followed: np.ndarray
     posts: list[tuple[int, int, datetime, str]] = field(default_factory=list)
     likes: list[tuple[int, int]] = field(default_factory=list)  # (post_id, user_id)
+    # Days since each user (``user_ids[i]``) last read their feed.
+    last_read_days: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     def follower_counts(self) -> dict[int, int]:
         authors, counts = np.unique(self.followed, return_counts=True)
@@ -99,7 +107,15 @@ def generate(spec: GraphSpec, now: datetime | None = None) -> Graph:
     graph = Graph(spec, user_ids, celebrity_ids, pairs[:, 0].copy(), pairs[:, 1].copy())
     graph.posts = _history(spec, graph, rng, now)
     graph.likes = _likes(spec, graph, rng)
+    graph.last_read_days = _last_reads(spec, rng)
     return graph
+
+
+def _last_reads(spec: GraphSpec, rng: np.random.Generator) -> np.ndarray:
+    """Days since each user's last read (module docstring: the activity distribution)."""
+    active = np.minimum(rng.geometric(0.6, spec.users) - 1, 13)
+    dormant = rng.integers(15, 121, spec.users)
+    return np.where(rng.random(spec.users) < spec.inactive_share, dormant, active).astype(np.int64)
 
 
 def _likes(spec: GraphSpec, graph: Graph, rng: np.random.Generator) -> list[tuple[int, int]]:

@@ -9,7 +9,7 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -81,6 +81,15 @@ class Settings(BaseSettings):
     # and ``activity_resolution`` (a day), so the bound is exact to that resolution.
     inactive_after: timedelta = timedelta(days=14)
     activity_resolution: timedelta = timedelta(days=1)
+
+    @field_validator("inactive_after", "activity_resolution", mode="before")
+    @classmethod
+    def _seconds(cls, value: object) -> object:
+        """Plain seconds as well as ISO 8601 (``FEED_INACTIVE_AFTER=0``, ``=P14D``)."""
+        if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
+            return float(value)
+        return value
+
     # How often the fan-out's sweeper looks for readers who went inactive.
     inactive_sweep_every_s: float = 600.0
     # A returning reader's pages while their inbox is rebuilt read this many followed

@@ -235,3 +235,11 @@ def test_a_slow_store_does_not_hold_the_page():
                                   now_ms=lambda: clock.ms, monotonic=lambda: clock.mono)
         assert await asyncio.wait_for(activity.state(7), 1) == ACTIVE
     asyncio.run(run())
+
+
+def test_the_window_is_set_in_seconds_or_iso_8601_and_0_turns_it_off(monkeypatch):
+    from services.common.settings import Settings
+    for raw, expected in (("0", timedelta(0)), ("1209600", timedelta(days=14)),
+                          ("P14D", timedelta(days=14)), ("PT40S", timedelta(seconds=40))):
+        monkeypatch.setenv("FEED_INACTIVE_AFTER", raw)
+        assert Settings().inactive_after == expected

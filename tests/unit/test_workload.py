@@ -36,3 +36,13 @@ def test_history_posts_have_snowflake_ids_of_their_own_time() -> None:
     for post_id, _author, created, _text in g.posts:
         assert abs(ids.timestamp_ms(post_id) - int(created.timestamp() * 1000)) <= 1
     assert len({p[0] for p in g.posts}) == len(g.posts)
+
+
+def test_a_share_of_users_has_not_read_for_longer_than_the_inactive_window() -> None:
+    g = generate(GraphSpec(users=20_000, celebrities=2, history_posts=10, inactive_share=0.3))
+    days = g.last_read_days
+    assert len(days) == len(g.user_ids)
+    dormant = days > 14
+    assert 0.28 < dormant.mean() < 0.32
+    assert days[dormant].min() >= 15 and days[~dormant].max() <= 13
+    assert (days[~dormant] <= 1).mean() > 0.8  # most active users read today or yesterday
