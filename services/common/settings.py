@@ -214,6 +214,11 @@ class Settings(BaseSettings):
     # and tens of ms on a node shared with compactions and other tests) and under the
     # seed's 300 ms page budget, so one stuck partition is dropped, not waited on.
     feed_store_timeout_s: float = 0.25
+    # A read not answered this fast (or failed before) is sent once more to another node
+    # and the first answer wins (FeedStore._rows): a dead or hung node costs a page this
+    # delay instead of a timeout. Healthy reads answer in a few ms, so hedges are rare;
+    # with one node there is nothing to hedge on. 0 turns it off.
+    feed_hedge_after_s: float = 0.05
     # In-process cache of immutable post bodies (text, author, created_at): ~200 B each.
     feed_body_cache_size: int = 50_000
     # Snapshots kept in the process for next pages (<= 19 KB each: <= 20 MB). A reader's

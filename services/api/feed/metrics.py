@@ -48,3 +48,8 @@ class FeedMetrics:
         self.activity_failures = Counter("feed_activity_failures_total",
                                          "Reads not recorded or regenerations failed (retried)",
                                          registry=registry)
+        self.store_hedges = Counter(
+            "feed_store_hedges_total", "Reads sent to a second node after feed_hedge_after_s, by "
+            "which answered first (hedge, first) or none (failed)", ("outcome",), registry=registry)
+        for outcome in ("hedge", "first", "failed"):
+            self.store_hedges.labels(outcome)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from cassandra.cluster import ExecutionProfile, Session
+from cassandra.pool import Host
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
@@ -55,10 +56,15 @@ def to_ms(ts: datetime | None) -> int | None:
 class FeedStore:
     """Every Cassandra statement of the read path."""
 
-    def __init__(self, session: Session, timeout: float, max_following: int) -> None:
+    def __init__(self, session: Session, timeout: float, max_following: int,
+                 hedge_after_s: float = 0.0,
+                 on_hedge: Callable[[str], None] = lambda _outcome: None) -> None:
         install_profile(session, timeout)
         self._session = session
         self._timeout = timeout
+        self._hedge_after_s = hedge_after_s
+        self._on_hedge = on_hedge  # told each hedge's outcome: hedge, first or failed
+        self._next_node = 0
         p = session.prepare
         self._following = p("SELECT followed_id, toUnixTimestamp(following_since) FROM following "
                             "WHERE follower_id=? LIMIT ?")
@@ -103,15 +109,19 @@ class FeedStore:
         """Whether reads are answered from memory (``CachedFeedStore``); never here."""
         return False
 
-    async def run(self, statement: PreparedStatement, params: Sequence[Any]) -> list[tuple]:
-        """Run a statement prepared by another read-path module (same profile, timeout)."""
-        return await self._rows(statement, params)
+    async def run(self, statement: PreparedStatement, params: Sequence[Any],
+                  hedge: bool = False) -> list[tuple]:
+        """Run a statement prepared by another read-path module (same profile, timeout);
+        ``hedge`` only for a statement safe to run twice."""
+        return await self._rows(statement, params, hedge=hedge)
 
-    async def _rows(self, statement: PreparedStatement, params: Sequence[Any]) -> list[tuple]:
+    def _send(self, statement: Any, params: Sequence[Any] | None, timeout: float,
+              host: Host | None = None) -> tuple[asyncio.Future[list[tuple]], Host | None]:
+        """One request; its future (on this loop) and the node it went to."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[list[tuple]] = loop.create_future()
-        response = self._session.execute_async(statement, params, timeout=self._timeout,
-                                               execution_profile=PROFILE)
+        response = self._session.execute_async(statement, params, timeout=timeout,
+                                               execution_profile=PROFILE, host=host)
 
         def settle(value: Any, exc: BaseException | None) -> None:
             if not done.done():
@@ -123,7 +133,55 @@ class FeedStore:
         response.add_callbacks(
             lambda rows: loop.call_soon_threadsafe(settle, list(rows or ()), None),
             lambda exc: loop.call_soon_threadsafe(settle, None, exc))
-        return await asyncio.wait_for(done, self._timeout + _GUARD_S)
+        return done, getattr(response, "_current_host", None)
+
+    async def _rows(self, statement: Any, params: Sequence[Any] | None,
+                    hedge: bool = True) -> list[tuple]:
+        """The statement's rows. A read (``hedge``) not answered within ``hedge_after_s``,
+        or failed before it, is sent once more to another node, and the first answer
+        wins: a node that died or hangs costs a page the hedge delay, not a timeout.
+        Hedges are separate requests (never the driver's speculative execution, see
+        above), so each answer belongs to its own request."""
+        first, coordinator = self._send(statement, params, self._timeout)
+        deadline = asyncio.get_running_loop().time() + self._timeout + _GUARD_S
+        if not hedge or self._hedge_after_s <= 0:
+            return await asyncio.wait_for(first, self._timeout + _GUARD_S)
+        await asyncio.wait([first], timeout=self._hedge_after_s)
+        if first.done() and first.exception() is None:
+            return first.result()
+        other = self._other_node(coordinator)
+        if other is None:
+            return await asyncio.wait_for(first, max(0.0, deadline - asyncio.get_running_loop().time()))
+        left = max(0.001, deadline - asyncio.get_running_loop().time() - _GUARD_S)
+        second, _ = self._send(statement, params, left, other)
+        pending = {first, second}
+        while pending:
+            done, pending = await asyncio.wait(
+                pending, timeout=max(0.0, deadline - asyncio.get_running_loop().time()),
+                return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                break
+            for fut in done:
+                if fut.exception() is None:
+                    self._on_hedge("hedge" if fut is second else "first")
+                    for rest in pending:
+                        rest.cancel()
+                    return fut.result()
+        for rest in pending:
+            rest.cancel()
+        self._on_hedge("failed")
+        for fut in (first, second):  # the first request's error says the most
+            if fut.done() and not fut.cancelled() and fut.exception() is not None:
+                raise fut.exception()  # type: ignore[misc]
+        raise asyncio.TimeoutError("no node answered the read in time")
+
+    def _other_node(self, avoid: Host | None) -> Host | None:
+        """An up node other than ``avoid`` to hedge on (None with one node)."""
+        hosts = [h for h in self._session.cluster.metadata.all_hosts() if h.is_up and h != avoid]
+        if not hosts:
+            return None
+        self._next_node = (self._next_node + 1) % len(hosts)
+        return hosts[self._next_node]
 
     # -- the reader's graph -----------------------------------------------------------------
     async def following(self, reader_id: int, limit: int) -> dict[int, int]:
@@ -192,7 +250,7 @@ class FeedStore:
         return rows[0][0] if rows else None
 
     async def save_feed_order(self, reader_id: int, order: str) -> None:
-        await self._rows(self._save_preferences, (reader_id, order))
+        await self._rows(self._save_preferences, (reader_id, order), hedge=False)
 
     # -- snapshots ----------------------------------------------------------------------------
     async def save_snapshots(self, items: Sequence[Any]) -> None:
@@ -201,7 +259,7 @@ class FeedStore:
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for s in items:
             batch.add(self._save_snapshot, (s.reader_id, s.feed_version, s.blob, s.created_at, s.ttl_s))
-        await self._rows(batch, None)  # type: ignore[arg-type]
+        await self._rows(batch, None, hedge=False)
 
     async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None:
         rows = await self._rows(self._load_snapshot, (reader_id, feed_version))

@@ -37,8 +37,10 @@ def _build(app: FastAPI, settings: Settings) -> None:
     """Blocking part (connect, prepare statements): run in a thread."""
     session = cql.cluster(settings).connect(settings.cassandra_keyspace)  # TCP_NODELAY set there
     watch_cassandra(session.cluster, app.state.metrics.registry)
-    raw = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following)
     metrics = FeedMetrics(app.state.metrics.registry)
+    raw = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following,
+                    settings.feed_hedge_after_s,
+                    on_hedge=lambda outcome: metrics.store_hedges.labels(outcome).inc())
     store: FeedStore = raw
     cache: ServingCache | None = None
     if settings.feed_cache_enabled:

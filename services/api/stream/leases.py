@@ -28,7 +28,7 @@ class StreamLeases:
 
     async def try_open(self, user_id: int, cap: int) -> str | None:
         """A new lease id, or None when the user already holds ``cap`` streams."""
-        rows = await self._store.run(self._count, (user_id,))
+        rows = await self._store.run(self._count, (user_id,), hedge=True)
         if rows and int(rows[0][0]) >= cap:
             return None
         lease = secrets.token_hex(8)
@@ -36,7 +36,9 @@ class StreamLeases:
         return lease
 
     async def refresh(self, user_id: int, lease: str) -> None:
-        await self._store.run(self._put, (user_id, lease, datetime.now(timezone.utc), self._ttl_s))
+        # Safe to send twice (the same cells; FeedStore hedges a slow one to another node).
+        await self._store.run(self._put, (user_id, lease, datetime.now(timezone.utc), self._ttl_s),
+                              hedge=True)
 
     async def close(self, user_id: int, lease: str) -> None:
-        await self._store.run(self._drop, (user_id, lease))
+        await self._store.run(self._drop, (user_id, lease), hedge=True)
