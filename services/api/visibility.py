@@ -1,6 +1,8 @@
 """Who may see, like or delete a post: pure decisions on stored state."""
 from __future__ import annotations
 
+from services.common.rules import VISIBLE
+
 from .store.posts import StoredPost
 
 
@@ -11,9 +13,9 @@ def visible_to(post: StoredPost, viewer_id: int, *, blocked: bool) -> bool:
         return False
     if blocked and viewer_id != post.author_id:
         return False
-    return post.visibility == 1 or viewer_id == post.author_id
+    return post.visibility == VISIBLE or viewer_id == post.author_id
 
 
 def likeable_by(post: StoredPost, user_id: int, *, blocked: bool) -> bool:
     """Only a post the user can see, and that moderation has not removed."""
-    return visible_to(post, user_id, blocked=blocked) and post.visibility == 1
+    return visible_to(post, user_id, blocked=blocked) and post.visibility == VISIBLE

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 from .envelope import MalformedEnvelope, id_string, json_object, parse_timestamp
+from .rules import iso_utc
 
 
 @dataclass(frozen=True)
@@ -27,14 +28,10 @@ class RankKeyMoved:
     key_ts: int                   # write time of the move, µs since the Unix epoch
 
 
-def _iso(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def encode(move: RankKeyMoved) -> tuple[bytes, bytes]:
     """(key, value) of a move event (ids as decimal strings, like every JSON body)."""
     value = {"post_id": str(move.post_id), "author_id": str(move.author_id),
-             "created_at": _iso(move.created_at), "from_keys": list(move.from_keys),
+             "created_at": iso_utc(move.created_at), "from_keys": list(move.from_keys),
              "to_key": move.to_key, "key_ts": move.key_ts}
     return json.dumps(str(move.post_id)).encode(), json.dumps(value, separators=(",", ":")).encode()
 

@@ -17,12 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from services.common.envelope import (UNAVAILABLE_VALUE, ChangeRecord, parse_jsonb,
                                       parse_timestamp, require_int)
-
-VISIBLE = 1
-# An inbox row lives this long after its post was made (the inbox table's
-# default_time_to_live, deploy/migrations/cassandra/0001_serving.cql).
-INBOX_TTL = timedelta(days=7)
-INBOX_TTL_S = int(INBOX_TTL.total_seconds())
+from services.common.rules import INBOX_TTL, VISIBLE
 
 
 @dataclass(frozen=True)

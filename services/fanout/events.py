@@ -11,22 +11,20 @@ string, as everywhere else.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 
-
-def _iso(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+from services.common.rules import iso_utc
 
 
 def post_landed_in_inbox(reader_id: int, post_id: int, author_id: int,
                          created_at: datetime) -> tuple[bytes, bytes]:
     """(key, value) of an inbox event."""
     value = {"reader_id": str(reader_id), "post_id": str(post_id),
-             "author_id": str(author_id), "created_at": _iso(created_at)}
+             "author_id": str(author_id), "created_at": iso_utc(created_at)}
     return json.dumps(str(reader_id)).encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
 def celebrity_posted(author_id: int, post_id: int, created_at: datetime) -> tuple[bytes, bytes]:
     """(key, value) of an author event."""
-    value = {"author_id": str(author_id), "post_id": str(post_id), "created_at": _iso(created_at)}
+    value = {"author_id": str(author_id), "post_id": str(post_id), "created_at": iso_utc(created_at)}
     return json.dumps(str(author_id)).encode(), json.dumps(value, separators=(",", ":")).encode()

@@ -29,9 +29,10 @@ from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.common.cql_async import CqlRunner
+from services.common.rules import INBOX_TTL_S
 from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
-from .audience import INBOX_TTL_S, should_check_cap, trim_boundary
+from .audience import should_check_cap, trim_boundary
 from .cleanup import rows_to_purge
 
 

@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Callable
 
 from services.common import ids
+from services.common.rules import CLOCK_SKEW, INBOX_TTL
 
 from .audience import backfill_posts, inbox_ttl_s, key_write_ts
 from .copies import CopyStore
 from .inbox import InboxRow, InboxStore
 
-# Inbox rows expire after 7 days (0001_serving.cql): nothing older is worth writing.
-INBOX_HORIZON = timedelta(days=7)
-# Clock skew allowance for the newest bucket read (same as the fan-out's backfill).
-SKEW = timedelta(minutes=1)
 
 
 @dataclass(frozen=True)
@@ -56,9 +53,9 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
         since = await copies.following_since(reader_id, author_id)
         if since is None or await copies.blocked_either_way(author_id, reader_id):
             continue
-        start = max(since, now - INBOX_HORIZON)
+        start = max(since, now - INBOX_TTL)
         lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
-        newest = ids.lowest_id_at(int((now + SKEW).timestamp() * 1000))
+        newest = ids.lowest_id_at(int((now + CLOCK_SKEW).timestamp() * 1000))
         for post_id in backfill_posts(await copies.author_posts_since(author_id, lowest, newest),
                                       lowest):
             copy = await copies.read_post(post_id)

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Awaitable, Callable
 
 from services.common import ids
 from services.common.envelope import ChangeRecord, parse_timestamp, require_int
+from services.common.rules import CLOCK_SKEW, INBOX_TTL
 from services.common.event_publisher import EventPublisher
 from services.common.topics import inbox_events_topic
 
@@ -34,11 +35,6 @@ from .copies import CopyStore
 from .events import post_landed_in_inbox
 from .inbox import InboxRow, InboxStore
 from .metrics import CLEANUP_ROWS, INBOX_ROWS
-
-# Inbox rows expire after 7 days; a backfill never looks further back than that.
-BACKFILL_HORIZON = timedelta(days=7)
-# Posts stamped up to a minute ahead of this worker's clock (id generators' skew) count.
-CLOCK_SKEW = timedelta(minutes=1)
 
 
 class RelationChanges:
@@ -103,7 +99,8 @@ class RelationChanges:
     async def _window_posts(self, author_id: int, since: datetime | None) -> list[PostCopy]:
         """The author's fanned-out, visible posts made since ``since`` (within the horizon)."""
         now = self._clock()
-        start = max(since, now - BACKFILL_HORIZON) if since is not None else now - BACKFILL_HORIZON
+        # A backfill never looks further back than an inbox keeps.
+        start = max(since, now - INBOX_TTL) if since is not None else now - INBOX_TTL
         lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
         newest = ids.lowest_id_at(int((now + CLOCK_SKEW).timestamp() * 1000))
         candidates = backfill_posts(await self._copies.author_posts_since(author_id, lowest, newest), lowest)

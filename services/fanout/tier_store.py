@@ -19,16 +19,16 @@ from typing import Callable
 from cassandra.cluster import Session
 
 from services.common.cql_async import CqlRunner
+from services.common.rules import CELEBRITY_SHARD, DEMOTED_MERGE_S
 
 from .metrics import TIER_CHANGES
 from .tiering import CapacityEstimate, Tier, TierDecision, TierPolicy, TierState, decide_tier
 
 log = logging.getLogger(__name__)
 
-CELEBRITY_SHARD = 0
-# Inbox rows live 7 days (0001_serving.cql); a demoted author's partition is merged one
-# day longer so a post skipped while the author was a celebrity never drops out early.
-DEMOTED_MERGE_TTL_S = 8 * 24 * 3600
+# A demoted author's partition is merged for rules.DEMOTED_MERGE (a day longer than an
+# inbox keeps) so a post skipped while the author was a celebrity never drops out early.
+DEMOTED_MERGE_TTL_S = DEMOTED_MERGE_S
 
 
 class TierStore:

@@ -17,6 +17,7 @@ from cassandra.cluster import Session
 from services.common.counted_edges import CountedEdges, EdgeTable
 from services.common.cql_async import DEFAULT_MAX_IN_FLIGHT, CqlRunner
 from services.common.edge_transitions import EdgeChange
+from services.common.rules import VISIBLE
 from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
 # A like and its post's like count (0006_counted_edges.cql).
@@ -93,7 +94,7 @@ class RankStore:
         author, created_ms, visibility, deleted, key, key_next, key_ts = rows[0]
         if author is None or created_ms is None or key is None:
             return None  # not materialized yet: the fan-out keys it by the current score
-        return KeyState(author, created_ms, visibility == 1 and not deleted,
+        return KeyState(author, created_ms, visibility == VISIBLE and not deleted,
                         key, key_next, key_ts or 0)
 
     async def set_rank_key_next(self, post_id: int, key: float, key_ts: int) -> None:

@@ -53,7 +53,8 @@ def test_readers_are_followers_since_before_the_post_and_not_blocked():
 
 
 def test_inbox_rows_expire_a_ttl_after_the_post_was_made_not_after_the_write():
-    from services.fanout.audience import INBOX_TTL_S, inbox_ttl_s
+    from services.common.rules import INBOX_TTL_S
+    from services.fanout.audience import inbox_ttl_s
     made = datetime(2026, 11, 1, tzinfo=timezone.utc)
     assert inbox_ttl_s(made, made) == INBOX_TTL_S == 7 * 86400
     assert inbox_ttl_s(made, made + timedelta(days=6)) == 86400      # a late fan-out

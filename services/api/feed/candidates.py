@@ -4,7 +4,7 @@ Sources (all clustered by the time-invariant rank key, 0005_rank_keys.cql):
 
 * the reader's inbox (``feed_inbox``): its top ``depth`` rows;
 * every followed author in ``celebrities`` (current, or demoted less than
-  ``MERGE_DEMOTED_MS`` ago: their celebrity-period posts were never fanned out): the top
+  ``rules.DEMOTED_MERGE`` ago: their celebrity-period posts were never fanned out): the top
   ``per_celebrity`` rows of today's and yesterday's ``author_timeline`` partitions;
 * the fan-out-behind fallback (seed section 7): today's top ``per_fallback_author`` rows
   of a slice of ``fallback_authors`` followed ordinary authors, the slice starting at a
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from services.common import ids
+from services.common.rules import DEMOTED_MERGE_S
 
 from .awaiting import settled
 from .graph import GraphUnavailable
@@ -51,10 +52,10 @@ log = logging.getLogger(__name__)
 
 Row = tuple[float, int, int]  # (rank_key, post_id, author_id)
 
-# Inbox rows live 7 days (feed_inbox's TTL) and a demoted author's celebrities row lives
-# 8 (tier_store.DEMOTED_MERGE_TTL_S); merge a demoted author for as long as the row is
-# there, the bound below only guards against a row written without a TTL.
-MERGE_DEMOTED_MS = 8 * 24 * 3600 * 1000
+# A demoted author's celebrities row lives ``DEMOTED_MERGE`` (tier_store.py); merge a
+# demoted author for as long as the row is there, the bound below only guards against a
+# row written without a TTL.
+MERGE_DEMOTED_MS = DEMOTED_MERGE_S * 1000
 # Day buckets read per merged author: today and yesterday. Older posts have lost 8+ units
 # of rank to decay (ranking.HALF_LIFE_S = 6 h) and would not reach the first pages.
 BUCKETS_PER_AUTHOR = 2

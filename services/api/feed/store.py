@@ -21,10 +21,9 @@ from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from services.common.cql import CONSISTENCY, SERIAL_CONSISTENCY
+from services.common.rules import CELEBRITY_SHARD
 
 PROFILE = "feed_read"
-# The tier store keeps every celebrity in one partition (services/fanout/tier_store.py).
-CELEBRITY_SHARD = 0
 # Extra time the asyncio side waits past the driver's own timeout before giving up:
 # the driver normally fails the future first; this only guards a lost callback.
 _GUARD_S = 0.05

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from services.common.cursor import LATEST, MAX_CURSOR_CHARS, CursorRejected
 from services.common.ranking import rank_of_key
+from services.common.rules import iso_utc
 
 from ..auth import CurrentUser
 from ..feed.reader import FeedPage, FeedReader, FeedUnavailable
@@ -61,10 +62,6 @@ class FeedPageOut(BaseModel):
                     "before a post whose state could not be read), preferences_unavailable "
                     "(ranked used), regenerating (an inactive reader's inbox is being refilled; "
                     "the page is built from the followed authors' partitions meanwhile)")
-
-
-def iso_utc(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 _second_prefix: tuple[int, str] = (-1, "")

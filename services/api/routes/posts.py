@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 
 from services.common import ids as snowflake
 from services.common.idgen import ClockMovedBackwards, IdGenerationError, LeaseLost
+from services.common.rules import VISIBLE
 
 from .. import idempotency
 from ..auth import CurrentUser
@@ -28,7 +29,7 @@ def post_json(post: StoredPost) -> dict[str, Any]:
     """The API's view of a post; ids as strings."""
     return PostOut(post_id=str(post.post_id), author_id=str(post.author_id), text=post.text,
                    media_ids=list(post.media_ids), created_at=post.created_at,
-                   visibility="visible" if post.visibility == 1 else "removed",
+                   visibility="visible" if post.visibility == VISIBLE else "removed",
                    ).model_dump(mode="json")
 
 
@@ -81,7 +82,7 @@ async def create_post(body: PostCreate, user: CurrentUser, pool: Pg, ids: Ids,
         post = StoredPost(post_id=post_id, author_id=user.user_id, text=body.text,
                           media_ids=body.media_ids,
                           created_at=snowflake.parse(post_id).created_at,
-                          visibility=1, deleted_at=None)
+                          visibility=VISIBLE, deleted_at=None)
         async with pool.connection() as conn, conn.transaction():
             stored = await keys.complete(conn, user.user_id, idempotency_key, claim, 201,
                                          post_json(post))

@@ -1,0 +1,35 @@
+"""The product's rules and shared formats, each written once.
+
+A change of one of these is one edit here (plus, where a table carries it, the
+migration named beside it): every module that applies a rule imports it from here.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+# posts.visibility of a visible post (0: removed by moderation; deleted_at is apart).
+VISIBLE = 1
+
+# An inbox row lives this long after its post was made: feed_inbox's
+# default_time_to_live (deploy/migrations/cassandra/0004_edge_state.cql). Nothing older
+# is pushed, backfilled or rebuilt.
+INBOX_TTL = timedelta(days=7)
+INBOX_TTL_S = int(INBOX_TTL.total_seconds())
+
+# Posts stamped up to this far ahead of a worker's clock (id generators' skew) count as
+# made now when a worker reads "everything up to now" from the author timelines.
+CLOCK_SKEW = timedelta(minutes=1)
+
+# A demoted author's celebrity-period posts were never fanned out: readers merge their
+# partitions for this long after the demotion (the celebrities row's TTL, a day more
+# than any inbox keeps, so every such post has left the window by then).
+DEMOTED_MERGE = INBOX_TTL + timedelta(days=1)
+DEMOTED_MERGE_S = int(DEMOTED_MERGE.total_seconds())
+
+# The tier store keeps every celebrity in one partition of ``celebrities``.
+CELEBRITY_SHARD = 0
+
+
+def iso_utc(ts: datetime) -> str:
+    """A timestamp as every event and page writes one: UTC, milliseconds, ``Z``."""
+    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
