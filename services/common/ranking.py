@@ -23,8 +23,7 @@ which cursor paging (``(rank, post_id)`` boundaries) relies on.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Mapping, NamedTuple
 
 from .ids import EPOCH_MS
 
@@ -97,16 +96,6 @@ def needs_move(stored_key: float | None, exact_key: float) -> bool:
     return stored_key is None or abs(exact_key - stored_key) >= MOVE_THRESHOLD
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One post a reader may see, with what the formula needs."""
-
-    post_id: int
-    created_at_ms: int
-    score: float | None = None
-    author_id: int | None = None
-
-
 class Ranked(NamedTuple):
     """A post's place in a ranking. A tuple: a page decodes ~30 of these per request
     (snapshot.PackedEntries), and a tuple is built in C where a frozen dataclass's
@@ -120,22 +109,3 @@ class Ranked(NamedTuple):
 def sort_key(rank: float, post_id: int) -> tuple[float, int]:
     """Descending order key: higher rank first, then higher (newer) post_id."""
     return (-rank, -post_id)
-
-
-def rank_candidates(candidates: Iterable[Candidate], now_ms: int,
-                    affinity: Mapping[int, float] | None = None) -> list[Ranked]:
-    """Rank candidates for one reader, deduplicated by post_id (inbox ∪ author partitions)."""
-    seen: dict[int, Candidate] = {}
-    for c in candidates:
-        seen.setdefault(c.post_id, c)
-    aff = affinity or {}
-    ranked = [Ranked(rank_at(c.score, c.created_at_ms, now_ms, aff.get(c.author_id or -1, 0.0)),
-                     c.post_id, c.author_id) for c in seen.values()]
-    ranked.sort(key=lambda r: sort_key(r.rank, r.post_id))
-    return ranked
-
-
-def after_boundary(ranked: Sequence[Ranked], boundary: tuple[float, int]) -> list[Ranked]:
-    """Items strictly after a cursor's ``(rank, post_id)`` in the same order."""
-    edge = sort_key(*boundary)
-    return [r for r in ranked if sort_key(r.rank, r.post_id) > edge]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.api.feed.eligibility import PostState, ReaderGraph, Verdict, is_eligible, judge
+from services.api.feed.eligibility import PostState, ReaderGraph, Verdict, judge
 
 READER, AUTHOR = 1, 2
 GRAPH = ReaderGraph(READER, {AUTHOR: 1_000}, frozenset())
@@ -16,7 +16,7 @@ def post(**changes: object) -> PostState:
 
 
 def test_visible_post_of_a_followed_author_is_eligible() -> None:
-    assert is_eligible(post(), GRAPH)
+    assert judge(post(), GRAPH) is Verdict.ELIGIBLE
 
 
 @pytest.mark.parametrize("state, verdict", [
@@ -39,4 +39,4 @@ def test_block_in_either_direction_hides_the_author() -> None:
 
 
 def test_post_created_exactly_at_following_since_is_eligible() -> None:
-    assert is_eligible(post(created_at_ms=1_000), GRAPH)
+    assert judge(post(created_at_ms=1_000), GRAPH) is Verdict.ELIGIBLE

@@ -50,7 +50,8 @@ def test_window_asks_for_slack() -> None:
 
 
 def test_snapshot_blob_round_trips() -> None:
-    assert snapshot.unpack(snapshot.pack(ENTRIES)) == ENTRIES
+    blob = snapshot.pack_tuples(ENTRIES)
+    assert list(snapshot.PackedEntries(blob)) == ENTRIES
 
 
 ranked_lists = st.lists(

@@ -14,7 +14,7 @@ T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
 def test_cached_snapshot_expires_with_its_ttl() -> None:
     cache = snapshot.SnapshotCache(capacity=2, ttl_s=900)
-    blob = snapshot.pack([Ranked(1.0, 10, 1)])
+    blob = snapshot.pack_tuples([Ranked(1.0, 10, 1)])
     cache.put(7, "v-a", blob, T0)
     assert cache.get(7, "v-a", T0 + timedelta(seconds=899)).blob == blob  # type: ignore[union-attr]
     assert cache.get(8, "v-a", T0) is None  # another reader's key
@@ -24,7 +24,7 @@ def test_cached_snapshot_expires_with_its_ttl() -> None:
 
 def test_snapshot_cache_keeps_the_newest_entries() -> None:
     cache = snapshot.SnapshotCache(capacity=2, ttl_s=900)
-    blob = snapshot.pack([])
+    blob = snapshot.pack_tuples([])
     for version in ("a", "b", "c"):
         cache.put(1, version, blob, T0)
     assert cache.get(1, "a", T0) is None
@@ -43,12 +43,12 @@ def test_packed_entries_read_like_the_unpacked_list(rows: list, rank: float, pos
     ordered = sorted(rows, reverse=True)
     blob = snapshot.pack_tuples(ordered)
     packed = snapshot.PackedEntries(blob)
-    unpacked = snapshot.unpack(blob)
-    assert list(packed) == unpacked == [Ranked(r, p, a or None) for r, p, a in ordered]
+    unpacked = list(packed)
+    assert unpacked == [Ranked(r, p, a or None) for r, p, a in ordered]
     assert paging.start_after(packed, (rank, post_id)) == paging.start_after(unpacked, (rank, post_id))
     start = len(unpacked) // 3
     assert paging.window(packed, start, 5, 0.5) == paging.window(unpacked, start, 5, 0.5)
-    assert snapshot.pack(unpacked) == blob
+    assert snapshot.pack_tuples(unpacked) == blob
 
 
 @given(RANKED, RANKED, st.booleans())

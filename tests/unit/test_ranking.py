@@ -5,8 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.common.ranking import (HALF_LIFE_S, Candidate, after_boundary, engagement_score,
-                                     rank_at, rank_candidates)
+from services.common.ranking import HALF_LIFE_S, Ranked, engagement_score, rank_at, sort_key
 
 NOW = 1_800_000_000_000
 HOUR_MS = 3_600_000
@@ -49,15 +48,9 @@ def test_affinity_lifts_a_post_by_at_most_one_unit():
     assert rank_at(0.0, NOW, NOW, affinity=7.0) == rank_at(0.0, NOW, NOW, affinity=1.0)
 
 
-def test_ties_are_broken_by_post_id_newest_first_and_duplicates_collapse():
-    items = [Candidate(5, NOW), Candidate(9, NOW), Candidate(7, NOW), Candidate(9, NOW)]
-    assert [r.post_id for r in rank_candidates(items, NOW)] == [9, 7, 5]
-
-
-def test_items_after_a_boundary_are_strictly_after_it():
-    ranked = rank_candidates([Candidate(i, NOW - i * HOUR_MS) for i in range(1, 6)], NOW)
-    boundary = (ranked[1].rank, ranked[1].post_id)
-    assert [r.post_id for r in after_boundary(ranked, boundary)] == [r.post_id for r in ranked[2:]]
+def test_feed_order_is_rank_then_post_id_newest_first():
+    items = [Ranked(1.0, 5, None), Ranked(1.0, 9, None), Ranked(2.0, 3, None), Ranked(1.0, 7, None)]
+    assert [r.post_id for r in sorted(items, key=lambda r: sort_key(r.rank, r.post_id))] == [3, 9, 7, 5]
 
 
 @given(st.floats(-5, 20), st.integers(0, 10**10), st.floats(-5, 20), st.integers(0, 10**10),

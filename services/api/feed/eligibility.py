@@ -60,7 +60,3 @@ def judge(post: PostState | None, graph: ReaderGraph) -> Verdict:
     if post.created_at_ms < since:
         return Verdict.BEFORE_FOLLOW
     return Verdict.ELIGIBLE
-
-
-def is_eligible(post: PostState | None, graph: ReaderGraph) -> bool:
-    return judge(post, graph) is Verdict.ELIGIBLE

@@ -65,11 +65,6 @@ def new_feed_version(now: datetime) -> str:
     return f"v-{_stamp_of_second[1]}-{_SUFFIX.getrandbits(_VERSION_RANDOM_BYTES * 8):08x}"
 
 
-def pack(entries: Sequence[Ranked], more: bool = False) -> bytes:
-    """The ``ranked`` blob for ``entries`` (order kept)."""
-    return pack_tuples(((e.rank, e.post_id, e.author_id) for e in entries), more)
-
-
 def _records(entries: Iterable[tuple[float, int, int | None]]) -> bytes:
     """Records for ``entries``, packed by one ``struct`` call (a call per record cost
     twice as much on a first page)."""
@@ -129,11 +124,6 @@ class PackedEntries(Sequence[Ranked]):
             raise IndexError(index)
         rank, post_id, author_id = _RECORD.unpack_from(self._view, index * _RECORD.size)
         return Ranked(rank, post_id, author_id or None)
-
-
-def unpack(blob: bytes) -> list[Ranked]:
-    """Inverse of ``pack``; a blob in another format raises ``ValueError``."""
-    return list(PackedEntries(blob))
 
 
 @dataclass(frozen=True)
