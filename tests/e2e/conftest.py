@@ -29,7 +29,8 @@ from services.api.auth import MODERATOR_ROLE, mint_token
 from services.common import cql
 from services.common.settings import Settings
 from tests.integration.conftest import drop_database_with_slots, free_port, wait_for_http
-from tests.integration.test_feed_support import feed_ids, walk
+from tests.support.feed_world import feed_ids, walk
+
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("cdc", "fanout", "ranker", "api")

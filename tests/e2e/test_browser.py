@@ -19,9 +19,11 @@ import pytest
 from deploy.stack.toolchain import ensure_chromium
 from services.api.auth import mint_token
 from tests.conftest import IN_CI
-from tests.integration.conftest import new_user_id, wait_until
+from tests.integration.conftest import new_user_id
+from tests.support.waiting import wait_until
 
 from .conftest import REPO, System, feed, post
+
 
 pytestmark = pytest.mark.e2e
 ARTIFACTS = Path(os.environ.get("FEED_TEST_ARTIFACTS", REPO / "tests" / "artifacts")) / "browser"

@@ -9,11 +9,11 @@ import urllib.request
 
 import pytest
 
-from tests.integration.conftest import wait_until
-from tests.integration.test_feed_support import feed_ids
-
+from tests.support.waiting import wait_until
+from tests.support.feed_world import feed_ids
 from .conftest import INACTIVE_AFTER_S, System, feed, post
 from .test_pipeline import VISIBLE_S, _follow, _inbox, _users
+
 
 pytestmark = pytest.mark.e2e
 

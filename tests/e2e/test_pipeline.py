@@ -11,10 +11,11 @@ import time
 
 import pytest
 
-from tests.integration.conftest import new_user_id, wait_until
-from tests.integration.test_feed_support import SseReader, new_item_post_ids
-
+from tests.integration.conftest import new_user_id
+from tests.support.waiting import wait_until
+from tests.support.feed_world import SseReader, new_item_post_ids
 from .conftest import CELEBRITY_FOLLOWERS, System, feed, post
+
 
 pytestmark = pytest.mark.e2e
 # Commit to visible takes well under a second on a quiet stack; a shared 2-core machine

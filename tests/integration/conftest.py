@@ -3,7 +3,8 @@
 ``api_server`` (session scope) serves ``create_app(settings)`` on the session's fresh
 database in a background thread and stops it at the end; tests talk to it over real HTTP
 with httpx. ``api_server.client(user_id)`` is an httpx client carrying a valid token.
-The read path's tests reuse the same fixture.
+The read path's tests reuse the same fixture; ``world`` seeds their serving store, and
+``worker_env`` runs the fan-out and ranker as subprocesses (tests/support/).
 """
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -25,18 +27,12 @@ from fastapi import FastAPI
 from services.api.app import create_app
 from services.api.auth import MODERATOR_ROLE, mint_token
 from services.common.settings import Settings
+from tests.support.feed_world import FeedWorld
+from tests.support.waiting import wait_until
+from tests.support.worker_env import WorkerEnv, open_worker_env
+
 
 STARTUP_DEADLINE_S = 60.0
-
-
-def wait_until(condition: Callable[[], bool], *, timeout: float = 10.0,
-               interval: float = 0.02, message: str = "condition") -> None:
-    """Poll ``condition`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(interval)
 
 
 def free_port() -> int:
@@ -155,3 +151,18 @@ def running_api(settings: Settings) -> Iterator[RunningApi]:
 def api_server(settings: Settings) -> Iterator[RunningApi]:
     with running_api(settings) as api:
         yield api
+
+
+@pytest.fixture(scope="module")
+def world(settings: Settings, api_server: RunningApi) -> Iterator[FeedWorld]:
+    """A ``FeedWorld`` on the session's stores, whose writes ``api_server`` has seen
+    (its serving cache applied their notices) before the next request."""
+    w = FeedWorld(settings)
+    w.watchers.append(api_server)
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def worker_env(settings: Settings, tmp_path: Path) -> Iterator[WorkerEnv]:
+    yield from open_worker_env(settings, tmp_path)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+
 pytestmark = pytest.mark.integration
 
 
@@ -47,7 +48,7 @@ def test_access_log_is_json_with_the_request_id(api_server, caplog) -> None:
     import logging
 
     from services.api.logs import JsonLogFormatter
-    from tests.integration.conftest import wait_until
+    from tests.support.waiting import wait_until
 
     caplog.set_level(logging.INFO, logger="services.api.access")
     with api_server.client() as http:

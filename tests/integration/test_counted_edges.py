@@ -28,9 +28,8 @@ from services.fanout.relation_events import RelationChanges
 from services.ranker.rank_keys import RankKeys
 from services.ranker.store import RankStore
 
-from .cdc_events import CdcEvents, CdcMessage
-from .test_fanout_harness import (follower_counts, group_caught_up, like_counts, wait_until,  # noqa: F401
-                                  worker_env)
+from tests.support.cdc_events import CdcEvents, CdcMessage
+from tests.support.worker_env import follower_counts, group_caught_up, like_counts, wait_for_workers
 
 
 def _now() -> datetime:
@@ -233,13 +232,13 @@ def test_workers_killed_mid_batch_and_restarted_never_lose_or_double_a_count(wor
     workers = {m: env.start(m, f"kill-{m.rsplit('.', 1)[1]}", **options) for m in topics}
     total = sum(want_follows.values()) + sum(want_likes.values())
     for share in (0.2, 0.45, 0.7):
-        wait_until(lambda: progress() >= share * total, timeout=180, message=f"{share:.0%} counted")
+        wait_for_workers(lambda: progress() >= share * total, timeout=180, message=f"{share:.0%} counted")
         for module, proc in workers.items():
             env.kill(proc)
             workers[module] = env.start(module, f"kill-{module.rsplit('.', 1)[1]}", **options)
     for module, proc in workers.items():
         group = f"kill-{module.rsplit('.', 1)[1]}"
-        wait_until(lambda: group_caught_up(env.settings, group, topics[module]), timeout=240,
+        wait_for_workers(lambda: group_caught_up(env.settings, group, topics[module]), timeout=240,
                    message=f"{module} caught up after the kills")
     assert differences(follower_counts(env), want_follows) == {}
     assert differences(like_counts(env), want_likes) == {}

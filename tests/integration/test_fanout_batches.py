@@ -7,17 +7,18 @@ from datetime import datetime, timedelta, timezone
 
 from services.common.topics import cdc_topic, dlq_topic
 
-from .cdc_events import CdcMessage, post_id_at
-from .test_fanout_harness import (follower_counts, group_caught_up, like_counts,  # noqa: F401
-                                  serving_state, wait_until, worker_env)
+from tests.support.cdc_events import CdcMessage, post_id_at
+from tests.support.worker_env import (follower_counts, group_caught_up, like_counts, serving_state,
+                                      wait_for_workers)
 from .test_fanout_pipeline import _read_all
+
 
 FANOUT_TOPICS = ("posts", "follows", "blocks")
 
 
 def _caught_up(env, group: str, tables) -> None:
     topics = [cdc_topic(t, env.settings.topic_prefix) for t in tables]
-    wait_until(lambda: group_caught_up(env.settings, group, topics), timeout=120,
+    wait_for_workers(lambda: group_caught_up(env.settings, group, topics), timeout=120,
                message=f"{group} caught up")
 
 

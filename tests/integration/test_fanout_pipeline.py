@@ -9,9 +9,10 @@ from confluent_kafka import Consumer
 
 from services.common.topics import cdc_topic, dlq_topic, inbox_events_topic
 
-from .cdc_events import CdcMessage, post_id_at
-from .test_fanout_harness import (follower_count, follower_counts, group_caught_up,  # noqa: F401
-                                  serving_state, wait_until, worker_env)
+from tests.support.cdc_events import CdcMessage, post_id_at
+from tests.support.worker_env import (follower_count, follower_counts, group_caught_up, serving_state,
+                                      wait_for_workers)
+
 
 FANOUT_TOPICS = ("posts", "follows", "blocks")
 
@@ -42,7 +43,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     env.send(*batch)
 
     env.start("services.fanout", "first")
-    wait_until(lambda: group_caught_up(env.settings, "first", [cdc_topic(t, env.settings.topic_prefix)
+    wait_for_workers(lambda: group_caught_up(env.settings, "first", [cdc_topic(t, env.settings.topic_prefix)
                                                               for t in FANOUT_TOPICS]),
                timeout=120, message="first worker caught up")
     assert env.inbox(early) == [p3, p1]
@@ -61,7 +62,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
 
     before = serving_state(env)
     env.start("services.fanout", "replay")  # a new group reads every topic from the start
-    wait_until(lambda: group_caught_up(env.settings, "replay", [cdc_topic(t, env.settings.topic_prefix)
+    wait_for_workers(lambda: group_caught_up(env.settings, "replay", [cdc_topic(t, env.settings.topic_prefix)
                                                                for t in FANOUT_TOPICS]),
                timeout=120, message="replay caught up")
     assert serving_state(env) == before
@@ -74,17 +75,17 @@ def test_sigkill_mid_fanout_then_restart_gives_every_follower_the_post_once(work
     env.send([m for f in followers for m in e.followed(f, author, since)])
     # Two writes in flight: slow enough that the kill lands mid-way.
     worker = env.start("services.fanout", "crash", fanout_max_in_flight=2, fanout_follower_page=100)
-    wait_until(lambda: follower_count(env, author) == len(followers), timeout=120,
+    wait_for_workers(lambda: follower_count(env, author) == len(followers), timeout=120,
                message="follows applied")
     post = post_id_at(_now(), 7)
     env.send(e.post_created(e.post_row(post, author, _now())))
-    written = wait_until(lambda: env.rows("SELECT count(*) AS n FROM feed_inbox")[0].n,
+    written = wait_for_workers(lambda: env.rows("SELECT count(*) AS n FROM feed_inbox")[0].n,
                          timeout=60, interval=0.02, message="fan-out started")
     env.kill(worker)
     assert 0 < written < len(followers), "the kill must land in the middle of the fan-out"
 
     env.start("services.fanout", "crash")
-    wait_until(lambda: env.rows("SELECT count(*) AS n FROM feed_inbox")[0].n == len(followers),
+    wait_for_workers(lambda: env.rows("SELECT count(*) AS n FROM feed_inbox")[0].n == len(followers),
                timeout=120, message="fan-out completed after restart")
     per_reader = collections.Counter(r.reader_id for r in env.rows("SELECT reader_id, post_id FROM feed_inbox"))
     assert set(per_reader) == set(followers) and set(per_reader.values()) == {1}
@@ -99,12 +100,12 @@ def test_tier_transitions_never_lose_or_duplicate_a_post(worker_env):
     env.start("services.fanout", "tiers", fanout_capacity_pinned_rows_per_s=10.0)
 
     def followers_are(n: int) -> None:
-        wait_until(lambda: follower_count(env, author) == n, message=f"{n} followers")
+        wait_for_workers(lambda: follower_count(env, author) == n, message=f"{n} followers")
 
     def post(seq: int) -> int:
         p = post_id_at(_now(), seq)
         env.send(e.post_created(e.post_row(p, author, _now())))
-        wait_until(lambda: env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", p)
+        wait_for_workers(lambda: env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", p)
                    and env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", p)[0].fanned_out is not None,
                    message=f"post {seq} routed")
         return p
@@ -157,7 +158,7 @@ def test_poison_message_goes_to_dlq_and_later_messages_still_apply(worker_env):
              [CdcMessage(topic, key, b'{"op": "c", "after": "not a row"')],
              e.post_created(e.post_row(good, author, now)))
     env.start("services.fanout", "poison")
-    wait_until(lambda: env.inbox(reader) == [good], timeout=90, message="later post applied")
+    wait_for_workers(lambda: env.inbox(reader) == [good], timeout=90, message="later post applied")
     letters = _read_all(env.settings.kafka_bootstrap, dlq_topic(topic), with_headers=True)
     assert len(letters) == 1
     headers = dict(letters[0][2])
@@ -203,7 +204,7 @@ def test_a_late_fanout_keeps_the_posts_inbox_expiry_and_skips_posts_too_old_for_
              e.post_created(e.post_row(recent, author, six_days)),
              e.post_created(e.post_row(old, author, eight_days)))
     env.start("services.fanout", "late")
-    wait_until(lambda: group_caught_up(env.settings, "late", [cdc_topic(t, env.settings.topic_prefix)
+    wait_for_workers(lambda: group_caught_up(env.settings, "late", [cdc_topic(t, env.settings.topic_prefix)
                                                              for t in FANOUT_TOPICS]),
                timeout=120, message="worker caught up")
     assert env.inbox(reader) == [recent]

@@ -7,8 +7,6 @@ from datetime import datetime, timezone
 from services.common import pg
 from services.fanout.reconcile import FollowerDrift, follower_drift, reconcile
 
-from .test_fanout_harness import worker_env  # noqa: F401
-
 
 def test_drift_is_the_difference_per_author_with_missing_as_zero():
     assert follower_drift({1: 2, 2: 5, 3: 1}, {1: 2, 2: 4, 4: 1}) == [

@@ -5,8 +5,11 @@ from datetime import timedelta
 
 import pytest
 
-from .conftest import RunningApi, new_user_id, wait_until
-from .test_feed_support import FeedWorld, feed_ids, utc_now, world  # noqa: F401
+from tests.support.feed_world import FeedWorld, feed_ids, utc_now
+from tests.support.waiting import wait_until
+
+from .conftest import RunningApi, new_user_id
+
 
 pytestmark = pytest.mark.integration
 

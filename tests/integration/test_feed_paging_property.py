@@ -20,8 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .conftest import RunningApi, new_user_id, wait_until
-from .test_feed_support import FeedWorld, Post, feed_ids, utc_now, world  # noqa: F401
+from tests.support.feed_world import FeedWorld, Post, feed_ids, utc_now
+from tests.support.waiting import wait_until
+
+from .conftest import RunningApi, new_user_id
+
 
 pytestmark = pytest.mark.integration
 

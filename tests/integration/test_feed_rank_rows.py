@@ -11,8 +11,10 @@ import pytest
 
 from services.common.settings import Settings
 
+from tests.support.feed_world import FeedWorld, feed_ids, utc_now, walk
+
 from .conftest import RunningApi, new_user_id, running_api
-from .test_feed_support import FeedWorld, feed_ids, utc_now, walk, world  # noqa: F401
+
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,11 @@ import pytest
 
 from services.api.app import create_app
 
-from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server, wait_until
-from .test_feed_support import FeedWorld, feed_ids, utc_now, walk, world  # noqa: F401
+from tests.support.feed_world import FeedWorld, feed_ids, utc_now, walk
+from tests.support.waiting import wait_until
+
+from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server
+
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,10 @@ import pytest
 
 from services.common.settings import Settings
 
+from tests.support.feed_world import FeedWorld, utc_now
+
 from .conftest import new_user_id
-from .test_feed_support import FeedWorld, utc_now, world  # noqa: F401
+
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

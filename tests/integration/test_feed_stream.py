@@ -10,8 +10,11 @@ import pytest
 from services.api.app import create_app
 from services.common.settings import Settings
 
-from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server, wait_until
-from .test_feed_support import FeedWorld, SseReader, world  # noqa: F401
+from tests.support.feed_world import FeedWorld, SseReader
+from tests.support.waiting import wait_until
+
+from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server
+
 
 pytestmark = pytest.mark.integration
 # Freshness target (DESIGN.md): commit to visible p95 <= 1.5 s; the event leg is a part.

@@ -18,9 +18,12 @@ import pytest
 from services.api.stream import consumer as stream_consumer
 from services.common.settings import Settings
 
-from .conftest import RunningApi, new_user_id, wait_until
+from tests.support.feed_world import FeedWorld
+from tests.support.waiting import wait_until
+
+from .conftest import RunningApi, new_user_id
 from .test_feed_stream import DELIVERY_DEADLINE_S, _next_new_item, _open, _ready, _serve
-from .test_feed_support import FeedWorld, world  # noqa: F401
+
 
 pytestmark = pytest.mark.integration
 RESYNC_EVENT = {"event": "resync", "data": "{}"}

@@ -23,8 +23,11 @@ from services.api.app import create_app
 from services.api.auth import mint_token
 from services.common.settings import Settings
 
-from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server, wait_until
-from .test_feed_support import FeedWorld, feed_ids, utc_now, world  # noqa: F401
+from tests.support.feed_world import FeedWorld, feed_ids, utc_now
+from tests.support.waiting import wait_until
+
+from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server
+
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,11 @@ from services.fanout.rebuild import rebuild_inbox
 from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
 
-from .conftest import RunningApi, new_user_id, wait_until
-from .test_feed_support import FeedWorld, Post, feed_ids, utc_now, world  # noqa: F401
+from tests.support.feed_world import FeedWorld, Post, feed_ids, utc_now
+from tests.support.waiting import wait_until
+
+from .conftest import RunningApi, new_user_id
+
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,9 @@ from services.common.ranking import engagement_score, rank_key
 from services.common.schemas import examples_for
 from services.common.topics import cdc_topic, dlq_topic, rank_features_topic, rank_moves_topic
 
-from .cdc_events import CdcMessage, post_id_at
-from .test_fanout_harness import group_caught_up, serving_state, wait_until, worker_env  # noqa: F401
+from tests.support.cdc_events import CdcMessage, post_id_at
+from tests.support.worker_env import group_caught_up, serving_state, wait_for_workers
+
 from .test_fanout_pipeline import _read_all
 
 
@@ -42,7 +43,7 @@ def test_likes_and_features_keep_counters_and_score_whatever_the_order(worker_en
                 and copy[0].features == {"quality": 0.5} and copy[0].score == pytest.approx(expected))
 
     # Duplicates did not count twice, the unlike counted once, the older feature lost.
-    wait_until(settled, timeout=90, message="likes, counter, features and score settled")
+    wait_for_workers(settled, timeout=90, message="likes, counter, features and score settled")
     letters = _read_all(env.settings.kafka_bootstrap, dlq_topic(ftopic), with_headers=True)
     assert len(letters) == 1 and dict(letters[0][2])["dlq.error.class"].endswith(b"MalformedEnvelope")
 
@@ -64,7 +65,7 @@ def test_every_schema_example_is_applied_by_the_workers_without_dead_letters(wor
     env.start("services.ranker", "examples-ranker")
     fanout_topics = [cdc_topic(t, prefix) for t in ("posts", "follows", "blocks")] + [rank_moves_topic(prefix)]
     ranker_topics = [cdc_topic("likes", prefix), rank_features_topic(prefix)]
-    wait_until(lambda: group_caught_up(env.settings, "examples-fanout", fanout_topics)
+    wait_for_workers(lambda: group_caught_up(env.settings, "examples-fanout", fanout_topics)
                and group_caught_up(env.settings, "examples-ranker", ranker_topics),
                timeout=120, message="examples consumed")
     for topic in fanout_topics + ranker_topics:
@@ -89,7 +90,7 @@ def test_a_liked_post_moves_its_rows_once_and_a_replayed_move_changes_nothing(wo
              e.post_created(e.post_row(post, author, created)))
     env.start("services.fanout", "moves-fanout")
     first_key = rank_key(0.0, int(created.timestamp() * 1000))
-    wait_until(lambda: _rows_of(env, post) == [(r, first_key) for r in readers], timeout=90,
+    wait_for_workers(lambda: _rows_of(env, post) == [(r, first_key) for r in readers], timeout=90,
                message="the post fanned out under its first key")
     # Seven likes, some duplicated: log2(8) = 3 units up, far past the move threshold.
     likes = [m for u in range(100, 107) for m in e.liked(post, u, now)]
@@ -105,9 +106,9 @@ def test_a_liked_post_moves_its_rows_once_and_a_replayed_move_changes_nothing(wo
                 and _rows_of(env, post) == [(r, copy[0].rank_key) for r in readers]
                 and [t.rank_key for t in timeline] == [copy[0].rank_key])
     # One row per reader, under the copy's key, and one timeline row: the old rows are gone.
-    wait_until(moved, timeout=90, message="rows moved to the new key")
+    wait_for_workers(moved, timeout=90, message="rows moved to the new key")
     topics = [cdc_topic("likes", prefix), rank_features_topic(prefix)]
-    wait_until(lambda: group_caught_up(env.settings, "moves-ranker", topics)
+    wait_for_workers(lambda: group_caught_up(env.settings, "moves-ranker", topics)
                and group_caught_up(env.settings, "moves-fanout", [rank_moves_topic(prefix)]),
                timeout=90, message="both workers caught up")
     moves = _read_all(env.settings.kafka_bootstrap, rank_moves_topic(prefix))
@@ -116,6 +117,6 @@ def test_a_liked_post_moves_its_rows_once_and_a_replayed_move_changes_nothing(wo
     # Every move again, oldest first, as a crashed worker would re-read them.
     env.send([CdcMessage(rank_moves_topic(prefix), k, v) for k, v in moves])
     env.start("services.fanout", "moves-replay")
-    wait_until(lambda: group_caught_up(env.settings, "moves-replay", [rank_moves_topic(prefix)]),
+    wait_for_workers(lambda: group_caught_up(env.settings, "moves-replay", [rank_moves_topic(prefix)]),
                timeout=90, message="replayed moves applied")
     assert serving_state(env) == before

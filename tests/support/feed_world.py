@@ -1,4 +1,5 @@
-"""Helpers for the read-path tests (no tests here): seeding Cassandra the fan-out's way.
+"""Helpers for the read-path tests: seeding Cassandra the fan-out's way (the ``world``
+fixture, tests/integration/conftest.py, is one ``FeedWorld`` per test module).
 
 ``FeedWorld`` writes serving rows through the fan-out's own stores (``CopyStore``,
 ``InboxStore``, ``TierStore``, ``RankMoves``) and the ranker's ``RankStore``, each copy
@@ -22,7 +23,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Coroutine, TypeVar
 
 import httpx
-import pytest
 from confluent_kafka import Producer
 
 from services.common import cql, ids
@@ -31,7 +31,7 @@ from services.common.settings import Settings
 from services.common.event_publisher import EventPublisher
 from services.common.serving_changes import Notices
 from services.common.topics import author_events_topic, inbox_events_topic, serving_changes_topic
-from .conftest import wait_until
+from .waiting import wait_until
 from services.fanout.audience import PostFields
 from services.fanout.copies import CopyStore
 from services.fanout.events import celebrity_posted, post_landed_in_inbox
@@ -42,6 +42,7 @@ from services.common.ranking import rank_key
 from services.fanout.rank_moves import RankMoves
 from services.ranker.rank_keys import planned_move
 from services.ranker.store import RankStore
+
 
 T = TypeVar("T")
 _SEQ = itertools.count(1)
@@ -201,14 +202,6 @@ class FeedWorld:
     def announce_celebrity(self, post: Post) -> None:
         key, value = celebrity_posted(post.author_id, post.post_id, post.created_at)
         self._produce(author_events_topic(self.settings.topic_prefix), key, value)
-
-
-@pytest.fixture(scope="module")
-def world(settings: Settings, api_server: Any) -> Any:
-    w = FeedWorld(settings)
-    w.watchers.append(api_server)
-    yield w
-    w.close()
 
 
 def feed_ids(page: dict[str, Any]) -> list[int]:

@@ -1,6 +1,6 @@
-"""Harness for the fan-out and ranker integration tests (no tests here).
+"""Harness for the fan-out and ranker integration tests.
 
-``worker_env`` gives each test its own Cassandra keyspace and Kafka topic prefix
+``open_worker_env`` (the ``worker_env`` fixture) gives each test its own Cassandra keyspace and Kafka topic prefix
 (derived from the session's ``settings``), so one test's events are never replayed into
 another's; workers run as real subprocesses (``python -m services.fanout``) with their
 own consumer group, so a test can SIGKILL one and start another.
@@ -12,34 +12,31 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from services.common import cql
 from services.common.settings import Settings
 
 from .cdc_events import CdcEvents, CdcMessage, send
+from .waiting import wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 _SEQ = itertools.count(1)
 
 
-def wait_until(condition: Callable[[], Any], *, timeout: float = 60.0, interval: float = 0.1,
-               message: str = "condition") -> Any:
-    """Poll until ``condition()`` is truthy (returns it); fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+# A worker subprocess starts, joins its consumer group and catches up before the
+# condition can hold: far longer than an in-process check.
+WORKER_WAIT_S = 60.0
+
+
+def wait_for_workers(condition: Callable[[], Any], *, timeout: float = WORKER_WAIT_S,
+                     message: str = "condition") -> Any:
+    """``wait_until`` with a worker's deadline."""
+    return wait_until(condition, timeout=timeout, interval=0.1, message=message)
 
 
 @dataclass
@@ -91,8 +88,10 @@ class WorkerEnv:
         return [r.post_id for r in self.rows("SELECT post_id FROM feed_inbox WHERE reader_id=%s", reader_id)]
 
 
-@pytest.fixture
-def worker_env(settings: Settings, tmp_path: Path) -> Iterator[WorkerEnv]:
+def open_worker_env(settings: Settings, tmp_path: Path) -> Iterator[WorkerEnv]:
+    """A ``WorkerEnv`` on its own keyspace and topic prefix derived from ``settings``;
+    stops its workers, prints their logs' tails and drops the keyspace at the end (the
+    ``worker_env`` fixture, tests/integration/conftest.py)."""
     from deploy.migrate import migrate_cassandra, migrate_kafka
 
     name = f"{settings.topic_prefix}_w{next(_SEQ)}"
