@@ -1,8 +1,8 @@
 """Inactive readers: the sweeper that flags readers who stopped reading.
 
 Mastodon stops pushing to accounts idle for a week, Twitter's 2013 timelines stopped at
-30 days: an inbox nobody opens is write load for nothing. Every ``sweep_every_s`` the
-leader worker judges the readers of the periods that have just fallen out of the window
+30 days: an inbox nobody opens is write load for nothing. Every ``inactive_sweep_every_s``
+the fan-out worker that owns partition 0 of the follows topic (app.py) judges the readers of the periods that have just fallen out of the window
 (``activity.Window``; the API indexes each reader under the period of their last read)
 and, for each whose last read is still that old, writes ``idle`` and one
 ``inactive_followers`` row per followed author. The fan-out reads those rows with the

@@ -3,11 +3,12 @@
 ``open_read_path(app)`` connects the Cassandra session and puts into ``app.state``:
 ``cassandra`` (the session; ``app.py`` registers its readiness check), ``feed``
 (``FeedReader``, recording reads and regenerating returning inactive readers' inboxes,
-activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, and the stream's ``stream_hub``, ``stream_gate`` and
-``stream_leases``, and (unless ``feed_cache_enabled`` is off) the ``serving_cache`` whose
-notice consumer is another background task (``notices.run_notice_consumer``); it registers the ``feed_stream`` readiness check (the hub's Kafka
-consumer has pinned its start offsets). The consumer itself runs as one of the app's
-``BACKGROUND_TASKS`` (``stream.consumer.run_stream_consumer``).
+activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, the stream's
+``stream_hub``, ``stream_gate`` and ``stream_leases``, and (unless ``feed_cache_enabled``
+is off) the ``serving_cache``, whose notice consumer is another background task
+(``notices.run_notice_consumer``). It registers the ``feed_stream`` readiness check (the
+hub's Kafka consumer has pinned its start offsets). The consumer itself runs as one of
+the app's ``BACKGROUND_TASKS`` (``stream.consumer.run_stream_consumer``).
 """
 from __future__ import annotations
 
