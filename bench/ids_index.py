@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 from services.common import pg
-from services.common.idgen import SnowflakeGenerator
+from services.api.idgen import SnowflakeGenerator
 from services.common.settings import Settings
 
 CEILING_PER_S = 4096 * 1000  # 12-bit sequence per millisecond per node

@@ -92,7 +92,7 @@ def migrate_kafka(settings: Settings, prefix: str | None = None) -> list[str]:
     meta = admin.list_topics(timeout=15)
     brokers = len(meta.brokers)
     rf = 3 if brokers >= 3 else 1
-    wanted = all_topics(prefix)
+    wanted = all_topics(prefix or settings.topic_prefix)
     created: list[str] = []
     missing = [t for t in wanted if t.name not in meta.topics]
     for spec in wanted:
@@ -113,16 +113,15 @@ def migrate_kafka(settings: Settings, prefix: str | None = None) -> list[str]:
     return created
 
 
-def migrate_all(settings: Settings | None = None, *, keyspace: str | None = None,
+def migrate_all(settings: Settings, *, keyspace: str | None = None,
                 topic_prefix: str | None = None, only: str | None = None) -> dict[str, list[str]]:
-    s = settings or get_settings()
     out: dict[str, list[str]] = {}
     if only in (None, "postgres"):
-        out["postgres"] = migrate_postgres(s)
+        out["postgres"] = migrate_postgres(settings)
     if only in (None, "cassandra"):
-        out["cassandra"] = migrate_cassandra(s, keyspace)
+        out["cassandra"] = migrate_cassandra(settings, keyspace)
     if only in (None, "kafka"):
-        out["kafka"] = migrate_kafka(s, topic_prefix)
+        out["kafka"] = migrate_kafka(settings, topic_prefix)
     return out
 
 
@@ -136,7 +135,8 @@ def main() -> int:
     parser.add_argument("--keyspace")
     parser.add_argument("--topic-prefix")
     args = parser.parse_args()
-    result = migrate_all(keyspace=args.keyspace, topic_prefix=args.topic_prefix, only=args.only)
+    result = migrate_all(get_settings(), keyspace=args.keyspace, topic_prefix=args.topic_prefix,
+                         only=args.only)
     for store, names in result.items():
         print(f"migrate: {store}: " + (", ".join(names) if names else "up to date"))
     return 0

@@ -25,7 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.telemetry import TelemetryConfig
 
 from services.common import pg
-from services.common.idgen import NodeLease, SnowflakeGenerator
+from services.api.idgen import NodeLease, SnowflakeGenerator
 from services.common.secret_policy import require_safe_secrets
 from services.common.settings import Settings, get_settings
 
@@ -34,9 +34,9 @@ from .problems import install_problem_handlers
 from .readiness import ReadinessChecks, cassandra_check, lease_check, postgres_check
 from .request_context import BodyLimitMiddleware, RequestContextMiddleware
 from .feed.wiring import close_read_path, open_read_path
-from .routes import feed, health, moderation, posts, preferences, social, web
+from .stream.wiring import open_stream
+from .routes import feed, health, moderation, posts, preferences, social, stream, web
 from .routes.feed_fast import FeedFastPath
-from .stream import route as feed_stream
 from .stream.consumer import run_stream_consumer
 from .feed.notices import run_notice_consumer
 from .store.idempotency import purge_expired_periodically
@@ -56,7 +56,7 @@ MAX_BODY_BYTES = 64 * 1024
 NO_OTEL: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 ROUTERS: list[APIRouter] = [health.router, posts.router, social.router, moderation.router,
-                            feed.router, feed_stream.router, preferences.router, web.router]
+                            feed.router, stream.router, preferences.router, web.router]
 # Coroutines run for the life of the app, given the app (periodic clean-ups).
 BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = [purge_expired_periodically,
                                                                run_stream_consumer,
@@ -78,7 +78,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.metrics.id_node.set(lease.node_id)
     app.state.readiness.register("postgres", postgres_check(pool))
     app.state.readiness.register("id_lease", lease_check(lease.is_held))
-    await open_read_path(app)  # app.state.cassandra, the feed reader and the stream hub
+    await open_read_path(app)  # app.state.cassandra, feed_store and the feed reader
+    await open_stream(app)  # the stream's leases, gate and hub on that store
     if getattr(app.state, "cassandra", None) is not None:
         app.state.readiness.register("cassandra", cassandra_check(app.state.cassandra))
     background = [asyncio.create_task(task(app), name=task.__name__)

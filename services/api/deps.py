@@ -6,7 +6,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from psycopg_pool import AsyncConnectionPool
 
-from services.common.idgen import SnowflakeGenerator
+from services.api.idgen import SnowflakeGenerator
 
 from .metrics import ApiMetrics
 

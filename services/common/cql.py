@@ -7,7 +7,7 @@ from cassandra import ConsistencyLevel
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
-from .settings import Settings, get_settings
+from .settings import Settings
 
 # Every store call has a timeout: a slow node must not hold a request or a worker.
 DEFAULT_TIMEOUT_S = 2.0
@@ -29,14 +29,13 @@ CONSISTENCY = ConsistencyLevel.LOCAL_QUORUM
 SERIAL_CONSISTENCY = ConsistencyLevel.LOCAL_SERIAL
 
 
-def cluster(settings: Settings | None = None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Cluster:
-    s = settings or get_settings()
+def cluster(settings: Settings, *, timeout: float = DEFAULT_TIMEOUT_S) -> Cluster:
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
         request_timeout=timeout, consistency_level=CONSISTENCY,
         serial_consistency_level=SERIAL_CONSISTENCY,
     )
-    return Cluster(s.cassandra_contact_points, port=s.cassandra_port,
+    return Cluster(settings.cassandra_contact_points, port=settings.cassandra_port,
                    protocol_version=PROTOCOL_VERSION,
                    execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=5,
                    # Nagle + delayed ACK held small request frames back ~40 ms (measured on
@@ -44,8 +43,7 @@ def cluster(settings: Settings | None = None, *, timeout: float = DEFAULT_TIMEOU
                    sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
 
 
-def session(settings: Settings | None = None, *, keyspace: str | None = None,
+def session(settings: Settings, *, keyspace: str | None = None,
             timeout: float = DEFAULT_TIMEOUT_S) -> Session:
     """A connected session on the feed keyspace (or ``keyspace``)."""
-    s = settings or get_settings()
-    return cluster(s, timeout=timeout).connect(keyspace or s.cassandra_keyspace)
+    return cluster(settings, timeout=timeout).connect(keyspace or settings.cassandra_keyspace)

@@ -4,24 +4,24 @@ from __future__ import annotations
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from .settings import Settings, get_settings
+from .settings import Settings
 
 
-def connect(settings: Settings | None = None, **kwargs) -> psycopg.Connection:
-    return psycopg.connect((settings or get_settings()).pg_dsn, **kwargs)
+def connect(settings: Settings, **kwargs) -> psycopg.Connection:
+    return psycopg.connect(settings.pg_dsn, **kwargs)
 
 
-def pool(settings: Settings | None = None, *, min_size: int = 1, max_size: int = 10) -> ConnectionPool:
-    return ConnectionPool((settings or get_settings()).pg_dsn, min_size=min_size,
+def pool(settings: Settings, *, min_size: int = 1, max_size: int = 10) -> ConnectionPool:
+    return ConnectionPool(settings.pg_dsn, min_size=min_size,
                           max_size=max_size, open=True)
 
 
-def async_pool(settings: Settings | None = None, *, min_size: int = 1,
+def async_pool(settings: Settings, *, min_size: int = 1,
                max_size: int = 10) -> AsyncConnectionPool:
     """Create (not open) an async pool; open it inside the running event loop.
 
     Connections are checked when handed out, so after a Postgres restart the pool
     replaces its dead connections instead of failing one request per connection."""
-    return AsyncConnectionPool((settings or get_settings()).pg_dsn, min_size=min_size,
+    return AsyncConnectionPool(settings.pg_dsn, min_size=min_size,
                                max_size=max_size, open=False,
                                check=AsyncConnectionPool.check_connection)

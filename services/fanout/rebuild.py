@@ -1,6 +1,6 @@
 """Refilling a reader's inbox from their authors' timelines (``rebuild_inbox``).
 
-Used by ``python -m services.api.rebuild_inbox`` (an operator's command), by the API when
+Used by ``python -m services.fanout.rebuild_inbox`` (an operator's command), by the API when
 an inactive reader comes back, and by the fan-out's inactive-reader sweeper.
 
 The inbox is an accelerator, not the source of truth: every post also lives in its

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from services.common import ids
-from services.common.idgen import LEASE_SAFETY_MS, LeaseLost, NodeLease, SnowflakeGenerator
+from services.api.idgen import LEASE_SAFETY_MS, LeaseLost, NodeLease, SnowflakeGenerator
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _WORKER = textwrap.dedent("""
     import sys
-    from services.common.idgen import NodeLease, SnowflakeGenerator
+    from services.api.idgen import NodeLease, SnowflakeGenerator
     from services.common.settings import Settings
     lease = NodeLease.acquire(Settings())
     try:

@@ -28,7 +28,7 @@ def _inbox(world: FeedWorld, reader: int) -> list[int]:
 def _rebuild(settings: Settings, *readers: int) -> str:
     env = dict(os.environ, FEED_CASSANDRA_KEYSPACE=settings.cassandra_keyspace,
                FEED_TOPIC_PREFIX=settings.topic_prefix, FEED_PG_DATABASE=settings.pg_database)
-    done = subprocess.run([sys.executable, "-m", "services.api.rebuild_inbox",
+    done = subprocess.run([sys.executable, "-m", "services.fanout.rebuild_inbox",
                            *map(str, readers)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from services.common.ranking import engagement_score, rank_key
-from services.common.schemas import examples_for
+from tests.support.schemas import examples_for
 from services.common.topics import cdc_topic, dlq_topic, rank_features_topic, rank_moves_topic
 
 from tests.support.cdc_events import CdcMessage, post_id_at

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from services.common.envelope import parse_change
-from services.common.schemas import examples_for, validation_errors
+from tests.support.schemas import examples_for, validation_errors
 from services.fanout.audience import post_action, post_fields
 from services.fanout.cleanup import purges_for_block, purges_for_unfollow
 from services.fanout.events import celebrity_posted, post_landed_in_inbox

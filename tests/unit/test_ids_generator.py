@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from services.common import ids
-from services.common.idgen import ClockMovedBackwards, LeaseLost, SnowflakeGenerator
+from services.api.idgen import ClockMovedBackwards, LeaseLost, SnowflakeGenerator
 
 START_MS = ids.EPOCH_MS + 1_000_000
 

@@ -13,7 +13,7 @@ from services.api.feed.notices import NoticeStats, _apply
 from services.api.feed.serving_cache import CachedFeedStore, ServingCache
 from services.common import ids
 from services.common.envelope import MalformedEnvelope
-from services.common.schemas import examples_for, validation_errors
+from tests.support.schemas import examples_for, validation_errors
 from services.common.serving_changes import MAX_IDS, Notices, ServingChange, encode, parse, split
 
 READER, AUTHOR, OTHER = 11, 22, 33

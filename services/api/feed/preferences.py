@@ -18,7 +18,7 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
-from services.common.cursor import RANKED
+from services.api.feed.cursor import RANKED
 
 from .store import FeedStore
 

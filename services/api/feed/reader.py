@@ -35,7 +35,7 @@ from typing import Awaitable, Callable, Sequence
 
 from services.common import ids
 from services.common.activity import REGENERATING
-from services.common.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
+from services.api.feed.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
                                     decode_cursor, encode_cursor)
 from services.common.ranking import Ranked
 from services.common.settings import Settings

@@ -3,12 +3,10 @@
 ``open_read_path(app)`` connects the Cassandra session and puts into ``app.state``:
 ``cassandra`` (the session; ``app.py`` registers its readiness check), ``feed``
 (``FeedReader``, recording reads and regenerating returning inactive readers' inboxes,
-activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, the stream's
-``stream_hub``, ``stream_gate`` and ``stream_leases``, and (unless ``feed_cache_enabled``
-is off) the ``serving_cache``, whose notice consumer is another background task
-(``notices.run_notice_consumer``). It registers the ``feed_stream`` readiness check (the
-hub's Kafka consumer has pinned its start offsets). The consumer itself runs as one of
-the app's ``BACKGROUND_TASKS`` (``stream.consumer.run_stream_consumer``).
+activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, ``feed_store`` and
+(unless ``feed_cache_enabled`` is off) the ``serving_cache``, whose notice consumer is
+one of the app's background tasks (``notices.run_notice_consumer``). The stream's parts
+are opened on that store by ``stream.wiring.open_stream``.
 """
 from __future__ import annotations
 
@@ -22,9 +20,6 @@ from services.common.cql_async import CqlRunner
 from services.common.settings import Settings
 from services.common.store_health import watch_cassandra
 
-from ..stream.gate import EligibilityGate
-from ..stream.hub import StreamHub
-from ..stream.leases import StreamLeases
 from .activity import InboxRebuilder, ReaderActivity
 from .bodies import BodyCache, PostCopies
 from .metrics import FeedMetrics
@@ -70,28 +65,11 @@ def _build(app: FastAPI, settings: Settings) -> None:
                                    metrics.regeneration_seconds.observe(s)),
             on_failure=metrics.activity_failures.inc)
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity)
-    # A lease outlives two missed heartbeats, so one slow refresh does not free the slot.
-    app.state.stream_leases = StreamLeases(session, store, int(settings.stream_heartbeat_s * 2) + 5)
 
 
 async def open_read_path(app: FastAPI) -> None:
     settings: Settings = app.state.settings
     await asyncio.to_thread(_build, app, settings)
-    store: FeedStore = app.state.feed_store
-    gate = EligibilityGate(store)
-
-    async def followed(reader_id: int) -> frozenset[int]:
-        return frozenset(await store.following(reader_id, settings.feed_max_following))
-
-    hub = StreamHub(gate, followed, settings.stream_resume_buffer, settings.stream_resume_window_s)
-    app.state.stream_gate = gate
-    app.state.stream_hub = hub
-
-    async def stream_ready() -> None:
-        if not hub.ready.is_set():
-            raise RuntimeError("stream consumer has not pinned its offsets yet")
-
-    app.state.readiness.register("feed_stream", stream_ready)
 
 
 async def close_read_path(app: FastAPI) -> None:

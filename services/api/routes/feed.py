@@ -18,7 +18,7 @@ import orjson
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from services.common.cursor import LATEST, MAX_CURSOR_CHARS, CursorRejected
+from services.api.feed.cursor import LATEST, MAX_CURSOR_CHARS, CursorRejected
 from services.common.ranking import rank_of_key
 from services.common.rules import iso_utc
 

@@ -28,7 +28,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.common.cursor import MAX_CURSOR_CHARS, ORDERS
+from services.api.feed.cursor import MAX_CURSOR_CHARS, ORDERS
 
 from ..auth import known_principal
 from ..problems import ProblemError, problem_response

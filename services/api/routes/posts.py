@@ -7,7 +7,7 @@ from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse
 
 from services.common import ids as snowflake
-from services.common.idgen import ClockMovedBackwards, IdGenerationError, LeaseLost
+from services.api.idgen import ClockMovedBackwards, IdGenerationError, LeaseLost
 from services.common.rules import VISIBLE
 
 from .. import idempotency

@@ -22,7 +22,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from ..auth import CurrentUser
 from ..problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
-from .hub import ResyncNeeded, StreamEvent, StreamHub
+from ..stream.hub import ResyncNeeded, StreamEvent, StreamHub
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["feed"])

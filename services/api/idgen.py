@@ -25,10 +25,10 @@ from typing import Protocol
 
 import psycopg
 
-from .ids import MAX_NODE, MAX_SEQUENCE, Drift, classify_drift, compose
-from .settings import Settings
+from services.common.ids import MAX_NODE, MAX_SEQUENCE, Drift, classify_drift, compose
+from services.common.settings import Settings
 
-log = logging.getLogger("services.common.idgen")
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]           # Unix time in milliseconds
 Sleep = Callable[[float], None]     # seconds

@@ -1,4 +1,4 @@
-"""``python -m services.api.rebuild_inbox <reader_id> [...]``: refill readers' inboxes.
+"""``python -m services.fanout.rebuild_inbox <reader_id> [...]``: refill readers' inboxes.
 
 An operator's command over ``services.fanout.rebuild.rebuild_inbox`` (what it writes and
 why it is safe to run any number of times is explained there). Running API processes
@@ -18,9 +18,10 @@ from services.common.event_publisher import EventPublisher
 from services.common.serving_changes import Notices
 from services.common.settings import Settings, get_settings
 from services.common.topics import serving_changes_topic
-from services.fanout.copies import CopyStore
-from services.fanout.inbox import InboxStore
-from services.fanout.rebuild import RebuildReport, rebuild_inbox
+
+from .copies import CopyStore
+from .inbox import InboxStore
+from .rebuild import RebuildReport, rebuild_inbox
 
 async def _main(reader_ids: list[int], settings: Settings) -> list[RebuildReport]:
     session = cql.session(settings)
