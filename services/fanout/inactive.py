@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from services.common.activity import (ACTIVE, BACKLOG_PERIODS, IDLE, SWEEP_NAME, ActivityStore,
+from services.common.activity import (ACTIVE, BACKLOG_PERIODS, IDLE, SWEEP_NAME, ActivityPort,
                                       Window)
 
 from .metrics import READERS_GONE_IDLE, READERS_UNDONE
@@ -44,7 +44,7 @@ class SweepReport:
 
 
 class InactiveSweeper:
-    def __init__(self, store: ActivityStore, window: Window,
+    def __init__(self, store: ActivityPort, window: Window,
                  rebuild: Callable[[int, list[int]], Awaitable[object]],
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  name: str = SWEEP_NAME) -> None:

@@ -239,7 +239,7 @@ def test_workers_killed_mid_batch_and_restarted_never_lose_or_double_a_count(wor
     for module, proc in workers.items():
         group = f"kill-{module.rsplit('.', 1)[1]}"
         wait_for_workers(lambda: group_caught_up(env.settings, group, topics[module]), timeout=240,
-                   message=f"{module} caught up after the kills")
+                         message=f"{module} caught up after the kills")
     assert differences(follower_counts(env), want_follows) == {}
     assert differences(like_counts(env), want_likes) == {}
 

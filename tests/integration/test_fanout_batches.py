@@ -19,7 +19,7 @@ FANOUT_TOPICS = ("posts", "follows", "blocks")
 def _caught_up(env, group: str, tables) -> None:
     topics = [cdc_topic(t, env.settings.topic_prefix) for t in tables]
     wait_for_workers(lambda: group_caught_up(env.settings, group, topics), timeout=120,
-               message=f"{group} caught up")
+                     message=f"{group} caught up")
 
 
 def test_one_batch_keeps_key_order_isolates_poison_and_replays_idempotently(worker_env):

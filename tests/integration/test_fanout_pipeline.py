@@ -45,7 +45,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     env.start("services.fanout", "first")
     wait_for_workers(lambda: group_caught_up(env.settings, "first", [cdc_topic(t, env.settings.topic_prefix)
                                                               for t in FANOUT_TOPICS]),
-               timeout=120, message="first worker caught up")
+                     timeout=120, message="first worker caught up")
     assert env.inbox(early) == [p3, p1]
     assert env.inbox(late) == []            # followed after the posts: no backfill
     assert env.inbox(blocked) == []         # blocked by the author
@@ -64,7 +64,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     env.start("services.fanout", "replay")  # a new group reads every topic from the start
     wait_for_workers(lambda: group_caught_up(env.settings, "replay", [cdc_topic(t, env.settings.topic_prefix)
                                                                for t in FANOUT_TOPICS]),
-               timeout=120, message="replay caught up")
+                     timeout=120, message="replay caught up")
     assert serving_state(env) == before
 
 
@@ -76,17 +76,17 @@ def test_sigkill_mid_fanout_then_restart_gives_every_follower_the_post_once(work
     # Two writes in flight: slow enough that the kill lands mid-way.
     worker = env.start("services.fanout", "crash", fanout_max_in_flight=2, fanout_follower_page=100)
     wait_for_workers(lambda: follower_count(env, author) == len(followers), timeout=120,
-               message="follows applied")
+                     message="follows applied")
     post = post_id_at(_now(), 7)
     env.send(e.post_created(e.post_row(post, author, _now())))
     written = wait_for_workers(lambda: env.rows("SELECT count(*) AS n FROM feed_inbox")[0].n,
-                         timeout=60, interval=0.02, message="fan-out started")
+                               timeout=60, interval=0.02, message="fan-out started")
     env.kill(worker)
     assert 0 < written < len(followers), "the kill must land in the middle of the fan-out"
 
     env.start("services.fanout", "crash")
     wait_for_workers(lambda: env.rows("SELECT count(*) AS n FROM feed_inbox")[0].n == len(followers),
-               timeout=120, message="fan-out completed after restart")
+                     timeout=120, message="fan-out completed after restart")
     per_reader = collections.Counter(r.reader_id for r in env.rows("SELECT reader_id, post_id FROM feed_inbox"))
     assert set(per_reader) == set(followers) and set(per_reader.values()) == {1}
 
@@ -106,8 +106,8 @@ def test_tier_transitions_never_lose_or_duplicate_a_post(worker_env):
         p = post_id_at(_now(), seq)
         env.send(e.post_created(e.post_row(p, author, _now())))
         wait_for_workers(lambda: env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", p)
-                   and env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", p)[0].fanned_out is not None,
-                   message=f"post {seq} routed")
+                         and env.rows("SELECT fanned_out FROM posts WHERE post_id=%s", p)[0].fanned_out is not None,
+                         message=f"post {seq} routed")
         return p
 
     env.send([m for r in steady for m in e.followed(r, author, since)])
@@ -206,7 +206,7 @@ def test_a_late_fanout_keeps_the_posts_inbox_expiry_and_skips_posts_too_old_for_
     env.start("services.fanout", "late")
     wait_for_workers(lambda: group_caught_up(env.settings, "late", [cdc_topic(t, env.settings.topic_prefix)
                                                              for t in FANOUT_TOPICS]),
-               timeout=120, message="worker caught up")
+                     timeout=120, message="worker caught up")
     assert env.inbox(reader) == [recent]
     ttl = env.rows("SELECT TTL(author_id) AS ttl FROM feed_inbox WHERE reader_id=%s AND post_id=%s "
                    "ALLOW FILTERING", reader, recent)[0].ttl

@@ -66,8 +66,8 @@ def test_every_schema_example_is_applied_by_the_workers_without_dead_letters(wor
     fanout_topics = [cdc_topic(t, prefix) for t in ("posts", "follows", "blocks")] + [rank_moves_topic(prefix)]
     ranker_topics = [cdc_topic("likes", prefix), rank_features_topic(prefix)]
     wait_for_workers(lambda: group_caught_up(env.settings, "examples-fanout", fanout_topics)
-               and group_caught_up(env.settings, "examples-ranker", ranker_topics),
-               timeout=120, message="examples consumed")
+                     and group_caught_up(env.settings, "examples-ranker", ranker_topics),
+                     timeout=120, message="examples consumed")
     for topic in fanout_topics + ranker_topics:
         assert _read_all(env.settings.kafka_bootstrap, dlq_topic(topic)) == [], topic
     post_ids = {ex.key["post_id"] for ex in examples_for("public.posts")}
@@ -91,7 +91,7 @@ def test_a_liked_post_moves_its_rows_once_and_a_replayed_move_changes_nothing(wo
     env.start("services.fanout", "moves-fanout")
     first_key = rank_key(0.0, int(created.timestamp() * 1000))
     wait_for_workers(lambda: _rows_of(env, post) == [(r, first_key) for r in readers], timeout=90,
-               message="the post fanned out under its first key")
+                     message="the post fanned out under its first key")
     # Seven likes, some duplicated: log2(8) = 3 units up, far past the move threshold.
     likes = [m for u in range(100, 107) for m in e.liked(post, u, now)]
     env.send(likes, likes[:4])
@@ -109,8 +109,8 @@ def test_a_liked_post_moves_its_rows_once_and_a_replayed_move_changes_nothing(wo
     wait_for_workers(moved, timeout=90, message="rows moved to the new key")
     topics = [cdc_topic("likes", prefix), rank_features_topic(prefix)]
     wait_for_workers(lambda: group_caught_up(env.settings, "moves-ranker", topics)
-               and group_caught_up(env.settings, "moves-fanout", [rank_moves_topic(prefix)]),
-               timeout=90, message="both workers caught up")
+                     and group_caught_up(env.settings, "moves-fanout", [rank_moves_topic(prefix)]),
+                     timeout=90, message="both workers caught up")
     moves = _read_all(env.settings.kafka_bootstrap, rank_moves_topic(prefix))
     assert 1 <= len(moves) <= 3        # coalesced: a handful of moves for seven likes, not seven
     before = serving_state(env)
@@ -118,5 +118,5 @@ def test_a_liked_post_moves_its_rows_once_and_a_replayed_move_changes_nothing(wo
     env.send([CdcMessage(rank_moves_topic(prefix), k, v) for k, v in moves])
     env.start("services.fanout", "moves-replay")
     wait_for_workers(lambda: group_caught_up(env.settings, "moves-replay", [rank_moves_topic(prefix)]),
-               timeout=90, message="replayed moves applied")
+                     timeout=90, message="replayed moves applied")
     assert serving_state(env) == before

@@ -34,9 +34,9 @@ WORKER_WAIT_S = 60.0
 
 
 def wait_for_workers(condition: Callable[[], Any], *, timeout: float = WORKER_WAIT_S,
-                     message: str = "condition") -> Any:
+                     interval: float = 0.1, message: str = "condition") -> Any:
     """``wait_until`` with a worker's deadline."""
-    return wait_until(condition, timeout=timeout, interval=0.1, message=message)
+    return wait_until(condition, timeout=timeout, interval=interval, message=message)
 
 
 @dataclass

@@ -6,24 +6,21 @@ import asyncio
 from datetime import timedelta
 
 from services.api.feed.activity import ReaderActivity
-from services.common.activity import ACTIVE, IDLE, REGENERATING, Activity, Window
+from services.common.activity import ACTIVE, IDLE, REGENERATING, SWEEP_NAME, Window
 from services.fanout.inactive import InactiveSweeper
+from tests.support.memory_stores import InMemoryActivityStore
 
 DAY_MS = 24 * 3600 * 1000
 WINDOW = Window(timedelta(days=14), timedelta(days=1))
 NOW_MS = 20_000 * DAY_MS + 5_000
 
 
-class FakeStore:
-    """The ActivityStore calls, in memory; ``on_flag`` runs inside ``flag`` (a race)."""
+class FakeStore(InMemoryActivityStore):
+    """The in-memory store (held to the real one by a contract suite), with a hook run
+    inside ``flag`` (to stage a race), a log of the API side's calls and a failure switch."""
 
     def __init__(self) -> None:
-        self.last: dict[int, int] = {}
-        self.state: dict[int, str] = {}
-        self.index: dict[int, list[int]] = {}
-        self.follows: dict[int, list[int]] = {}
-        self.flags: set[tuple[int, int]] = set()
-        self.progress: int | None = None
+        super().__init__()
         self.on_flag = lambda reader: None
         self.calls: list[str] = []
         self.fail = False
@@ -32,35 +29,15 @@ class FakeStore:
         self.calls.append("record")
         if self.fail:
             raise TimeoutError("store down")
-        self.last[reader_id] = period
-        self.index.setdefault(period, []).append(reader_id)
+        await super().record_read(reader_id, period, ttl_s)
 
     async def activity(self, reader_id):
         self.calls.append("activity")
-        return Activity(self.last.get(reader_id), self.state.get(reader_id, ACTIVE), 0)
-
-    async def set_state(self, reader_id, state):
-        self.state[reader_id] = state
-
-    async def following(self, reader_id):
-        return self.follows.get(reader_id, [])
+        return await super().activity(reader_id)
 
     async def flag(self, reader_id, authors):
-        self.flags |= {(a, reader_id) for a in authors}
+        await super().flag(reader_id, authors)
         self.on_flag(reader_id)
-
-    async def unflag(self, reader_id, authors):
-        self.flags -= {(a, reader_id) for a in authors}
-
-    async def readers_in(self, period):
-        if period in self.index:
-            yield list(self.index[period])
-
-    async def swept_through(self, name):
-        return self.progress
-
-    async def save_progress(self, period, name):
-        self.progress = period
 
 
 def test_a_reader_is_idle_once_the_whole_window_has_passed_without_a_read():
@@ -88,7 +65,7 @@ def test_the_sweeper_flags_readers_without_a_later_read_and_resumes_where_it_sto
     assert sorted(report.flagged) == [1, 3]
     assert store.flags == {(10, 1), (11, 1), (10, 3)}
     assert store.state == {1: IDLE, 3: IDLE}
-    assert store.progress == through and report.periods[-1] == through
+    assert store.progress[SWEEP_NAME] == through and report.periods[-1] == through
     again = asyncio.run(_sweeper(store, rebuilt).sweep())
     assert again.periods == [] and again.flagged == [] and rebuilt == []
 

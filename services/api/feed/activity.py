@@ -29,8 +29,7 @@ from typing import Awaitable, Callable
 
 from cassandra.cluster import Session
 
-from services.common.activity import (ACTIVE, IDLE, REGENERATING, Activity, ActivityStore,
-                                      Window)
+from services.common.activity import ACTIVE, IDLE, REGENERATING, Activity, ActivityPort, Window
 from services.common.cql_async import CqlRunner
 from services.common.event_publisher import EventPublisher
 from services.common.serving_changes import Notices
@@ -58,7 +57,7 @@ class _Seen:
 
 
 class ReaderActivity:
-    def __init__(self, store: ActivityStore, window: Window,
+    def __init__(self, store: ActivityPort, window: Window,
                  rebuild: Callable[[int, list[int]], Awaitable[object]],
                  stale_s: float, timeout_s: float = 0.5, on_returned: Callable[[float], None] = lambda _s: None,
                  on_failure: Callable[[], None] = lambda: None,
