@@ -119,3 +119,22 @@ def test_writes_are_never_sent_twice():
     with pytest.raises(asyncio.TimeoutError):
         asyncio.run(_store(session, outcomes).save_feed_order(1, "latest"))
     assert session.sent == ["dead"]
+
+
+def test_hedges_are_capped_at_a_share_of_all_reads():
+    """When every read is slow (an overloaded node or machine), hedging each one would
+    double the load that made them slow: past the budget a slow read just waits."""
+    from services.api.feed import store as store_module
+    session = FakeSession(["slow", "fast"], {"slow": (0.04, [(7,)]), "fast": (0.0, [(8,)])})
+    outcomes: list[str] = []
+    store = _store(session, outcomes)
+    store._hedge_tokens = 1.0  # the burst spent but one
+
+    async def reads():
+        return [await store.blocked(1) for _ in range(6)]
+
+    got = asyncio.run(reads())
+    hedged = outcomes.count("hedge") + outcomes.count("first")
+    assert 1 <= hedged <= 1 + 6 * store_module.HEDGE_SHARE
+    assert outcomes.count("over_budget") == 6 - hedged
+    assert all(r in (frozenset({7}), frozenset({8})) for r in got)

@@ -50,6 +50,8 @@ class FeedMetrics:
                                          registry=registry)
         self.store_hedges = Counter(
             "feed_store_hedges_total", "Reads sent to a second node after feed_hedge_after_s, by "
-            "which answered first (hedge, first) or none (failed)", ("outcome",), registry=registry)
-        for outcome in ("hedge", "first", "failed"):
+            "which answered first (hedge, first) or none (failed); over_budget: slow reads not "
+            "hedged (the extra reads are capped at half of all reads)", ("outcome",),
+            registry=registry)
+        for outcome in ("hedge", "first", "failed", "over_budget"):
             self.store_hedges.labels(outcome)

@@ -24,6 +24,10 @@ from services.common.cql import CONSISTENCY, SERIAL_CONSISTENCY
 from services.common.rules import CELEBRITY_SHARD
 
 PROFILE = "feed_read"
+# Hedged reads (FeedStore._rows): the extra reads are at most this share of all reads,
+# with bursts of up to HEDGE_BURST hedges (a node dying under a quiet load).
+HEDGE_SHARE = 0.5
+HEDGE_BURST = 50.0
 # Extra time the asyncio side waits past the driver's own timeout before giving up:
 # the driver normally fails the future first; this only guards a lost callback.
 _GUARD_S = 0.05
@@ -64,6 +68,11 @@ class FeedStore:
         self._hedge_after_s = hedge_after_s
         self._on_hedge = on_hedge  # told each hedge's outcome: hedge, first or failed
         self._next_node = 0
+        # Hedge budget: every read earns HEDGE_SHARE of a hedge (up to HEDGE_BURST), a hedge
+        # spends one. When everything is slow (an overloaded node or machine, not one dead
+        # node) hedging every read would double the load that made it slow; the budget caps
+        # the extra reads at HEDGE_SHARE of all reads ("The Tail at Scale").
+        self._hedge_tokens = HEDGE_BURST
         p = session.prepare
         self._following = p("SELECT followed_id, toUnixTimestamp(following_since) FROM following "
                             "WHERE follower_id=? LIMIT ?")
@@ -145,12 +154,16 @@ class FeedStore:
         deadline = asyncio.get_running_loop().time() + self._timeout + _GUARD_S
         if not hedge or self._hedge_after_s <= 0:
             return await asyncio.wait_for(first, self._timeout + _GUARD_S)
+        self._hedge_tokens = min(HEDGE_BURST, self._hedge_tokens + HEDGE_SHARE)
         await asyncio.wait([first], timeout=self._hedge_after_s)
         if first.done() and first.exception() is None:
             return first.result()
         other = self._other_node(coordinator)
-        if other is None:
+        if other is None or self._hedge_tokens < 1:
+            if other is not None:
+                self._on_hedge("over_budget")
             return await asyncio.wait_for(first, max(0.0, deadline - asyncio.get_running_loop().time()))
+        self._hedge_tokens -= 1
         left = max(0.001, deadline - asyncio.get_running_loop().time() - _GUARD_S)
         second, _ = self._send(statement, params, left, other)
         pending = {first, second}
@@ -160,8 +173,9 @@ class FeedStore:
                 return_when=asyncio.FIRST_COMPLETED)
             if not done:
                 break
+            failed = [f for f in done if f.exception() is not None]  # retrieved: no warning
             for fut in done:
-                if fut.exception() is None:
+                if fut not in failed:
                     self._on_hedge("hedge" if fut is second else "first")
                     for rest in pending:
                         rest.cancel()
