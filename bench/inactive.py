@@ -33,7 +33,7 @@ from services.common.settings import Settings
 from services.fanout.copies import CopyStore
 from services.fanout.inactive import InactiveSweeper
 from services.fanout.inbox import InboxStore
-from services.fanout.rebuild import rebuild_inbox
+from services.fanout.rebuild import rebuilder
 
 WRITES_IN_FLIGHT = 64
 
@@ -65,12 +65,9 @@ async def _apply_and_sweep(settings: Settings, graph: Graph, keep_active: set[in
         inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
                            cap=settings.inbox_cap, trim_every=settings.inbox_trim_every)
 
-        async def rebuild(reader_id: int, authors: list[int]) -> None:
-            now = lambda: datetime.now(timezone.utc)  # noqa: E731
-            await rebuild_inbox(reader_id, copies, inbox, authors, settings.inbox_cap, now)
-
         t = time.perf_counter()
-        report = await InactiveSweeper(store, window, rebuild).sweep()
+        report = await InactiveSweeper(store, window,
+                                       rebuilder(copies, inbox, settings.inbox_cap)).sweep()
         sweep_s = time.perf_counter() - t
     finally:
         session.cluster.shutdown()

@@ -42,7 +42,7 @@ from .inactive import InactiveSweeper
 from .inbox import InboxStore
 from .post_events import PostFanout
 from .rank_moves import RankMoves
-from .rebuild import rebuild_inbox
+from .rebuild import rebuilder
 from .relation_events import RelationChanges
 from .tier_store import TierStore
 from .tiering import CapacityEstimate, TierPolicy
@@ -93,11 +93,9 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     inactive = activity.inactive_followers if tracked else None
     sweeper = None
     if tracked:
-        async def rebuild(reader_id: int, authors: list[int]) -> None:
-            await rebuild_inbox(reader_id, copies, inbox, authors, settings.inbox_cap, _utc_now)
-
         sweeper = InactiveSweeper(activity, Window(settings.inactive_after,
-                                                   settings.activity_resolution), rebuild)
+                                                   settings.activity_resolution),
+                                  rebuilder(copies, inbox, settings.inbox_cap))
     posts = PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
                        retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s),
                        **({"inactive": inactive} if inactive else {}))

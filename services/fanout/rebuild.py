@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Callable
+from datetime import datetime, timezone
+from typing import Awaitable, Callable
 
 from services.common import ids
 from services.common.rules import CLOCK_SKEW, INBOX_TTL
@@ -70,3 +70,13 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
     picked.sort(key=lambda r: (r.rank_key, r.post_id), reverse=True)
     written = await inbox.push_posts(reader_id, picked[:cap])
     return RebuildReport(reader_id, len(following), written)
+
+
+def rebuilder(copies: CopyStore, inbox: InboxStore,
+              cap: int) -> Callable[[int, list[int]], Awaitable[RebuildReport]]:
+    """``rebuild_inbox`` bound to its stores and cap, on the wall clock: what the sweeper,
+    the API and the benchmark call with a reader and the authors they follow."""
+    async def rebuild(reader_id: int, authors: list[int]) -> RebuildReport:
+        return await rebuild_inbox(reader_id, copies, inbox, authors, cap,
+                                   lambda: datetime.now(timezone.utc))
+    return rebuild

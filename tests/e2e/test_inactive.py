@@ -5,10 +5,10 @@ while the API regenerates their inbox. The system runs with 1 s activity periods
 from __future__ import annotations
 
 import time
-import urllib.request
 
 import pytest
 
+from deploy.lag import scrape
 from tests.support.waiting import wait_until
 from tests.support.feed_world import feed_ids
 from .conftest import INACTIVE_AFTER_S, System, feed, post
@@ -25,10 +25,8 @@ def _state(system: System, reader: int) -> str | None:
 
 
 def _skipped_rows(system: System) -> float:
-    port = system.settings.fanout_metrics_port
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    return sum(float(line.split()[-1]) for line in body.splitlines()
-               if line.startswith("feed_fanout_inactive_rows_skipped_total "))
+    return sum(v for _l, v in scrape(system.settings.fanout_metrics_port)
+               .get("feed_fanout_inactive_rows_skipped_total", []))
 
 
 def test_an_inactive_reader_gets_no_rows_and_comes_back_to_a_full_feed(system: System) -> None:

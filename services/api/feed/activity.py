@@ -24,7 +24,6 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
 from cassandra.cluster import Session
@@ -37,7 +36,7 @@ from services.common.settings import Settings
 from services.common.topics import serving_changes_topic
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
-from services.fanout.rebuild import rebuild_inbox
+from services.fanout.rebuild import rebuilder
 
 log = logging.getLogger(__name__)
 
@@ -168,11 +167,12 @@ class InboxRebuilder:
         self._publisher = EventPublisher(settings)
         self._started: asyncio.Task[None] | None = None
         notices = Notices(self._publisher, serving_changes_topic(settings.topic_prefix))
-        self._copies = CopyStore(session, runner, settings.fanout_follower_page)
-        self._inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
-                                 cap=settings.inbox_cap, trim_every=settings.inbox_trim_every,
-                                 notices=notices)
-        self._cap = settings.inbox_cap
+        self._rebuild = rebuilder(
+            CopyStore(session, runner, settings.fanout_follower_page),
+            InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
+                       cap=settings.inbox_cap, trim_every=settings.inbox_trim_every,
+                       notices=notices),
+            settings.inbox_cap)
 
     async def __call__(self, reader_id: int, authors: list[int]) -> None:
         if self._started is None:
@@ -182,8 +182,7 @@ class InboxRebuilder:
         except Exception:
             self._started = None  # the next rebuild tries to connect again
             raise
-        await rebuild_inbox(reader_id, self._copies, self._inbox, authors, self._cap,
-                            lambda: datetime.now(timezone.utc))
+        await self._rebuild(reader_id, authors)
 
     async def close(self) -> None:
         if self._started is not None and self._started.done() and not self._started.exception():
