@@ -4,7 +4,7 @@ with wrk, on one freshly seeded database and keyspace (both dropped at the end).
     .venv/bin/python -m bench.read_grid [--duration 10] [--warmup 2]
         [--histories 1,7,30,90] [--follows 10,100,500,2000] [--skip 90x2000]
         [--readers 20] [--pull lateral,join] [--serving-days 2] [--workers 1]
-        [--c64-cells small,h30-f500] [--out bench/out/read-grid] [--keep]
+        [--c64-cells small,h30-f500] [--out bench/out/read-grid] [--keep] [--profile]
 
 (``make bench-read BENCH_READ_ARGS="..."``). Data: ``bench.read_graph`` (an author pool
 per history length, cells of readers, the demo graph as the ``small`` cell), loaded by
@@ -28,6 +28,7 @@ import json
 import os
 import random
 import secrets
+import subprocess
 import sys
 import time
 import urllib.error
@@ -43,7 +44,7 @@ from bench.read_report import write_report
 from bench.read_seed import log, seed_all
 from bench.read_servers import Server, Servers, store_pids
 from bench.workload import GraphSpec, generate
-from bench.wrk_load import WrkResult, warm_and_run
+from bench.wrk_load import WrkResult, run_wrk, warm_and_run
 from deploy.migrate import migrate_cassandra, migrate_kafka, migrate_postgres
 from services.api.auth import mint_token
 from services.common import cql
@@ -136,7 +137,44 @@ def measure_cell(cell: Cell, services: list[Server], tokens: dict[int, str], arg
                 result = warm_and_run(server.url, entries, c, args.duration, args.warmup,
                                       server.pid, stores)
                 rows.append(row(cell.name, server.name, kind, result, cell))
+                if args.profile and server.name == "ours" and c == max(conns):
+                    profile_run(server, entries, c, args, f"{cell.name}-{kind}-c{c}")
     return rows, checks
+
+
+def profile_run(server: Server, entries: list[tuple[str, str]], connections: int,
+                args: argparse.Namespace, label: str) -> None:
+    """One more run of the same load, not recorded, with py-spy sampling the server (its
+    own CPU would skew a measured run): a collapsed-stack file per run beside the report,
+    and its top frames by own samples in the log."""
+    out = Path(args.out) / "profiles" / f"{label}.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spy = subprocess.Popen([str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid",
+                            str(server.pid), "--subprocesses", "--format", "raw", "--rate", "200",
+                            "--duration", str(int(args.duration)), "--output", str(out)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # py-spy attached before the load starts
+    run_wrk(server.url, entries, connections, args.duration, server.pid, {})
+    spy.wait(timeout=args.duration + 60)
+    if out.exists():
+        for share, frame in top_frames(out)[:12]:
+            log(f"  profile {label}: {share:5.1%} {frame}")
+
+
+def top_frames(collapsed: Path) -> list[tuple[float, str]]:
+    """Leaf frames by their share of all samples (own time; py-spy's raw format is
+    ``frame;frame;... count`` per line)."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        total += int(n)
+        leaf = stack.rsplit(";", 1)[-1]
+        counts[leaf] = counts.get(leaf, 0) + int(n)
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    return [(n / total, f) for f, n in ranked] if total else []
 
 
 def _ms(value: float | None) -> str:
@@ -217,6 +255,9 @@ def main() -> int:
     parser.add_argument("--no-small", action="store_true", help="leave out the demo-graph cell")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "read-grid"))
     parser.add_argument("--keep", action="store_true", help="keep the database and keyspace")
+    parser.add_argument("--profile", action="store_true",
+                        help="after ours' runs at the most connections, one unrecorded run "
+                             "under py-spy (profiles/ beside the report)")
     args = parser.parse_args()
     args.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     skip = {tuple(int(x) for x in cell.split("x")) for cell in args.skip.split(",") if cell}
