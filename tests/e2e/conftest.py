@@ -28,7 +28,7 @@ import pytest
 from services.api.auth import MODERATOR_ROLE, mint_token
 from services.common import cql
 from services.common.settings import Settings
-from tests.integration.conftest import drop_database_with_slots, free_port, wait_for_http
+from tests.support.processes import drop_database_with_slots, free_port, wait_for_http
 from tests.support.feed_world import feed_ids, walk
 
 

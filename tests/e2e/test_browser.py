@@ -19,7 +19,7 @@ import pytest
 from deploy.stack.toolchain import ensure_chromium
 from services.api.auth import mint_token
 from tests.conftest import IN_CI
-from tests.integration.conftest import new_user_id
+from tests.support.api_server import new_user_id
 from tests.support.waiting import wait_until
 
 from .conftest import REPO, System, feed, post

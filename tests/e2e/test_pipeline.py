@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.conftest import new_user_id
+from tests.support.api_server import new_user_id
 from tests.support.waiting import wait_until
 from tests.support.feed_world import SseReader, new_item_post_ids
 from .conftest import CELEBRITY_FOLLOWERS, System, feed, post

@@ -19,7 +19,7 @@ from services.common.settings import Settings
 from services.fanout.copies import CopyStore
 from tests.support.memory_stores import InMemoryActivityStore
 
-from .conftest import new_user_id
+from tests.support.api_server import new_user_id
 
 
 pytestmark = pytest.mark.integration

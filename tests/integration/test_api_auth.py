@@ -8,7 +8,7 @@ import time
 import jwt
 import pytest
 
-from tests.integration.conftest import new_user_id
+from tests.support.api_server import new_user_id
 
 pytestmark = pytest.mark.integration
 

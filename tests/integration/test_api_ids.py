@@ -108,7 +108,7 @@ def test_ids_are_unique_across_processes(settings, tmp_path: Path) -> None:
 
 def test_instance_that_lost_its_lease_refuses_posts_and_is_not_ready(settings) -> None:
     from services.api.app import create_app
-    from tests.integration.conftest import RunningApi, new_user_id, serve_in_thread, stop_server
+    from tests.support.api_server import RunningApi, new_user_id, serve_in_thread, stop_server
 
     app = create_app(settings)
     server, thread, base_url = serve_in_thread(app)

@@ -10,7 +10,7 @@ import pytest
 
 from services.api.store.idempotency import purge_expired
 from services.common import ids
-from tests.integration.conftest import new_user_id
+from tests.support.api_server import new_user_id
 
 pytestmark = pytest.mark.integration
 

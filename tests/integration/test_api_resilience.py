@@ -6,7 +6,7 @@ import time
 
 from deploy.stack import postgres
 from deploy.stack.layout import Layout
-from tests.integration.conftest import new_user_id
+from tests.support.api_server import new_user_id
 
 
 def test_api_serves_normally_right_after_a_postgres_restart(api_server) -> None:

@@ -15,7 +15,7 @@ from schemathesis import GenerationMode
 
 from services.api.app import create_app
 from services.common.settings import Settings
-from tests.integration.conftest import new_user_id
+from tests.support.api_server import new_user_id
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from contextlib import ExitStack
 import psycopg
 import pytest
 
-from tests.integration.conftest import new_user_id
+from tests.support.api_server import new_user_id
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pydantic import SecretStr
 from services.api.app import create_app
 from services.common.settings import Settings
 
-from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server
+from tests.support.api_server import RunningApi, new_user_id, serve_in_thread, stop_server
 
 pytestmark = pytest.mark.integration
 

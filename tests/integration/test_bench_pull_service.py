@@ -10,7 +10,7 @@ from bench.pull_service import create_app
 from services.api.auth import mint_token
 from services.common.settings import Settings
 
-from .conftest import new_user_id, serve_in_thread, stop_server
+from tests.support.api_server import new_user_id, serve_in_thread, stop_server
 
 pytestmark = pytest.mark.integration
 

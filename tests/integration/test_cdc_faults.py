@@ -26,8 +26,8 @@ import psycopg
 
 from services.cdc.pgoutput import lsn_from_str
 from services.common.settings import Settings
-from tests.integration.test_cdc_relay import (Event, confirmed_lsn, consume, relays,  # noqa: F401
-                                              slot_row, source, wait_for, wait_streaming)
+from tests.support.cdc_relay import (Event, confirmed_lsn, consume, slot_row, wait_for,
+                                     wait_streaming)
 
 SNAPSHOT_ROWS = 1500
 BURST_INSERTS = 3000

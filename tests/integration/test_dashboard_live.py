@@ -30,7 +30,8 @@ from services.api.auth import mint_token
 from services.common.settings import Settings
 from tests.conftest import require_tool
 
-from .conftest import drop_database_with_slots, free_port, new_user_id, wait_for_http
+from tests.support.api_server import new_user_id
+from tests.support.processes import drop_database_with_slots, free_port, wait_for_http
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "feed-pipeline.json"

@@ -10,7 +10,7 @@ from services.common.topics import cdc_topic, dlq_topic
 from tests.support.cdc_events import CdcMessage, post_id_at
 from tests.support.worker_env import (follower_counts, group_caught_up, like_counts, serving_state,
                                       wait_for_workers)
-from .test_fanout_pipeline import _read_all
+from tests.support.kafka_topics import read_topic
 
 
 FANOUT_TOPICS = ("posts", "follows", "blocks")
@@ -57,7 +57,7 @@ def test_one_batch_keeps_key_order_isolates_poison_and_replays_idempotently(work
     copy = env.rows("SELECT deleted FROM posts WHERE post_id=%s", p1)
     assert copy and copy[0].deleted is True
     assert [r.post_id for r in env.rows("SELECT post_id FROM author_timeline")] == [p2]
-    letters = _read_all(env.settings.kafka_bootstrap, dlq_topic(follows_topic), with_headers=True)
+    letters = read_topic(env.settings.kafka_bootstrap, dlq_topic(follows_topic), with_headers=True)
     assert [json.loads(k) for k, _, _ in letters] == [{"follower_id": 1, "followed_id": 2}]
 
     before = serving_state(env)

@@ -5,11 +5,10 @@ import collections
 import json
 from datetime import datetime, timedelta, timezone
 
-from confluent_kafka import Consumer
-
 from services.common.topics import cdc_topic, dlq_topic, inbox_events_topic
 
 from tests.support.cdc_events import CdcMessage, post_id_at
+from tests.support.kafka_topics import read_topic
 from tests.support.worker_env import (follower_count, follower_counts, group_caught_up, serving_state,
                                       wait_for_workers)
 
@@ -54,7 +53,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     deleted = env.rows("SELECT deleted FROM posts WHERE post_id=%s", p2)
     assert deleted and deleted[0].deleted is True
     assert follower_counts(env) == {author: 3, 99: 1}       # early, late, blocked (a block is not an unfollow)
-    events = _read_all(env.settings.kafka_bootstrap, inbox_events_topic(env.settings.topic_prefix))
+    events = read_topic(env.settings.kafka_bootstrap, inbox_events_topic(env.settings.topic_prefix))
     landed = {(json.loads(v)["reader_id"], json.loads(v)["post_id"]) for _, v in events}
     assert {(str(early), str(p1)), (str(early), str(p3))} <= landed
     # `leaver` may have been told before its unfollow was applied; the others never.
@@ -159,37 +158,12 @@ def test_poison_message_goes_to_dlq_and_later_messages_still_apply(worker_env):
              e.post_created(e.post_row(good, author, now)))
     env.start("services.fanout", "poison")
     wait_for_workers(lambda: env.inbox(reader) == [good], timeout=90, message="later post applied")
-    letters = _read_all(env.settings.kafka_bootstrap, dlq_topic(topic), with_headers=True)
+    letters = read_topic(env.settings.kafka_bootstrap, dlq_topic(topic), with_headers=True)
     assert len(letters) == 1
     headers = dict(letters[0][2])
     assert headers["dlq.error.class"].endswith(b"MalformedEnvelope")
     assert headers["dlq.original.topic"] == topic.encode()
     assert {"dlq.error.message", "dlq.original.partition", "dlq.original.offset"} <= set(headers)
-
-
-def _read_all(bootstrap: str, topic: str, *, with_headers: bool = False) -> list[tuple]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        meta = consumer.list_topics(topic, timeout=10)
-        ends = {}
-        from confluent_kafka import TopicPartition
-        for p in meta.topics[topic].partitions:
-            ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-        consumer.subscribe([topic])
-        out, seen = [], collections.Counter()
-        deadline = 60
-        import time
-        stop = time.monotonic() + deadline
-        while any(seen[p] < ends[p] for p in ends) and time.monotonic() < stop:
-            m = consumer.poll(0.5)
-            if m is None or m.error():
-                continue
-            seen[m.partition()] = m.offset() + 1
-            out.append((m.key(), m.value(), m.headers() or []) if with_headers else (m.key(), m.value()))
-        return out
-    finally:
-        consumer.close()
 
 
 def test_a_late_fanout_keeps_the_posts_inbox_expiry_and_skips_posts_too_old_for_any_inbox(worker_env):

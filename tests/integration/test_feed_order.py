@@ -8,7 +8,7 @@ import pytest
 from tests.support.feed_world import FeedWorld, feed_ids, utc_now
 from tests.support.waiting import wait_until
 
-from .conftest import RunningApi, new_user_id
+from tests.support.api_server import RunningApi, new_user_id
 
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from tests.support.feed_world import FeedWorld, Post, feed_ids, utc_now
 from tests.support.waiting import wait_until
 
-from .conftest import RunningApi, new_user_id
+from tests.support.api_server import RunningApi, new_user_id
 
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from services.common.settings import Settings
 
 from tests.support.feed_world import FeedWorld, feed_ids, utc_now, walk
 
-from .conftest import RunningApi, new_user_id, running_api
+from tests.support.api_server import RunningApi, new_user_id, running_api
 
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from services.api.app import create_app
 from tests.support.feed_world import FeedWorld, feed_ids, utc_now, walk
 from tests.support.waiting import wait_until
 
-from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server
+from tests.support.api_server import RunningApi, new_user_id, serve_in_thread, stop_server
 
 
 pytestmark = pytest.mark.integration

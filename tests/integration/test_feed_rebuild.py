@@ -13,7 +13,7 @@ from services.common.settings import Settings
 
 from tests.support.feed_world import FeedWorld, utc_now
 
-from .conftest import new_user_id
+from tests.support.api_server import new_user_id
 
 
 pytestmark = pytest.mark.integration

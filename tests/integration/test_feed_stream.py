@@ -13,7 +13,7 @@ from services.common.settings import Settings
 from tests.support.feed_world import FeedWorld, SseReader
 from tests.support.waiting import wait_until
 
-from .conftest import RunningApi, new_user_id, serve_in_thread, stop_server
+from tests.support.api_server import RunningApi, new_user_id, serve_in_thread, stop_server
 
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from services.common.settings import Settings
 from tests.support.feed_world import FeedWorld
 from tests.support.waiting import wait_until
 
-from .conftest import RunningApi, new_user_id
+from tests.support.api_server import RunningApi, new_user_id
 from .test_feed_stream import DELIVERY_DEADLINE_S, _next_new_item, _open, _ready, _serve
 
 

@@ -22,7 +22,7 @@ from services.fanout.tiering import CapacityEstimate, TierPolicy
 from tests.support.feed_world import FeedWorld, Post, feed_ids, utc_now
 from tests.support.waiting import wait_until
 
-from .conftest import RunningApi, new_user_id
+from tests.support.api_server import RunningApi, new_user_id
 
 
 pytestmark = pytest.mark.integration

@@ -13,19 +13,19 @@ from services.common.poison_guard import GuardedProcessing, WorkerMustStop
 from services.common.settings import Settings
 from services.fanout.tiering import OverlapMeter
 
-from .test_fanout_decisions import _Publisher, _Transient
+from tests.support.fakes import RecordingPublisher, TransientError
 
 
 def _msg(key: bytes | None, offset: int, partition: int = 0, value: bytes = b"v") -> RawMessage:
     return RawMessage("t.public.follows", partition, offset, key, value)
 
 
-def _guard(publisher: _Publisher) -> GuardedProcessing:
+def _guard(publisher: RecordingPublisher) -> GuardedProcessing:
     s = Settings(consumer_max_attempts=2, store_retry_attempts=2, store_retry_base_s=0.0,
                  consumer_failure_window=100, consumer_max_failure_share=0.9)
     async def no_sleep(_: float) -> None:
         return None
-    return GuardedProcessing(s, publisher, (_Transient,), sleep=no_sleep)
+    return GuardedProcessing(s, publisher, (TransientError,), sleep=no_sleep)
 
 
 def test_key_groups_keep_each_keys_offsets_in_order():
@@ -46,7 +46,7 @@ def test_same_key_changes_apply_in_order_while_keys_run_concurrently():
         running -= 1
 
     msgs = [_msg(k, i) for i, k in enumerate([b"a", b"b", b"a", b"c", b"a", b"b"])]
-    asyncio.run(apply_batch(msgs, _guard(_Publisher()), handle, keys_in_flight=8))
+    asyncio.run(apply_batch(msgs, _guard(RecordingPublisher()), handle, keys_in_flight=8))
     for key in (b"a", b"b", b"c"):
         offsets = [o for k, o in applied if k == key]
         assert offsets == sorted(offsets)
@@ -54,7 +54,7 @@ def test_same_key_changes_apply_in_order_while_keys_run_concurrently():
 
 
 def test_a_poison_message_is_dead_lettered_alone_and_the_rest_of_the_batch_applies():
-    pub, applied = _Publisher(), []
+    pub, applied = RecordingPublisher(), []
 
     async def handle(msg: RawMessage) -> None:
         if msg.value == b"poison":
@@ -72,13 +72,13 @@ def test_a_store_outage_stops_the_batch_without_finishing_it():
 
     async def handle(msg: RawMessage) -> None:
         if msg.key == b"down":
-            raise _Transient("timeout")
+            raise TransientError("timeout")
         await asyncio.sleep(0.05)
         applied.append(msg.offset)
 
     msgs = [_msg(b"down", 1)] + [_msg(bytes([i]), 10 + i) for i in range(5)]
     with pytest.raises(WorkerMustStop):
-        asyncio.run(apply_batch(msgs, _guard(_Publisher()), handle, keys_in_flight=2))
+        asyncio.run(apply_batch(msgs, _guard(RecordingPublisher()), handle, keys_in_flight=2))
     assert len(applied) < 5  # the rest was cancelled: the caller acks nothing of it
 
 
@@ -94,11 +94,11 @@ def test_batches_take_what_is_buffered_up_to_the_maximum():
 
 
 def test_store_retries_for_a_batch_step_then_stop():
-    guard, calls = _guard(_Publisher()), []
+    guard, calls = _guard(RecordingPublisher()), []
 
     async def flaky() -> None:
         calls.append(1)
-        raise _Transient("down")
+        raise TransientError("down")
     with pytest.raises(WorkerMustStop):
         asyncio.run(guard.with_store_retries(flaky))
     assert len(calls) == 2

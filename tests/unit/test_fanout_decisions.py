@@ -18,6 +18,7 @@ from services.fanout.cleanup import (post_removal_reaches_inboxes, purges_for_bl
                                      purges_for_unfollow, rows_to_purge)
 from services.fanout.events import celebrity_posted, post_landed_in_inbox
 from services.fanout.tiering import Tier
+from tests.support.fakes import RecordingPublisher, TransientError
 
 T = datetime(2026, 11, 1, 12, tzinfo=timezone.utc)
 
@@ -114,21 +115,6 @@ def test_events_carry_ids_as_strings_keyed_by_reader_or_author():
 
 
 # -- poison messages ----------------------------------------------------------------------
-class _Publisher:
-    def __init__(self):
-        self.sent = []
-
-    async def send(self, topic, key, value, headers=()):
-        self.sent.append((topic, key, value, dict(headers)))
-        fut = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
-        return fut
-
-
-class _Transient(Exception):
-    pass
-
-
 MSG = RawMessage("t.public.posts", 2, 41, b"{}", b"x")
 
 
@@ -139,11 +125,11 @@ def _guard(publisher, **kw):
 
     async def sleep(d):
         slept.append(d)
-    return GuardedProcessing(s, publisher, (_Transient,), sleep=sleep), slept
+    return GuardedProcessing(s, publisher, (TransientError,), sleep=sleep), slept
 
 
 def test_poison_is_retried_then_dead_lettered_with_the_error_in_headers():
-    pub, calls = _Publisher(), []
+    pub, calls = RecordingPublisher(), []
     guard, _ = _guard(pub)
 
     async def handle(msg):
@@ -159,24 +145,24 @@ def test_poison_is_retried_then_dead_lettered_with_the_error_in_headers():
 
 
 def test_transient_errors_back_off_then_stop_the_worker_without_dead_lettering():
-    pub = _Publisher()
+    pub = RecordingPublisher()
     guard, slept = _guard(pub)
 
     async def handle(msg):
-        raise _Transient("timeout")
+        raise TransientError("timeout")
     with pytest.raises(WorkerMustStop):
         asyncio.run(guard.process(MSG, handle))
     assert slept == [0.01, 0.02] and pub.sent == []
 
 
 def test_transient_error_that_clears_is_applied():
-    pub, attempts = _Publisher(), []
+    pub, attempts = RecordingPublisher(), []
     guard, _ = _guard(pub)
 
     async def handle(msg):
         attempts.append(1)
         if len(attempts) < 2:
-            raise _Transient("blip")
+            raise TransientError("blip")
     assert asyncio.run(guard.process(MSG, handle)) == "ok"
 
 

@@ -13,7 +13,7 @@ from services.fanout.audience import Follower, PostCopy
 from services.fanout.post_events import PostFanout
 from services.fanout.tiering import CapacityEstimate, Tier, TierDecision
 
-from .test_fanout_decisions import _Publisher
+from tests.support.fakes import RecordingPublisher
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 AUTHOR, POST, PAGE, PAGES = 7, 1_000_001, 500, 6
@@ -92,7 +92,7 @@ def _fanout(copies, inbox, tiers, publisher, now: datetime) -> PostFanout:
 
 
 def test_a_timed_out_page_is_retried_alone_and_lowers_the_capacity_estimate():
-    copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), _Publisher()
+    copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), RecordingPublisher()
     asyncio.run(_fanout(copies, inbox, tiers, publisher, T0 + timedelta(minutes=1)).on_post_changed(CHANGE))
 
     assert len(inbox.rows) == PAGE * PAGES            # every follower got the post once
@@ -103,7 +103,7 @@ def test_a_timed_out_page_is_retried_alone_and_lowers_the_capacity_estimate():
 
 
 def test_a_post_older_than_the_inbox_ttl_writes_no_rows():
-    copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), _Publisher()
+    copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), RecordingPublisher()
     asyncio.run(_fanout(copies, inbox, tiers, publisher, T0 + timedelta(days=8)).on_post_changed(CHANGE))
     assert inbox.pushes == [] and copies.pages_read == 0 and publisher.sent == []
     assert copies.fanned_out == [False]  # nothing in inboxes for clean-up or backfill to find
@@ -111,7 +111,7 @@ def test_a_post_older_than_the_inbox_ttl_writes_no_rows():
 
 def test_inactive_followers_get_no_rows_no_events_and_are_counted():
     from services.fanout.metrics import INACTIVE_ROWS_SKIPPED
-    copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), _Publisher()
+    copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), RecordingPublisher()
     inactive = frozenset(range(100, 100 + PAGE * PAGES, 3))  # every third follower
 
     async def inactive_of(author_id):

@@ -1,0 +1,58 @@
+"""Local processes the tests start and wait for: free ports, HTTP readiness, and dropping
+a test database together with the replication slots a relay left on it."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+import httpx
+import psycopg
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_http(url: str, what: str, procs: list[subprocess.Popen], timeout: float = 90) -> None:
+    """Wait until ``url`` answers 200; fail at once if one of ``procs`` (what serves it,
+    and what it needs) exits meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in procs:
+            assert proc.poll() is None, f"{proc.args} exited with {proc.returncode} while {what} started"
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{what} not ready at {url} after {timeout:.0f}s")
+
+
+def drop_database_with_slots(admin_dsn: str, name: str, deadline_s: float = 60.0) -> None:
+    """Drop a test database and the replication slots on it. A relay the test stopped can
+    take seconds to let go of its slot and its connections on a loaded machine (the
+    replication role's sessions cannot be ended by this one): wait for both, with a
+    deadline, rather than fail teardown."""
+    deadline = time.monotonic() + deadline_s
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        while True:
+            rows = conn.execute("SELECT slot_name, active_pid FROM pg_replication_slots "
+                                "WHERE database = %s", (name,)).fetchall()
+            if all(pid is None for _, pid in rows) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        for slot, _ in rows:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        while True:
+            try:
+                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                return
+            except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ObjectInUse):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
