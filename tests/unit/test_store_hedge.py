@@ -125,7 +125,9 @@ def test_hedges_are_capped_at_a_share_of_all_reads():
     """When every read is slow (an overloaded node or machine), hedging each one would
     double the load that made them slow: past the budget a slow read just waits."""
     from services.api.feed import store as store_module
-    session = FakeSession(["slow", "fast"], {"slow": (0.04, [(7,)]), "fast": (0.0, [(8,)])})
+    # The slow node answers far later than the hedge delay (0.02 s), so that a loaded
+    # machine's timer jitter cannot let a first answer beat its hedge decision.
+    session = FakeSession(["slow", "fast"], {"slow": (0.3, [(7,)]), "fast": (0.0, [(8,)])})
     outcomes: list[str] = []
     store = _store(session, outcomes)
     store._hedge_tokens = 1.0  # the burst spent but one

@@ -138,9 +138,13 @@ class FeedStore:
                 else:
                     done.set_result(value)
 
-        response.add_callbacks(
-            lambda rows: loop.call_soon_threadsafe(settle, list(rows or ()), None),
-            lambda exc: loop.call_soon_threadsafe(settle, None, exc))
+        def deliver(value: Any, exc: BaseException | None) -> None:
+            if loop.is_closed():
+                return  # the answer a hedge won over, arriving after shutdown: nobody waits
+            loop.call_soon_threadsafe(settle, value, exc)
+
+        response.add_callbacks(lambda rows: deliver(list(rows or ()), None),
+                               lambda exc: deliver(None, exc))
         return done, getattr(response, "_current_host", None)
 
     async def _rows(self, statement: Any, params: Sequence[Any] | None,
