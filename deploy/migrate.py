@@ -13,6 +13,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from services.common import cql, pg
 from services.common.settings import Settings, get_settings
@@ -79,10 +80,25 @@ def migrate_cassandra(settings: Settings, keyspace: str | None = None) -> list[s
             session.execute("INSERT INTO schema_migrations (version, name, applied_at) "
                             "VALUES (%s, %s, toTimestamp(now()))", (version, path.name))
             applied.append(path.name)
+        if settings.cassandra_replication_factor > 1:  # one replica: nothing to speculate on
+            applied += _speculative_retry(session, ks, settings.cassandra_speculative_retry)
         cl.control_connection.wait_for_schema_agreement()
     finally:
         cl.shutdown()
     return applied
+
+
+def _speculative_retry(session: Any, keyspace: str, wanted: str) -> list[str]:
+    """Every table of ``keyspace`` set to ``wanted`` (Settings.cassandra_speculative_retry);
+    tables already set are left alone, so a migrated keyspace costs one read."""
+    rows = session.execute("SELECT table_name, speculative_retry FROM system_schema.tables "
+                           "WHERE keyspace_name = %s", (keyspace,))
+    changed = []
+    for row in rows:
+        if row.speculative_retry.replace(" ", "").lower() != wanted.replace(" ", "").lower():
+            session.execute(f"ALTER TABLE {row.table_name} WITH speculative_retry = '{wanted}'")
+            changed.append(f"{row.table_name}: speculative_retry {wanted}")
+    return changed
 
 
 def migrate_kafka(settings: Settings, prefix: str | None = None) -> list[str]:
