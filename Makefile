@@ -77,8 +77,11 @@ bench-read: migrate
 # running one-node stack first (the two cannot run at once); leaves the three-node stack
 # up for inspection ('make down' stops it).
 # The services keep 5,000 rows per inbox: the checker owes every reader every eligible post,
-# and a trimmed tail (inbox_cap, 500 by default) would read as lost.
-FAULTS_ENV = FEED_CDC_DELIVERY_TRACE=$(CURDIR)/.stack/logs/cdc-delivery.jsonl FEED_INBOX_CAP=5000
+# and a trimmed tail (inbox_cap, 500 by default) would read as lost. The fan-out's capacity
+# is pinned at 40 rows/s, so the workload's celebrity (40 followers: 1 s of fan-out, past
+# the 0.75 s line) is promoted and its 24-follower wide author is not.
+FAULTS_ENV = FEED_CDC_DELIVERY_TRACE=$(CURDIR)/.stack/logs/cdc-delivery.jsonl FEED_INBOX_CAP=5000 \
+	FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S=40
 faults: venv
 	-$(PY) -m deploy.services stop
 	-$(STACK) down

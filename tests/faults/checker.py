@@ -118,7 +118,7 @@ def _visible(settings: Settings, readers: list[int], authors: list[int]) -> dict
 
 
 def _counts(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
-    authors = [w.cast.wide, *w.cast.authors]
+    authors = w.cast.posting
     posts = list(w.ledger.posts)
     with pg.connect(settings) as conn:
         followers = dict(conn.execute("SELECT followed_id, count(*) FROM follows WHERE followed_id = ANY(%s) "
@@ -177,7 +177,7 @@ async def check(settings: Settings, w: Workload) -> Verdict:
     lost = sorted(set(led.posts) - stored)
     v.lost_writes = len(lost)
     v.examples["lost_writes"] = lost[:10]
-    authors = [w.cast.wide, *w.cast.authors]
+    authors = w.cast.posting
     # Only this run's acknowledged posts count (the cast is fresh, so this is a guard).
     expected = {r: ps & set(led.posts) for r, ps in _visible(settings, w.cast.readers, authors).items()}
     owed_at_most = settings.inbox_cap - settings.inbox_trim_every
@@ -220,13 +220,24 @@ async def check(settings: Settings, w: Workload) -> Verdict:
 STREAM_SETTLE_S = 60.0
 
 
+def author_tier(settings: Settings, author: int) -> str | None:
+    """The author's tier in ``author_tiers`` (None: no row, an ordinary author never moved)."""
+    session = cql.session(settings)
+    try:
+        rows = session.execute("SELECT tier FROM author_tiers WHERE author_id = %s", (author,)).all()
+    finally:
+        session.cluster.shutdown()
+    return rows[0].tier if rows else None
+
+
 def stream_gaps(w: Workload) -> tuple[int, list[Any]]:
     """Posts the watcher's stream owed it and never sent, with no later ``resync``."""
     led = w.ledger
     if not led.stream_opened:
         return 0, [{"stream": "never opened", "statuses": dict(led.stream_statuses)}]
     opened = led.stream_opened[0] + 1.0
-    followed = {w.cast.wide} | {a for (r, a), on in led.follows.items() if r == w.cast.watcher and on}
+    followed = {w.cast.wide, w.cast.celebrity} | {
+        a for (r, a), on in led.follows.items() if r == w.cast.watcher and on}
     announced = {post for _, kind, post in led.stream if kind == "new_item"}
     resyncs = [at for at, kind, _ in led.stream if kind == "resync"]
     gaps = [post for post, (author, acked) in led.posts.items()
@@ -253,7 +264,7 @@ def _cdc_gaps(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
             continue  # a line cut by a SIGKILL
         if d.get("error") is None and d.get("xid") is not None:
             acked.setdefault(d["xid"], []).append((d["topic"], d["partition"], d["offset"]))
-    users = [w.cast.wide, *w.cast.authors, *w.cast.readers]
+    users = w.cast.everyone
     unsent: list[Any] = []
     wanted: dict[tuple[str, int], set[int]] = {}
     with pg.connect(settings) as conn:
@@ -272,6 +283,9 @@ def _cdc_gaps(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
 
 # Transient Kafka errors the checker reads through (a leader that moved after the fault).
 RETRIES = 10
+# Answers librdkafka does not flag retriable for this call, though a refreshed metadata
+# (it refreshes on them) names the new leader.
+LEADER_MOVED = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
 
 
 def _watermarks(client: Consumer, tp: TopicPartition) -> tuple[int, int]:
@@ -280,7 +294,8 @@ def _watermarks(client: Consumer, tp: TopicPartition) -> tuple[int, int]:
         try:
             return client.get_watermark_offsets(tp, timeout=10)
         except KafkaException as exc:
-            if attempt == RETRIES - 1 or not exc.args[0].retriable():
+            error = exc.args[0]
+            if attempt == RETRIES - 1 or not (error.retriable() or error.code() in LEADER_MOVED):
                 raise
             time.sleep(1.0)
     raise AssertionError("unreachable")

@@ -1,6 +1,7 @@
 """The steady workload of a fault scenario, through the API, with a ledger of what was acked.
 
-Writers: posts (one wide author every reader follows, and ordinary authors), deletes of
+Writers: posts (one wide author every reader follows, one celebrity every reader and
+``fans`` more users follow, and ordinary authors), deletes of
 earlier posts, likes and unlikes, follows and unfollows, blocks. Readers page their feeds
 and one watcher polls its first page to time freshness, and holds the feed's SSE stream
 open from the end of the set-up to the check (reconnecting with ``Last-Event-ID``), so
@@ -44,14 +45,31 @@ class Ledger:
 @dataclass(frozen=True)
 class Cast:
     wide: int
+    celebrity: int
     authors: list[int]
     readers: list[int]
+    fans: list[int]  # follow the celebrity only: its audience is past the tier line
     watcher: int
+
+    @property
+    def posting(self) -> list[int]:
+        return [self.wide, self.celebrity, *self.authors]
+
+    @property
+    def everyone(self) -> list[int]:
+        return [*self.posting, *self.readers, *self.fans]
+
+
+# Shares of the posts: the wide author's, the celebrity's; the rest are the ordinary
+# authors'.
+WIDE_SHARE = 0.25
+CELEBRITY_SHARE = 0.15
 
 
 class Workload:
     def __init__(self, settings: Settings, *, seed: int = 7, post_every_s: float = 0.25,
-                 readers: int = 24, authors: int = 8, paging_loops: int = 6) -> None:
+                 readers: int = 24, authors: int = 8, fans: int = 16,
+                 paging_loops: int = 6) -> None:
         self.settings = settings
         self.rng = random.Random(seed)
         self.ledger = Ledger()
@@ -60,14 +78,17 @@ class Workload:
         # Fresh users per run (the seed only fixes the workload's choices): a scenario run
         # twice must not inherit the first run's follows and posts.
         ids = itertools.count(random.SystemRandom().randrange(10**12, 9 * 10**12))
-        self.cast = Cast(wide=next(ids), authors=[next(ids) for _ in range(authors)],
-                         readers=[next(ids) for _ in range(readers)], watcher=0)
-        self.cast = Cast(self.cast.wide, self.cast.authors, self.cast.readers,
-                         watcher=self.cast.readers[0])
+        wide, celebrity = next(ids), next(ids)
+        cast_authors = [next(ids) for _ in range(authors)]
+        cast_readers = [next(ids) for _ in range(readers)]
+        self.cast = Cast(wide=wide, celebrity=celebrity, authors=cast_authors,
+                         readers=cast_readers, fans=[next(ids) for _ in range(fans)],
+                         watcher=cast_readers[0])
         self.phase = "before"
         self._stop = asyncio.Event()
         self._client: httpx.AsyncClient | None = None
         self._streaming: asyncio.Task | None = None
+        self._seen: set[int] = set()  # posts the watcher's first page has shown
 
     # -- plumbing --------------------------------------------------------------------------
     def _headers(self, user: int) -> dict[str, str]:
@@ -135,12 +156,15 @@ class Workload:
     # -- set-up ----------------------------------------------------------------------------
     async def setup(self) -> None:
         """Every user exists (a first authenticated request creates the row), then every
-        reader follows the wide author and three ordinary ones."""
-        for user in [self.cast.wide, *self.cast.authors, *self.cast.readers]:
+        reader follows the wide author, the celebrity and three ordinary ones, and every
+        fan the celebrity."""
+        for user in self.cast.everyone:
             await self.call("GET", "/v1/feed", user, params={"limit": 1})
         for reader in self.cast.readers:
-            for author in [self.cast.wide, *self.rng.sample(self.cast.authors, 3)]:
+            for author in [self.cast.wide, self.cast.celebrity, *self.rng.sample(self.cast.authors, 3)]:
                 await self._follow(reader, author, True)
+        for fan in self.cast.fans:
+            await self._follow(fan, self.cast.celebrity, True)
 
     async def _follow(self, reader: int, author: int, on: bool) -> None:
         r = await self.call("PUT" if on else "DELETE", f"/v1/users/{author}/follow", reader)
@@ -158,7 +182,10 @@ class Workload:
             await asyncio.sleep(max(0.0, period_s - (time.monotonic() - started)))
 
     async def _post(self) -> None:
-        author = self.cast.wide if self.rng.random() < 0.3 else self.rng.choice(self.cast.authors)
+        pick = self.rng.random()
+        author = (self.cast.wide if pick < WIDE_SHARE else
+                  self.cast.celebrity if pick < WIDE_SHARE + CELEBRITY_SHARE else
+                  self.rng.choice(self.cast.authors))
         r = await self.call("POST", "/v1/posts", author, json={"text": f"fault-suite {uuid.uuid4().hex[:8]}"},
                             headers={"Idempotency-Key": uuid.uuid4().hex})
         if r is not None and r.status_code == 201:
@@ -204,20 +231,38 @@ class Workload:
                             params={"limit": 20, "cursor": r.json()["next_cursor"]})
 
     async def _watch(self) -> None:
-        """Freshness: when each of the wide author's posts first shows on the watcher's
-        first page (the watcher follows the wide author throughout)."""
-        seen: set[int] = set()
+        """Freshness: when each post by an author the watcher follows first shows on its
+        first page (it keeps its follows: the wide author, the celebrity, three others)."""
         while not self._stop.is_set():
-            r = await self.call("GET", "/v1/feed", self.cast.watcher, params={"limit": 50})
-            now = time.time()
-            if r is not None and r.status_code == 200:
-                for item in r.json()["items"]:
-                    post = int(item["post_id"])
-                    if post not in seen and post in self.ledger.posts:
-                        seen.add(post)
-                        acked = self.ledger.posts[post][1]
-                        self.ledger.freshness_s.append((acked, max(0.0, now - acked)))
+            await self._look()
             await asyncio.sleep(0.2)
+
+    async def _look(self) -> None:
+        r = await self.call("GET", "/v1/feed", self.cast.watcher, params={"limit": 50})
+        now = time.time()
+        if r is not None and r.status_code == 200:
+            for item in r.json()["items"]:
+                post = int(item["post_id"])
+                if post not in self._seen and post in self.ledger.posts:
+                    self._seen.add(post)
+                    acked = self.ledger.posts[post][1]
+                    self.ledger.freshness_s.append((acked, max(0.0, now - acked)))
+
+    def owed_to_watcher(self) -> set[int]:
+        """Posts the watcher's feed owes it now: by an author it follows, not deleted."""
+        led = self.ledger
+        followed = {a for (r, a), on in led.follows.items() if r == self.cast.watcher and on}
+        return {p for p, (author, _) in led.posts.items()
+                if author in followed and p not in led.deleted}
+
+    async def watch_rest(self, timeout_s: float) -> int:
+        """After the load: keep looking until every post owed to the watcher has shown (its
+        freshness counted, not dropped because the load ended first); the number never seen."""
+        deadline = time.monotonic() + timeout_s
+        while (unseen := self.owed_to_watcher() - self._seen) and time.monotonic() < deadline:
+            await self._look()
+            await asyncio.sleep(0.2)
+        return len(unseen)
 
     async def run(self, after_s: float, fault) -> None:  # noqa: ANN001 - async callable(workload)
         """Writers, readers and the watcher, with ``fault(self)`` alongside, until the fault

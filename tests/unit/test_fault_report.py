@@ -1,7 +1,7 @@
 """The fault suite's bookkeeping (tests/faults): lag recovery and the report row."""
 from __future__ import annotations
 
-from tests.faults.__main__ import LagWatch, row
+from tests.faults.__main__ import LagWatch, freshness_by_phase, row
 from tests.faults.checker import Verdict
 
 
@@ -28,6 +28,10 @@ def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
     text = row(result)
     assert text.startswith("| cassandra-kill | 1 | 10 | 2 / 0 / 0 | 0 | not traced |")
     assert "0.5% failed" in text and text.rstrip().endswith("MISSED |")
+    unpromoted = {**result, "verdict": Verdict(acked_writes=10).as_dict(), "ok": True,
+                  "celebrity_tier": None}
+    assert row(unpromoted).rstrip().endswith("MISSED (the celebrity was not promoted) |")
+    assert row({**unpromoted, "celebrity_tier": "celebrity"}).rstrip().endswith("| ok |")
     traced = {**result, "verdict": Verdict(cdc_unsent=1, kafka_lost=0).as_dict()}
     assert "| 1 / 0 |" in row(traced)
     assert Verdict(cdc_unsent=0, kafka_lost=0).ok()
@@ -41,7 +45,7 @@ def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
     from tests.faults.workload import Cast, Ledger
 
     class W:  # the parts of a Workload the check reads
-        cast = Cast(wide=1, authors=[2, 3], readers=[10, 11], watcher=10)
+        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10)
         ledger = Ledger()
 
     w = W()
@@ -49,12 +53,15 @@ def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
     led.follows[(10, 2)] = True
     led.stream_opened.append(100.0)
     led.posts.update({501: (1, 102.0), 502: (2, 103.0), 503: (3, 104.0),  # 3: not followed
-                      504: (1, 105.0), 505: (1, 100.5), 506: (1, 108.0), 507: (2, 109.0)})
+                      504: (1, 105.0), 505: (1, 100.5), 506: (1, 108.0), 507: (2, 109.0),
+                      508: (4, 102.0)})  # the celebrity's: followed throughout, never sent
     led.deleted.add(504)
     led.stream += [(102.5, "new_item", 501), (107.0, "resync", None), (110.0, "new_item", 507)]
     # 502 acked before the resync: covered; 505 before the stream settled; 506 after the
-    # resync and never announced: the one silent gap.
+    # resync and never announced: a silent gap; 508 acked before the resync: covered.
     assert stream_gaps(w) == (1, [506])
+    led.posts[509] = (4, 108.5)  # the celebrity's, after the resync and never announced
+    assert stream_gaps(w) == (2, [506, 509])
     assert stream_gaps(type("N", (), {"cast": W.cast, "ledger": Ledger()})())[0] == 0
 
 
@@ -76,3 +83,14 @@ def test_the_expected_alert_must_fire_during_the_fault_and_clear_after_the_lift(
     assert row(result).rstrip().endswith("| FeedKafkaBrokerUnreachable never fired | MISSED (alert) |")
     result["alert"] = got
     assert row(result).rstrip().endswith("fired 20.0 s after the fault, cleared 25.0 s after the lift | ok |")
+
+
+def test_freshness_is_split_at_the_fault_and_five_seconds_after_the_lift():
+    # (acked at, seconds to the first page); fault at 10, lifted at 20.
+    samples = [(1.0, 0.5), (9.9, 1.5), (10.0, 4.0), (24.9, 9.0), (25.1, 2.0)]
+    phases = freshness_by_phase(samples, 10.0, 20.0)
+    assert phases["before"] == {"posts": 2, "p50_s": 0.5, "p95_s": 0.5, "max_s": 1.5}
+    assert phases["during"] == {"posts": 2, "p50_s": 4.0, "p95_s": 4.0, "max_s": 9.0}
+    assert phases["after"] == {"posts": 1, "p50_s": 2.0, "p95_s": 2.0, "max_s": 2.0}
+    assert freshness_by_phase([], 10.0, 20.0)["during"] == {
+        "posts": 0, "p50_s": None, "p95_s": None, "max_s": None}
