@@ -45,6 +45,29 @@ def test_first_page_merges_inbox_and_followed_celebrity_posts(api_server: Runnin
     assert "warnings" not in page
 
 
+def test_a_walk_reaches_every_post_of_a_celebrity_partition_deeper_than_one_read(
+        api_server: RunningApi, world: FeedWorld) -> None:
+    """A first page reads the top feed_celebrity_posts_per_author (20) rows of a followed
+    celebrity's partition; its 21st post may rank above inbox rows that page read. The
+    snapshot must stop at the partition's 20th row and extend from there: it once kept
+    the inbox rows and skipped the celebrity's deeper posts for good (found by the fault
+    suite's celebrity)."""
+    reader, friend, star = (new_user_id() for _ in range(3))
+    world.follow(reader, friend)
+    world.follow(reader, star)
+    world.make_celebrity(star)
+    now = utc_now()
+    posts = [world.write(friend, at=now - timedelta(minutes=2 * m + 1), inbox_of=[reader])
+             for m in range(30)]
+    posts += [world.write(star, at=now - timedelta(minutes=2 * m + 2)) for m in range(30)]
+    expected = [p.post_id for p in sorted(posts, key=lambda p: p.created_at, reverse=True)]
+    with api_server.client(reader) as client:
+        wait_until(lambda: feed_ids(client.get("/v1/feed").json())[:2] == expected[:2],
+                   timeout=10, message="the celebrity's posts to be merged")
+        pages = walk(client, limit=7)
+    assert [i for page in pages for i in feed_ids(page)] == expected
+
+
 def test_post_whose_fan_out_is_behind_still_reaches_the_feed(api_server: RunningApi,
                                                              world: FeedWorld) -> None:
     reader, author = new_user_id(), new_user_id()

@@ -78,3 +78,48 @@ def test_latest_rows_are_keyed_by_creation_time_one_per_post() -> None:
     same_ms = [ids.compose(1_790_000_000_000, node, 0) for node in (3, 1, 2)]
     tied, _ = merge_top(latest_rows([[(0.0, p, 1) for p in same_ms]]), 10)
     assert [r[1] for r in tied] == sorted(same_ms, reverse=True)  # newest first by post id
+
+
+def test_rows_below_a_full_reads_last_row_wait_for_the_extension() -> None:
+    from services.api.feed.candidates import read_through
+    from services.common import ids
+
+    post = [ids.compose(1_790_000_000_000 + i, 1, 0) for i in range(10)]
+    inbox = [(10.0 - i, post[i], 1) for i in range(4)]          # 10, 9, 8, 7: not full
+    celeb = [(9.5, post[5], 2), (8.5, post[6], 2)]              # its partition's 2 of 2: full
+    rows, _ = merge_top([inbox, celeb], 100)
+    kept, cut = read_through(rows, inbox, 100, [celeb], per_partition=2)
+    assert cut == (8.5, post[6]) and [r[0] for r in kept] == [10.0, 9.5, 9.0, 8.5]
+    assert read_through(rows, inbox, 100, [celeb], per_partition=3) == (rows, None)
+    # A blocked author's full partition does not hold the others back.
+    assert read_through(rows, inbox, 100, [celeb], 2, blocked=frozenset({2})) == (rows, None)
+
+
+@given(st.lists(st.floats(0, 100), min_size=0, max_size=60),
+       st.lists(st.floats(0, 100), min_size=0, max_size=60),
+       st.integers(1, 12), st.integers(1, 6))
+def test_a_walk_by_extension_visits_every_row_once_in_order(inbox_keys: list, celeb_keys: list,
+                                                             depth: int, per: int) -> None:
+    """The read path's walk in miniature: each step reads the top of every source strictly
+    below the last row kept, merges, and keeps what ``read_through`` allows. Before the
+    cut, rows of a celebrity partition read ``per`` at a time were skipped for good."""
+    from services.api.feed.candidates import read_through
+    from services.common import ids
+
+    posts = iter(ids.compose(1_790_000_000_000, 1, i) for i in range(1000))  # one day bucket
+    inbox = [(k, next(posts), 1) for k in inbox_keys]
+    celeb = [(k, next(posts), 2) for k in celeb_keys]
+    boundary: tuple[float, int] | None = None
+    seen: list[tuple] = []
+    for _ in range(500):
+        below = [r for r in inbox if boundary is None or (r[0], r[1]) < boundary]
+        top = sorted(below, reverse=True)[:depth]
+        part = sorted((r for r in celeb if boundary is None or (r[0], r[1]) < boundary),
+                      reverse=True)[:per]
+        rows, more = merge_top([top, part], depth)
+        kept, cut = read_through(rows, top, depth, [part], per)
+        seen += kept
+        if not kept or not (more or cut is not None):
+            break
+        boundary = (kept[-1][0], kept[-1][1])
+    assert seen == sorted(inbox + celeb, reverse=True)

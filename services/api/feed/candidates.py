@@ -66,6 +66,9 @@ BUCKETS_PER_AUTHOR = 2
 # are the driver's request path and I/O thread), so the 16 fallback authors are one read;
 # a failed read still loses only the authors of one source.
 AUTHORS_PER_READ = 16
+# Extension reads that may each find only rows left out (newer than the snapshot, or in
+# it) before one returns rows or reaches the end of every source.
+MAX_CUT_STEPS = 8
 # Celebrity ids per ``followed_id IN ?`` read of the reader's follow partition: one
 # request for any realistic celebrity list, under Cassandra's IN-size warnings.
 CELEBRITIES_PER_FOLLOW_READ = 100
@@ -299,11 +302,11 @@ class SourceReader:
             usable = latest_rows(self._usable(["inbox", *labels], results, out))
             out.rows, _ = merge_top(usable, lim.latest_depth, blocked)
             return out, blocked  # every candidate is in: nothing to extend
-        full = _full_inbox(results[0], lim.depth) or _full_partitions(
-            results[1:1 + len(celeb_chunks)], lim.per_celebrity)
         usable = self._usable(["inbox", *labels], results, out)
-        out.rows, more = merge_top(usable, lim.depth, blocked, live=await self._live(usable))
-        out.more = more or full
+        rows, more = merge_top(usable, lim.depth, blocked, live=await self._live(usable))
+        out.rows, cut = read_through(rows, results[0], lim.depth,
+                                     results[1:1 + len(celeb_chunks)], lim.per_celebrity, blocked)
+        out.more = more or cut is not None
         return out, blocked
 
     async def after(self, reader_id: int, celebrities: Sequence[tuple[int, int | None]],
@@ -320,16 +323,24 @@ class SourceReader:
             out.failed_sources.append("celebrity")
             celeb_follows = {}
         celebs = merged_celebrities(celeb_follows, celebrities, now_ms, lim.max_celebrities)
-        reads = [store.inbox_top(reader_id, lim.depth, boundary)]
-        reads += [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR), lim.per_celebrity,
-                                    boundary) for c in _chunks(celebs, AUTHORS_PER_READ)]
-        results = await _settled(reads, store.from_memory)
-        labels = ["inbox"] + ["celebrity"] * (len(reads) - 1)
-        usable = self._usable(labels, results, out)
-        out.rows, more = merge_top(usable, lim.depth, blocked,
+        labels = ["inbox"] + ["celebrity"] * len(_chunks(celebs, AUTHORS_PER_READ))
+        for _ in range(MAX_CUT_STEPS):
+            reads = [store.inbox_top(reader_id, lim.depth, boundary)]
+            reads += [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR),
+                                        lim.per_celebrity, boundary)
+                      for c in _chunks(celebs, AUTHORS_PER_READ)]
+            results = await _settled(reads, store.from_memory)
+            usable = self._usable(labels, results, out)
+            rows, more = merge_top(usable, lim.depth, blocked,
                                    lambda p: p > newest_id or exclude(p), await self._live(usable))
-        out.more = more or _full_inbox(results[0], lim.depth) or _full_partitions(
-            results[1:], lim.per_celebrity)
+            out.rows, cut = read_through(rows, results[0], lim.depth, results[1:],
+                                         lim.per_celebrity, blocked)
+            out.more = more or cut is not None
+            if out.rows or cut is None:
+                break
+            # Every row down to the cut was read and left out (newer than the snapshot, or
+            # in it already): the walk goes on below, it does not end here.
+            boundary = cut
         return out
 
     async def _live(self, sources: list[list[Row]]) -> Callable[[Row], bool] | None:
@@ -360,18 +371,31 @@ class SourceReader:
         return usable
 
 
-def _full_inbox(rows: list[Row] | BaseException, depth: int) -> bool:
-    return not isinstance(rows, BaseException) and len(rows) >= depth
+def read_through(rows: list[Row], inbox: list[Row] | BaseException, depth: int,
+                 partitions: Sequence[list[Row] | BaseException], per_partition: int,
+                 blocked: frozenset[int] = frozenset()) -> tuple[list[Row], tuple[float, int] | None]:
+    """``rows`` (merged, highest first) cut where every source is known, and the cut.
 
-
-def _full_partitions(results: Sequence[list[Row] | BaseException], per_partition: int) -> bool:
-    """Whether some author read returned a full partition (it may hold more rows)."""
-    for rows in results:
-        if isinstance(rows, BaseException):
+    A read that came back full (the inbox's ``depth`` rows, a celebrity partition's
+    ``per_partition``) may hold more rows below its last one, and any of those may rank
+    above merged rows of the other sources. A snapshot that kept such rows would skip the
+    unread ones for good: its extension starts strictly below its last entry. So rows
+    below the highest of the full reads' last rows wait for the extension, which reads
+    on from there (None: no read was full, nothing is cut). Not counted: partitions of
+    blocked authors (none of their rows are kept), and the fallback's (its posts are in
+    the inbox once fanned out, and it covers only the newest)."""
+    ends: list[tuple[float, int]] = []
+    if not isinstance(inbox, BaseException) and len(inbox) >= depth:
+        ends.append(min((r[0], r[1]) for r in inbox))
+    for result in partitions:
+        if isinstance(result, BaseException):
             continue
-        counts: dict[int, int] = {}
-        for _key, _post, author in rows:
-            counts[author] = counts.get(author, 0) + 1
-        if any(n >= per_partition for n in counts.values()):
-            return True
-    return False
+        per: dict[tuple[int, int], list[Row]] = {}
+        for row in result:
+            if row[2] not in blocked:
+                per.setdefault((row[2], ids.day_bucket(row[1])), []).append(row)
+        ends += [min((r[0], r[1]) for r in part) for part in per.values() if len(part) >= per_partition]
+    if not ends:
+        return rows, None
+    cut = max(ends)
+    return [r for r in rows if (r[0], r[1]) >= cut], cut
