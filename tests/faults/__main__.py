@@ -35,6 +35,8 @@ from .injectors import HOLD_S, SCENARIOS, FaultLog, scenario
 from .workload import Workload
 
 SETTLE_LIMIT_S = 240
+# How long the watcher keeps looking after the load for posts it has not seen yet.
+WATCH_REST_LIMIT_S = 120
 WARMUP_S = 20.0
 # The alert each scenario must raise while its fault lasts and clear after the lift
 # (deploy/prometheus/rules.yml, evaluated by the stack's Prometheus scraping the services).
@@ -220,7 +222,7 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
         started = time.time()
         await w.run(after_s, scenario(name, WARMUP_S, HOLD_S[name], log, layout))
         load_ended = time.time()
-        unseen = await w.watch_rest(SETTLE_LIMIT_S)
+        unseen = await w.watch_rest(WATCH_REST_LIMIT_S)
         # Settle: lag back to zero (measured from when the fault was lifted), then the
         # notices and snapshots a few seconds more.
         deadline = time.time() + SETTLE_LIMIT_S

@@ -232,13 +232,16 @@ class Workload:
 
     async def _watch(self) -> None:
         """Freshness: when each post by an author the watcher follows first shows on its
-        first page (it keeps its follows: the wide author, the celebrity, three others)."""
+        first page (it keeps its follows: the wide author, the celebrity, three others).
+        In latest order: a new post has no likes yet, so in ranked order it can sit below
+        the top 50 (liked posts) and would be timed late, or never."""
         while not self._stop.is_set():
             await self._look()
             await asyncio.sleep(0.2)
 
     async def _look(self) -> None:
-        r = await self.call("GET", "/v1/feed", self.cast.watcher, params={"limit": 50})
+        r = await self.call("GET", "/v1/feed", self.cast.watcher,
+                            params={"limit": 50, "order": "latest"})
         now = time.time()
         if r is not None and r.status_code == 200:
             for item in r.json()["items"]:
