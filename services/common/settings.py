@@ -34,12 +34,13 @@ class Settings(BaseSettings):
     cassandra_keyspace: str = "feed"
     cassandra_replication_factor: int = 1
     # With replicas (RF > 1), every session convicts a node that answers nothing (paused,
-    # cut off) with the driver's heartbeat: a connection that received nothing for ``cassandra_heartbeat_s``
-    # is sent OPTIONS, and one not answered within ``cassandra_heartbeat_timeout_s`` is
-    # closed, failing its pending requests at once (callers retry or hedge on another
-    # node) and marking the host down until it reconnects. A busy connection is never
-    # probed. With the driver's defaults (30 s + 30 s) requests kept going to a silent
-    # node for its whole fault: a fan-out waited out its 6 s timeouts there.
+    # cut off) with the driver's heartbeat: a connection that received nothing for
+    # ``cassandra_heartbeat_s`` is sent OPTIONS, and one not answered within
+    # ``cassandra_heartbeat_timeout_s`` is closed, failing its pending requests at once
+    # (callers retry or hedge on another node) and marking the host down until it
+    # reconnects. A busy connection is never probed. With the driver's defaults (30 s +
+    # 30 s) requests kept going to a silent node for its whole fault: a fan-out waited
+    # out its 6 s timeouts there.
     cassandra_heartbeat_s: float = 1.0
     cassandra_heartbeat_timeout_s: float = 2.0
     # Each table's speculative_retry (set by deploy/migrate.py when RF > 1): a coordinator
