@@ -7,8 +7,9 @@ Needs the three-node stack with migrations and services running (``make faults``
 all of it). First a warm-up: the same workload with no fault for ``--warm-up`` seconds,
 then the lag back to zero (a stack just started has cold JVMs: in the first scenario
 after one, reads timed out on every node and posts took 50-100 s to show before any
-fault; ``<out>/warm-up.json`` keeps what it saw). Per scenario: set-up (fresh users and follows), the workload with the fault injected after a
-warm-up, lifted after its hold time, and ``--after`` seconds of load past the lift, then
+fault; ``<out>/warm-up.json`` keeps what it saw). Per scenario: set-up (fresh users and
+follows), the workload with the fault injected after a warm-up, lifted after its hold
+time, and ``--after`` seconds of load past the lift, then the watcher's last looks,
 settling (the fan-out and ranker groups' lag back to zero), then the checker
 (``checker.py``). Writes ``<out>/<scenario>.json`` and prints one report row per
 scenario; exits 1 when a target is missed (docs/reliability.md lists them).
@@ -255,7 +256,8 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
                                             if code.startswith("5") and code != "503"),
         "freshness_max_during_s": round(max(fresh_during), 2) if fresh_during else None,
         "freshness_p95_s": round(fresh_all[int(0.95 * (len(fresh_all) - 1))], 2) if fresh_all else None,
-        "freshness_unseen": unseen,  # posts owed to the watcher it never saw (the checker judges them)
+        # Posts owed to the watcher that it never saw (the checker judges them).
+        "freshness_unseen": unseen,
         "freshness_by_phase": freshness_by_phase(w.ledger.freshness_s, log.started_at, log.lifted_at),
         "freshness_samples": [(round(at - started, 1), round(s, 2)) for at, s in w.ledger.freshness_s],
         "lag_recovered_after_lift_s": lag.recovered_after(log.started_at, log.lifted_at),
