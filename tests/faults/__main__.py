@@ -177,6 +177,21 @@ class LagWatch(_Sampler):
         return max(known) if known else None
 
 
+async def lag_settled(lag: LagWatch) -> None:
+    """Until the groups' lag has been zero for a sample (at most ``SETTLE_LIMIT_S``)."""
+    deadline = time.time() + SETTLE_LIMIT_S
+    while time.time() < deadline and lag.zero_after(time.time() - 1.5) is None:
+        await asyncio.sleep(1)
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    """Nearest-rank quantile of ``values`` (sorted here), rounded to 10 ms; None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[int(q * (len(ordered) - 1))], 2)
+
+
 async def warm_up(seconds: float, settings: Settings) -> dict[str, Any]:
     """The workload with no fault for ``seconds``, then the lag back to zero; what the
     API answered meanwhile, and the posts' freshness (seconds to the first page)."""
@@ -192,18 +207,15 @@ async def warm_up(seconds: float, settings: Settings) -> dict[str, Any]:
             await asyncio.sleep(seconds)
 
         await w.run(0.0, hold)
-        deadline = time.time() + SETTLE_LIMIT_S
-        while time.time() < deadline and lag.zero_after(time.time() - 1.5) is None:
-            await asyncio.sleep(1)
+        await lag_settled(lag)
         lag.stop()
     finally:
         await w.close()
     statuses = Counter()
     for phase in w.ledger.statuses.values():
         statuses.update(phase)
-    fresh = sorted(s for _, s in w.ledger.freshness_s)
     return {"seconds": round(time.time() - started, 1), "statuses": dict(statuses),
-            "freshness_p95_s": round(fresh[int(0.95 * (len(fresh) - 1))], 2) if fresh else None,
+            "freshness_p95_s": quantile([s for _, s in w.ledger.freshness_s], 0.95),
             "freshness_samples": [(round(at - started, 1), round(s, 2)) for at, s in w.ledger.freshness_s]}
 
 
@@ -226,9 +238,7 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
         unseen = await w.watch_rest(WATCH_REST_LIMIT_S)
         # Settle: lag back to zero (measured from when the fault was lifted), then the
         # notices and snapshots a few seconds more.
-        deadline = time.time() + SETTLE_LIMIT_S
-        while time.time() < deadline and lag.zero_after(time.time() - 1.5) is None:
-            await asyncio.sleep(1)
+        await lag_settled(lag)
         await asyncio.sleep(5)
         lag.stop()
         verdict = await check(settings, w)
@@ -241,7 +251,6 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
     finally:
         await w.close()
     fresh_during = [s for at, s in w.ledger.freshness_s if log.started_at <= at <= log.lifted_at + 5]
-    fresh_all = sorted(s for _, s in w.ledger.freshness_s)
     during = w.ledger.statuses["during"]
     # Failed requests: 5xx (503 included) and transport errors; 4xx are the workload's own.
     reads_failed = sum(n for code, n in during.items() if not code.isdigit() or code.startswith("5"))
@@ -255,7 +264,7 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
         "server_errors_other_than_503": sum(n for p in w.ledger.statuses.values() for code, n in p.items()
                                             if code.startswith("5") and code != "503"),
         "freshness_max_during_s": round(max(fresh_during), 2) if fresh_during else None,
-        "freshness_p95_s": round(fresh_all[int(0.95 * (len(fresh_all) - 1))], 2) if fresh_all else None,
+        "freshness_p95_s": quantile([s for _, s in w.ledger.freshness_s], 0.95),
         # Posts owed to the watcher that it never saw (the checker judges them).
         "freshness_unseen": unseen,
         "freshness_by_phase": freshness_by_phase(w.ledger.freshness_s, log.started_at, log.lifted_at),
@@ -281,13 +290,9 @@ def freshness_by_phase(samples: list[tuple[float, float]], fault_at: float,
     for at, seconds in samples:
         phase = "before" if at < fault_at else "during" if at <= lifted_at + 5 else "after"
         phases[phase].append(seconds)
-    out: dict[str, dict[str, Any]] = {}
-    for phase, values in phases.items():
-        values.sort()
-        pick = (lambda q: round(values[int(q * (len(values) - 1))], 2)) if values else (lambda q: None)
-        out[phase] = {"posts": len(values), "p50_s": pick(0.5), "p95_s": pick(0.95),
-                      "max_s": round(values[-1], 2) if values else None}
-    return out
+    return {phase: {"posts": len(values), "p50_s": quantile(values, 0.5),
+                    "p95_s": quantile(values, 0.95), "max_s": quantile(values, 1.0)}
+            for phase, values in phases.items()}
 
 
 def stream_summary(w: Workload) -> dict[str, Any]:
@@ -298,7 +303,7 @@ def stream_summary(w: Workload) -> dict[str, Any]:
                     if kind == "new_item" and post in led.posts)
     return {"connections": len(led.stream_opened), "statuses": dict(led.stream_statuses),
             "events": dict(kinds),
-            "announce_p95_s": round(delays[int(0.95 * (len(delays) - 1))], 2) if delays else None,
+            "announce_p95_s": quantile(delays, 0.95),
             "announce_max_s": round(delays[-1], 2) if delays else None}
 
 

@@ -81,30 +81,37 @@ class CdcEvents:
         return self._envelope("posts", "d", row, None, {"post_id": row["post_id"]})
 
     # -- follows / blocks / likes ------------------------------------------------------------
+    def _edge(self, table: str, op: str, row: dict, *key: str) -> list[CdcMessage]:
+        """An insert (``c``) or delete (``d``) of an edge row, keyed by its ``key`` columns."""
+        before, after = (None, row) if op == "c" else (row, None)
+        return self._envelope(table, op, before, after, {k: row[k] for k in key})
+
+    def _follow_row(self, follower: int, followed: int, since: datetime) -> dict:
+        return {"follower_id": follower, "followed_id": followed, "following_since": iso(since)}
+
     def followed(self, follower: int, followed: int, since: datetime) -> list[CdcMessage]:
-        row = {"follower_id": follower, "followed_id": followed, "following_since": iso(since)}
-        return self._envelope("follows", "c", None, row, {"follower_id": follower, "followed_id": followed})
+        return self._edge("follows", "c", self._follow_row(follower, followed, since),
+                          "follower_id", "followed_id")
 
     def unfollowed(self, follower: int, followed: int, since: datetime) -> list[CdcMessage]:
-        row = {"follower_id": follower, "followed_id": followed, "following_since": iso(since)}
-        return self._envelope("follows", "d", row, None, {"follower_id": follower, "followed_id": followed})
+        return self._edge("follows", "d", self._follow_row(follower, followed, since),
+                          "follower_id", "followed_id")
 
     def blocked(self, blocker: int, blocked: int, at: datetime) -> list[CdcMessage]:
         row = {"blocker_id": blocker, "blocked_id": blocked, "created_at": iso(at)}
-        return self._envelope("blocks", "c", None, row, {"blocker_id": blocker, "blocked_id": blocked})
+        return self._edge("blocks", "c", row, "blocker_id", "blocked_id")
 
     def unblocked(self, blocker: int, blocked: int, at: datetime) -> list[CdcMessage]:
         row = {"blocker_id": blocker, "blocked_id": blocked, "created_at": iso(at)}
-        return self._envelope("blocks", "d", row, None, {"blocker_id": blocker, "blocked_id": blocked})
+        return self._edge("blocks", "d", row, "blocker_id", "blocked_id")
 
     def liked(self, post_id: int, user_id: int, at: datetime) -> list[CdcMessage]:
         row = {"post_id": post_id, "user_id": user_id, "created_at": iso(at)}
-        return self._envelope("likes", "c", None, row, {"post_id": post_id, "user_id": user_id})
+        return self._edge("likes", "c", row, "post_id", "user_id")
 
     def unliked(self, post_id: int, user_id: int, at: datetime) -> list[CdcMessage]:
         row = {"post_id": post_id, "user_id": user_id, "created_at": iso(at)}
-        return self._envelope("likes", "d", row, None, {"post_id": post_id, "user_id": user_id})
-
+        return self._edge("likes", "d", row, "post_id", "user_id")
 
 def send(bootstrap: str, messages: Iterable[CdcMessage]) -> int:
     """Produce messages (keyed, murmur2 like the Java client) and wait for every ack."""

@@ -323,12 +323,12 @@ class SourceReader:
             out.failed_sources.append("celebrity")
             celeb_follows = {}
         celebs = merged_celebrities(celeb_follows, celebrities, now_ms, lim.max_celebrities)
-        labels = ["inbox"] + ["celebrity"] * len(_chunks(celebs, AUTHORS_PER_READ))
+        chunks = _chunks(celebs, AUTHORS_PER_READ)
+        labels = ["inbox"] + ["celebrity"] * len(chunks)
+        buckets = day_buckets(now_ms, BUCKETS_PER_AUTHOR)
         for _ in range(MAX_CUT_STEPS):
             reads = [store.inbox_top(reader_id, lim.depth, boundary)]
-            reads += [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR),
-                                        lim.per_celebrity, boundary)
-                      for c in _chunks(celebs, AUTHORS_PER_READ)]
+            reads += [store.authors_top(c, buckets, lim.per_celebrity, boundary) for c in chunks]
             results = await _settled(reads, store.from_memory)
             usable = self._usable(labels, results, out)
             rows, more = merge_top(usable, lim.depth, blocked,
