@@ -243,6 +243,16 @@ class Settings(BaseSettings):
     # Snapshots are stored behind the page, coalesced for this long into batched inserts
     # (services/api/feed/snapshot_writer.py).
     feed_snapshot_write_delay_s: float = 0.005
+    # A snapshot batch's own timeout: it is written behind the page, so it need not fit
+    # the read budget (feed_store_timeout_s). At 250 ms a third of the snapshots were
+    # lost under the read benchmark's load (1,000-1,400 first pages/s on one worker:
+    # next pages on another process restart the walk); at 2 s none were, the slowest
+    # batch took under 1 s (bench/read_ab.py, 2026-12-01).
+    feed_snapshot_write_timeout_s: float = 2.0
+    # Snapshots queued or being written, at most; beyond it a snapshot is not stored (it
+    # stays in this process's cache, and a next page elsewhere restarts the walk): a node
+    # slower than the first-page rate costs bounded memory, not a growing queue.
+    feed_snapshot_max_pending: int = 4096
     # Serving cache (services/api/feed/serving_cache.py): the copies a page reads (post
     # states, readers' follows and blocks, author-timeline tops, inbox tops), dropped by
     # the workers' serving-changes notices and bypassed while those notices may be late.

@@ -24,6 +24,9 @@ class FeedMetrics:
         self.snapshot_save_failures = Counter("feed_snapshot_save_failures_total",
                                               "Snapshots that could not be stored",
                                               registry=registry)
+        self.snapshot_write_seconds = Histogram(
+            "feed_snapshot_write_seconds", "Stored snapshot batches: time to write one",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2), registry=registry)
         self.body_cache_hits = Counter("feed_body_cache_hits_total", "Post bodies from the cache",
                                        registry=registry)
         self.body_cache_misses = Counter("feed_body_cache_misses_total",

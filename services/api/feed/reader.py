@@ -112,7 +112,10 @@ class FeedReader:
                                                  settings.feed_snapshot_ttl_s)
         self._depth = settings.feed_snapshot_depth
         self._writer = SnapshotWriter(store.save_snapshots, metrics.snapshot_save_failures.inc,
-                                      delay_s=settings.feed_snapshot_write_delay_s)
+                                      delay_s=settings.feed_snapshot_write_delay_s,
+                                      timeout_s=settings.feed_snapshot_write_timeout_s,
+                                      max_pending=settings.feed_snapshot_max_pending,
+                                      on_written=metrics.snapshot_write_seconds.observe)
         self._sources = cand.SourceReader(store, cand.Limits(
             depth=settings.feed_snapshot_depth,
             per_celebrity=settings.feed_celebrity_posts_per_author,

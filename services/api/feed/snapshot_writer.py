@@ -14,11 +14,18 @@ the delay may not find the snapshot yet, so ``FeedReader`` looks again once afte
 crash or a failed batch (logged, counted in ``feed_snapshot_save_failures_total``) makes
 the next page a fresh first page with the ``snapshot_expired`` warning, the documented
 answer to a snapshot that is gone. Nothing shown is ever wrong; at worst a walk restarts.
+
+A batch has its own timeout (``Settings.feed_snapshot_write_timeout_s``, 2 s), not the read
+path's 250 ms: under load the driver answers late, not never, and at 250 ms a third of
+the snapshots were lost. What is queued or in flight is bounded (``max_pending``): over
+it a snapshot is not stored and is counted, so a node slower than the first-page rate
+costs bounded memory. ``feed_snapshot_write_seconds`` shows the write times.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Awaitable, Callable, Sequence
@@ -40,20 +47,35 @@ class PendingSnapshot:
 
 
 class SnapshotWriter:
-    def __init__(self, save_batch: Callable[[Sequence[PendingSnapshot]], Awaitable[None]],
+    """``save_batch(items, timeout_s)`` stores one batch; ``on_failure(n)`` counts
+    snapshots not stored (a failed batch, or refused over ``max_pending``);
+    ``on_written(seconds)`` observes each stored batch's write time."""
+
+    def __init__(self, save_batch: Callable[[Sequence[PendingSnapshot], float], Awaitable[None]],
                  on_failure: Callable[[int], None], *, delay_s: float = 0.005,
-                 max_batch: int = 16, max_bytes: int = 40_000) -> None:
+                 timeout_s: float = 2.0, max_pending: int = 4096,
+                 max_batch: int = 16, max_bytes: int = 40_000,
+                 on_written: Callable[[float], None] = lambda _s: None) -> None:
         self._save_batch = save_batch
         self._on_failure = on_failure
+        self._on_written = on_written
         self._delay_s = delay_s
+        self._timeout_s = timeout_s
+        self._max_pending = max_pending
         self._max_batch = max_batch
         self._max_bytes = max_bytes
         self._pending: list[PendingSnapshot] = []
         self._task: asyncio.Task[None] | None = None
+        self.in_flight = 0  # snapshots queued or being written
         self.batches = 0
 
     def submit(self, item: PendingSnapshot) -> None:
-        """Queue ``item``; a flush is scheduled if none is (needs a running loop)."""
+        """Queue ``item``; a flush is scheduled if none is (needs a running loop). Over
+        ``max_pending`` the snapshot is not stored (counted as a failure)."""
+        if self.in_flight >= self._max_pending:
+            self._on_failure(1)
+            return
+        self.in_flight += 1
         self._pending.append(item)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._flush_soon())
@@ -80,12 +102,18 @@ class SnapshotWriter:
         return out
 
     async def _store(self, batch: list[PendingSnapshot]) -> None:
+        started = time.monotonic()
         try:
-            await self._save_batch(batch)
+            await self._save_batch(batch, self._timeout_s)
             self.batches += 1
-        except Exception:  # noqa: BLE001 - pages were right; a later walk restarts
-            log.warning("snapshot batch of %d failed", len(batch), exc_info=True)
+            self._on_written(time.monotonic() - started)
+        except Exception as exc:  # noqa: BLE001 - pages were right; a later walk restarts
+            # One line, no traceback: under overload every batch fails alike, and a
+            # traceback per batch is CPU and cyclic garbage the loop can least afford.
+            log.warning("snapshot batch of %d failed: %r", len(batch), exc)
             self._on_failure(len(batch))
+        finally:
+            self.in_flight -= len(batch)
 
     async def close(self) -> None:
         """Flush what is queued (the app's shutdown)."""

@@ -270,13 +270,15 @@ class FeedStore:
         await self._rows(self._save_preferences, (reader_id, order), hedge=False)
 
     # -- snapshots ----------------------------------------------------------------------------
-    async def save_snapshots(self, items: Sequence[Any]) -> None:
+    async def save_snapshots(self, items: Sequence[Any], timeout_s: float) -> None:
         """Several snapshots (``snapshot_writer.PendingSnapshot``) in one unlogged batch:
-        one request for up to ``SnapshotWriter.max_batch`` partitions."""
+        one request for up to ``SnapshotWriter.max_batch`` partitions, given ``timeout_s``
+        (written behind the page: not held to the read path's timeout)."""
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for s in items:
             batch.add(self._save_snapshot, (s.reader_id, s.feed_version, s.blob, s.created_at, s.ttl_s))
-        await self._rows(batch, None, hedge=False)
+        done, _ = self._send(batch, None, timeout_s)
+        await asyncio.wait_for(done, timeout_s + _GUARD_S)
 
     async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None:
         rows = await self._rows(self._load_snapshot, (reader_id, feed_version))
