@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import uuid
+from datetime import datetime, timezone
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from cassandra.cluster import ResponseFuture
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from services.api.feed.snapshot_writer import PendingSnapshot
+from services.api.feed.store import FeedStore
 from services.common import cql, pg
+from services.common.cql_async import CqlRunner
 from services.common.settings import Settings
 
 
@@ -113,3 +119,32 @@ def test_cassandra_round_trip_through_project_session(settings: Settings) -> Non
     finally:
         session.cluster.shutdown()
     assert sorted(r.followed_id for r in rows) == [2, 3]
+
+
+def test_finished_cassandra_requests_leave_no_cycles_for_the_collector(settings: Settings) -> None:
+    """Reads and batched writes of the read path and of ``CqlRunner`` are freed by
+    reference counting once done (cql_async.release): the driver's futures otherwise
+    stay cyclic garbage that the collector's full collections free in long pauses."""
+    session = cql.session(settings)
+    feed = FeedStore(session, timeout=2.0, max_following=10)
+    runner = CqlRunner(session)
+    select = session.prepare("SELECT followed_id FROM following WHERE follower_id = ?")
+
+    async def scenario() -> None:
+        for i in range(20):
+            await feed.inbox_top(i, 10)
+            await feed.save_snapshots([PendingSnapshot(i, f"v-{i}", b"\x02\x00", datetime.now(timezone.utc),
+                                                       60)], 2.0)
+            await runner.execute(select, (i,))
+
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        asyncio.run(scenario())
+        gc.collect()
+        futures = [o for o in gc.garbage if isinstance(o, ResponseFuture)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        session.cluster.shutdown()
+    assert futures == []

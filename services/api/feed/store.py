@@ -20,6 +20,7 @@ from cassandra.pool import Host
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
+from services.common.cql_async import release
 from services.common.cql import CONSISTENCY, SERIAL_CONSISTENCY
 from services.common.rules import CELEBRITY_SHARD
 
@@ -139,6 +140,7 @@ class FeedStore:
                     done.set_result(value)
 
         def deliver(value: Any, exc: BaseException | None) -> None:
+            release(response)  # done: no cycle left for the collector (cql_async.release)
             if loop.is_closed():
                 return  # the answer a hedge won over, arriving after shutdown: nobody waits
             loop.call_soon_threadsafe(settle, value, exc)
