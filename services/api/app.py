@@ -31,6 +31,7 @@ from services.common.settings import Settings, get_settings
 
 from .metrics import ApiMetrics, MetricsMiddleware
 from .problems import install_problem_handlers
+from . import runtime
 from .readiness import ReadinessChecks, cassandra_check, lease_check, postgres_check
 from .request_context import BodyLimitMiddleware, RequestContextMiddleware
 from .feed.wiring import close_read_path, open_read_path
@@ -82,6 +83,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await open_stream(app)  # the stream's leases, gate and hub on that store
     if getattr(app.state, "cassandra", None) is not None:
         app.state.readiness.register("cassandra", cassandra_check(app.state.cassandra))
+    runtime.tune(app.state.metrics.registry, gen0_threshold=settings.api_gc_gen0_threshold,
+                 switch_interval_s=settings.api_switch_interval_s, freeze=settings.api_gc_freeze)
     background = [asyncio.create_task(task(app), name=task.__name__)
                   for task in BACKGROUND_TASKS]
     log.info("api started", extra={"node_id": lease.node_id})

@@ -187,6 +187,15 @@ class Settings(BaseSettings):
     # One log line per request (FEED_API_ACCESS_LOG=true). Off by default: formatting a
     # line per request was ~a quarter of /healthz's CPU; 5xx responses are always logged.
     api_access_log: bool = False
+    # How an API process runs Python (services/api/runtime.py): objects made at start-up
+    # frozen out of the collector's walks, the first generation collected every this many
+    # allocations (Python's default 700 promoted live request objects to be walked again
+    # in full collections that paused the loop 55-115 ms), and the GIL handed to the
+    # Cassandra driver's I/O thread within this interval (5 ms by default: it waited that
+    # long per socket event while the loop ran). 0 leaves Python's default.
+    api_gc_freeze: bool = True
+    api_gc_gen0_threshold: int = 20_000
+    api_switch_interval_s: float = 0.0005
     # Snowflake node-id lease (seconds). Renewed every third of it; long against the 1 s of
     # logical clock drift that ids may run ahead, short enough that a crashed process frees
     # its node id quickly.

@@ -1,0 +1,106 @@
+"""How an API process runs Python: the garbage collector, the GIL's switch interval, and
+the collector's pauses as metrics.
+
+An API process is one event-loop thread doing nearly all the work, beside the Cassandra
+driver's I/O thread, which reads and writes every request's bytes. Measured under the
+read benchmark (``bench/read_ab.py``, 2026-12-01, demo graph, 16 connections, one worker):
+
+* **Full collections paused the loop 55-115 ms**, three to five times in 40 s, and gen1
+  collections over 3 ms about once a second: every request in flight waited (first-page
+  p95 of single runs 60-430 ms against a median of 30 ms). What they freed was the
+  driver's finished futures (``cql_async.release`` now frees those by reference
+  counting); what they walked was mostly made at start-up (modules, routes, models, the
+  driver's metadata: ~105,000 objects) and lives as long as the process. ``tune``
+  freezes that (``gc.freeze``: collections skip it) and raises the first generation's
+  threshold to 20,000, so requests that allocate and free without cycles rarely trigger
+  a collection at all. Together: one gen0 collection (6 ms) in 6 runs of 8 s, and no
+  full collection after start-up (``python_gc_pause_seconds``).
+* **The driver's I/O thread waited for the GIL.** The loop thread holds it; a thread
+  that wants it gets it after the switch interval (5 ms by default), once per socket
+  event. Snapshot batches written behind the page took a median 250 ms and up to 1 s.
+  At 0.5 ms every batch took under 250 ms, 80 % under 100 ms
+  (``feed_snapshot_write_seconds``), with no measurable cost in pages per second.
+
+Measured with ``bench/read_ab.py`` (2026-12-01, demo graph and 30 days x 500 follows,
+16 connections, one worker, medians of 3 runs each against the code before): first-page
+p95 37 -> 27 ms and 35 -> 28 ms, pages/s 0.93x and 1.01x (the code before lost a third
+of its snapshot writes, which this one stores: docs/read-path.md).
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+# Bounds of the pause histogram (seconds).
+PAUSE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+
+
+@dataclass
+class GcPauses:
+    """Collector pauses by generation, counted by ``gc.callbacks`` (a few arithmetic
+    operations per collection; ``tune`` makes collections rare enough not to matter)."""
+
+    buckets: list[list[int]] = field(default_factory=lambda: [[0] * (len(PAUSE_BUCKETS) + 1) for _ in range(3)])
+    sums: list[float] = field(default_factory=lambda: [0.0] * 3)
+    _started: float = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._started
+        generation = info["generation"]
+        self.sums[generation] += took
+        row = self.buckets[generation]
+        for i, bound in enumerate(PAUSE_BUCKETS):
+            if took <= bound:
+                row[i] += 1
+                return
+        row[-1] += 1
+
+
+class GcCollector(Collector):
+    def __init__(self, pauses: GcPauses) -> None:
+        self._pauses = pauses
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily("python_gc_pause_seconds",
+                                       "Garbage-collector pauses of this process by generation",
+                                       labels=("generation",))
+        for generation, row in enumerate(self._pauses.buckets):
+            cumulative, out = 0, []
+            for bound, count in zip((*PAUSE_BUCKETS, float("inf")), row):
+                cumulative += count
+                out.append(("+Inf" if bound == float("inf") else str(bound), cumulative))
+            family.add_metric((str(generation),), out, self._pauses.sums[generation])
+        yield family
+
+
+_pauses: GcPauses | None = None
+
+
+def tune(registry: CollectorRegistry, *, gen0_threshold: int, switch_interval_s: float,
+         freeze: bool) -> None:
+    """Apply the process settings (after start-up: what exists now is frozen) and
+    register the pause metric in ``registry``. One callback per process, however many
+    apps it builds (tests)."""
+    global _pauses
+    if _pauses is None:
+        _pauses = GcPauses()
+        gc.callbacks.append(_pauses)
+    registry.register(GcCollector(_pauses))
+    if switch_interval_s > 0:
+        sys.setswitchinterval(switch_interval_s)
+    if gen0_threshold > 0:
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(gen0_threshold, gen1, gen2)
+    if freeze:
+        gc.collect()
+        gc.freeze()
