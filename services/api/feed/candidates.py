@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from itertools import chain
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, Mapping, Sequence
 
@@ -371,6 +373,9 @@ class SourceReader:
         return usable
 
 
+_AUTHOR = itemgetter(2)
+
+
 def read_through(rows: list[Row], inbox: list[Row] | BaseException, depth: int,
                  partitions: Sequence[list[Row] | BaseException], per_partition: int,
                  blocked: frozenset[int] = frozenset()) -> tuple[list[Row], tuple[float, int] | None]:
@@ -390,12 +395,20 @@ def read_through(rows: list[Row], inbox: list[Row] | BaseException, depth: int,
     for result in partitions:
         if isinstance(result, BaseException):
             continue
-        per: dict[tuple[int, int], list[Row]] = {}
-        for row in result:
-            if row[2] not in blocked:
-                per.setdefault((row[2], ids.day_bucket(row[1])), []).append(row)
-        ends += [min((r[0], r[1]) for r in part) for part in per.values() if len(part) >= per_partition]
+        # Only an author with ``per_partition`` rows in the read can have a full
+        # partition, so only those authors' rows are split by day bucket (counting is C;
+        # splitting every row of every read cost ~3 % of the API's CPU, py-spy 2026-12-01).
+        for author, count in Counter(map(_AUTHOR, result)).items():
+            if count < per_partition or author in blocked:
+                continue
+            per: dict[int, list[Row]] = {}
+            for row in result:
+                if row[2] == author:
+                    per.setdefault(ids.day_bucket(row[1]), []).append(row)
+            ends += [min((r[0], r[1]) for r in part) for part in per.values() if len(part) >= per_partition]
     if not ends:
         return rows, None
     cut = max(ends)
+    if not rows or (rows[-1][0], rows[-1][1]) >= cut:
+        return rows, cut  # nothing below the cut (the filter was another ~3 %)
     return [r for r in rows if (r[0], r[1]) >= cut], cut
