@@ -7,7 +7,7 @@ STACK := $(PY) -m deploy.stack
 NODES ?= 1
 
 .PHONY: help venv up down status logs reset migrate run stop-services test test-unit \
-        test-integration test-e2e bench bench-full bench-read faults token lag
+        test-integration test-e2e bench bench-full bench-read bench-read-ab faults token lag
 
 help:
 	@echo "make run    - stack up, migrations, all services, demo data; prints the API address"
@@ -72,6 +72,11 @@ bench-full: migrate
 # options as BENCH_READ_ARGS="--duration 5 --skip 90x2000".
 bench-read: migrate
 	$(PY) -m bench.read_grid $(BENCH_READ_ARGS)
+
+# A/B of the read path: the working tree against a git revision, runs interleaved on one
+# dataset (bench/read_ab.py); e.g. BENCH_AB_ARGS="--base HEAD~1 --rounds 4".
+bench-read-ab: migrate
+	$(PY) -m bench.read_ab $(BENCH_AB_ARGS)
 
 # The fault suite on the three-node stack (tests/faults, docs/reliability.md). Stops a
 # running one-node stack first (the two cannot run at once); leaves the three-node stack

@@ -33,8 +33,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 import psycopg
 from confluent_kafka.admin import AdminClient
@@ -242,36 +244,56 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured run")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up per run")
-    parser.add_argument("--histories", default="1,7,30,90")
-    parser.add_argument("--follows", default="10,100,500,2000")
-    parser.add_argument("--skip", default="90x2000", help="HISTORYxFOLLOWS cells to leave out")
-    parser.add_argument("--readers", type=int, default=20, help="readers per cell (at most)")
+    grid_args(parser)
     parser.add_argument("--pull", default="lateral,join", help="pull query shapes to run")
-    parser.add_argument("--serving-days", type=int, default=DEFAULT_SERVING_DAYS,
-                        help="days of post copies in Cassandra (0: the whole history)")
     parser.add_argument("--c64-cells", default="small,h30-f500")
     parser.add_argument("--workers", type=int, default=1,
                         help="server processes of each service (the same for both)")
-    parser.add_argument("--no-small", action="store_true", help="leave out the demo-graph cell")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "read-grid"))
-    parser.add_argument("--keep", action="store_true", help="keep the database and keyspace")
     parser.add_argument("--profile", action="store_true",
                         help="after ours' runs at the most connections, one unrecorded run "
                              "under py-spy (profiles/ beside the report)")
     args = parser.parse_args()
     args.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    skip = {tuple(int(x) for x in cell.split("x")) for cell in args.skip.split(",") if cell}
     now = datetime.now(timezone.utc)
+    graph = grid_of(args, now)
+    log(f"graph: {len(graph.cells)} cells, {len(graph.users)} users, {len(graph.posts())} posts")
+    with seeded_stores(graph, now, args.serving_days, args.keep) as (s, name, seeding):
+        report = run(args, s, graph, seeding, name)
+        log(f"report: {report}")
+    return 0
+
+
+def grid_args(parser: argparse.ArgumentParser) -> None:
+    """The data options (shared with bench.read_ab)."""
+    parser.add_argument("--histories", default="1,7,30,90")
+    parser.add_argument("--follows", default="10,100,500,2000")
+    parser.add_argument("--skip", default="90x2000", help="HISTORYxFOLLOWS cells to leave out")
+    parser.add_argument("--readers", type=int, default=20, help="readers per cell (at most)")
+    parser.add_argument("--serving-days", type=int, default=DEFAULT_SERVING_DAYS,
+                        help="days of post copies in Cassandra (0: the whole history)")
+    parser.add_argument("--no-small", action="store_true", help="leave out the demo-graph cell")
+    parser.add_argument("--keep", action="store_true", help="keep the database and keyspace")
+
+
+def grid_of(args: argparse.Namespace, now: datetime) -> ReadGraph:
+    skip = {tuple(int(x) for x in cell.split("x")) for cell in args.skip.split(",") if cell}
     rng = random.Random(7)
     graph = make_grid([int(h) for h in args.histories.split(",")],
                       [int(f) for f in args.follows.split(",")], skip, args.readers, now, rng)
     if not args.no_small:
         add_small_cell(graph, generate(GraphSpec.demo(), now), rng)
-    log(f"graph: {len(graph.cells)} cells, {len(graph.users)} users, {len(graph.posts())} posts")
+    return graph
+
+
+@contextmanager
+def seeded_stores(graph: ReadGraph, now: datetime, serving_days: int,
+                  keep: bool) -> Iterator[tuple[Settings, str, dict]]:
+    """A fresh database, keyspace and topics named alike, seeded with ``graph``; dropped
+    on the way out unless ``keep``. Yields the run's settings (with its own signing
+    secrets, never the built-in development ones), the name and the seeding figures."""
     name = f"bench_read_{secrets.token_hex(3)}"
     base = Settings()
-    # The run's own signing secrets (never the built-in development ones), given to both
-    # services and used to mint the readers' tokens.
     s = Settings(pg_database=name, cassandra_keyspace=name, topic_prefix=name,
                  jwt_secret=secrets.token_urlsafe(48),
                  cursor_keys=f"bench:{secrets.token_urlsafe(48)}")
@@ -282,14 +304,12 @@ def main() -> int:
         migrate_cassandra(s, name)
         migrate_kafka(s, name)  # our API's stream consumer reads only the bench's topics
         t0 = time.monotonic()
-        seeding = seed_all(s, graph, now, args.serving_days)
+        seeding = seed_all(s, graph, now, serving_days)
         log(f"seeded in {time.monotonic() - t0:.0f} s: {seeding}")
-        report = run(args, s, graph, seeding, name)
-        log(f"report: {report}")
+        yield s, name, seeding
     finally:
-        if not args.keep:
+        if not keep:
             drop_stores(base, name)
-    return 0
 
 
 def drop_stores(base: Settings, name: str) -> None:

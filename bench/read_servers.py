@@ -71,23 +71,24 @@ class Servers:
         self.started: dict[str, Server] = {}
 
     def _spawn(self, name: str, port: int, argv: list[str], env: dict[str, str],
-               ready_path: str) -> Server:
-        env = dict(os.environ, FEED_PG_DATABASE=self._database, PYTHONPATH=str(ROOT),
+               ready_path: str, tree: Path = ROOT) -> Server:
+        env = dict(os.environ, FEED_PG_DATABASE=self._database, PYTHONPATH=str(tree),
                    **self._secrets_env, **env)
         log = open(self._log_dir / f"{name}.log", "wb")
-        process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()  # the child holds its own descriptor
         server = Server(name, f"http://127.0.0.1:{port}", process, ready_path)
         self.started[name] = server
         return server
 
-    def start_ours(self) -> Server:
+    def start_ours(self, name: str = "ours", tree: Path = ROOT) -> Server:
+        """Our API; ``tree``: the source tree it runs from (another checkout, for A/B)."""
         port = free_port()
-        return self._spawn("ours", port, [sys.executable, "-m", "services.api"],
+        return self._spawn(name, port, [sys.executable, "-m", "services.api"],
                            {"FEED_CASSANDRA_KEYSPACE": self._database,
                             "FEED_API_WORKERS": str(self._workers),
                             "FEED_API_PORT": str(port), "FEED_TOPIC_PREFIX": self._database},
-                           "/readyz")
+                           "/readyz", tree)
 
     def start_pull(self, shape: str) -> Server:
         port = free_port()
