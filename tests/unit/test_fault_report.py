@@ -94,3 +94,39 @@ def test_freshness_is_split_at_the_fault_and_five_seconds_after_the_lift():
     assert phases["after"] == {"posts": 1, "p50_s": 2.0, "p95_s": 2.0, "max_s": 2.0}
     assert freshness_by_phase([], 10.0, 20.0)["during"] == {
         "posts": 0, "p50_s": None, "p95_s": None, "max_s": None}
+
+
+def test_the_warm_up_runs_on_until_a_window_is_clean_and_fresh_or_its_limit(monkeypatch):
+    import asyncio
+    import time
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from tests.faults import __main__ as suite
+
+    monkeypatch.setattr(suite, "STEADY_WINDOW_S", 0.05)
+
+    def workload(fresh_s: float, failing: bool):
+        ledger = SimpleNamespace(statuses={"before": Counter({"200": 5, "503": 1})}, freshness_s=[])
+        w = SimpleNamespace(ledger=ledger)
+
+        async def traffic():  # a post acked and seen every 10 ms; a 503 each time if failing
+            while True:
+                ledger.freshness_s.append((time.time(), fresh_s))
+                ledger.statuses["before"]["503" if failing else "200"] += 1
+                await asyncio.sleep(0.01)
+        return w, traffic
+
+    async def scenario(fresh_s: float, failing: bool) -> tuple[bool, float]:
+        w, traffic = workload(fresh_s, failing)
+        task = asyncio.ensure_future(traffic())
+        started = time.time()
+        try:
+            return await suite.steady(w, 0.02, 0.3), time.time() - started
+        finally:
+            task.cancel()
+
+    ok, took = asyncio.run(scenario(1.0, False))  # an old 503 does not count: a clean window does
+    assert ok and took < 0.2
+    assert asyncio.run(scenario(9.0, False))[0] is False   # stale posts: on to the limit
+    assert asyncio.run(scenario(1.0, True))[0] is False    # answers still failing
