@@ -1,0 +1,17 @@
+"""Every Kafka client gives up on a silent broker after Settings.kafka_request_timeout_s."""
+from __future__ import annotations
+
+from services.cdc.publisher import producer_config
+from services.common.faust_app import build_faust_app
+from services.common.settings import Settings
+
+
+def test_the_relay_and_the_workers_use_the_request_timeout() -> None:
+    settings = Settings(kafka_request_timeout_s=12.5, kafka_session_timeout_s=10.0)
+    config = producer_config(settings)
+    assert config["request.timeout.ms"] == config["socket.timeout.ms"] == 12_500
+    app = build_faust_app(settings, "timeouts-test")
+    assert app.conf.broker_request_timeout == 12.5
+    # faust refuses a request timeout under the session timeout: the defaults keep it above.
+    defaults = Settings()
+    assert defaults.kafka_request_timeout_s > defaults.kafka_session_timeout_s
