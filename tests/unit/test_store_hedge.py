@@ -42,6 +42,10 @@ class FakeResponse:
         ok, err = self._callbacks  # type: ignore[misc]
         err(result) if isinstance(result, BaseException) else ok(result)
 
+    def clear_callbacks(self) -> None:  # the driver's; cql_async.release calls it
+        with self._lock:
+            self._callbacks = None
+
 
 class FakeSession:
     """Answers per node: ``plan[node]`` is (delay_s, rows or an exception), or None to
