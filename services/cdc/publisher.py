@@ -42,8 +42,8 @@ def producer_config(settings: Settings) -> dict[str, object]:
         "compression.type": "lz4",
         # A broker that stops answering (cut off, not down) is given up on this fast,
         # not after librdkafka's 30 s / 60 s (Settings.kafka_request_timeout_s).
-        "request.timeout.ms": int(settings.kafka_request_timeout_s * 1000),
-        "socket.timeout.ms": int(settings.kafka_request_timeout_s * 1000),
+        "request.timeout.ms": settings.kafka_request_timeout_ms,
+        "socket.timeout.ms": settings.kafka_request_timeout_ms,
         "client.id": "feed-cdc-relay",
         # Broker states every 5 s into feed_kafka_brokers (store_health.py; served by poll).
         "statistics.interval.ms": 5000,

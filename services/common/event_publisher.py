@@ -22,7 +22,7 @@ class EventPublisher:
             bootstrap_servers=self._settings.kafka_bootstrap, acks="all",
             enable_idempotence=True,
             # 5 ms lets a fan-out's events share batches without adding visible latency.
-            linger_ms=5, request_timeout_ms=int(self._settings.kafka_request_timeout_s * 1000))
+            linger_ms=5, request_timeout_ms=self._settings.kafka_request_timeout_ms)
         await self._producer.start()
 
     async def stop(self) -> None:

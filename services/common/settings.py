@@ -300,6 +300,11 @@ class Settings(BaseSettings):
     stream_resume_window_s: float = 300.0
 
     @property
+    def kafka_request_timeout_ms(self) -> int:
+        """``kafka_request_timeout_s`` as the Kafka clients take it."""
+        return int(self.kafka_request_timeout_s * 1000)
+
+    @property
     def pg_dsn(self) -> str:
         return (
             f"host={self.pg_host} port={self.pg_port} user={self.pg_user} "

@@ -5,15 +5,16 @@
 
 Needs the three-node stack with migrations and services running (``make faults`` does
 all of it). First a warm-up: the same workload with no fault for ``--warm-up`` seconds
-and on until the stack is steady (``steady``: a window with no failed answer and fresh posts,
-at most 3x ``--warm-up``), then the lag back to zero (a stack just started has cold
-JVMs: in the first scenario after one, reads timed out on every node and posts took
-50-100 s to show before any fault; ``<out>/warm-up.json`` keeps what it saw). Per scenario: set-up (fresh users and
-follows), the workload with the fault injected after a warm-up, lifted after its hold
-time, and ``--after`` seconds of load past the lift, then the watcher's last looks,
-settling (the fan-out and ranker groups' lag back to zero), then the checker
-(``checker.py``). Writes ``<out>/<scenario>.json`` and prints one report row per
-scenario; exits 1 when a target is missed (docs/reliability.md lists them).
+and on until the stack is steady (``steady``: a window with no failed answer and fresh
+posts, at most 3x ``--warm-up``), then the lag back to zero (a stack just started has
+cold JVMs: in the first scenario after one, reads timed out on every node and posts
+took 50-100 s to show before any fault; ``<out>/warm-up.json`` keeps what it saw). Per
+scenario: set-up (fresh users and follows), the workload with the fault injected after
+a warm-up, lifted after its hold time, and ``--after`` seconds of load past the lift,
+then the watcher's last looks, settling (the fan-out and ranker groups' lag back to
+zero), then the checker (``checker.py``). Writes ``<out>/<scenario>.json`` and prints
+one report row per scenario; exits 1 when a target is missed (docs/reliability.md
+lists them).
 """
 from __future__ import annotations
 
@@ -200,12 +201,11 @@ def quantile(values: list[float], q: float) -> float | None:
     return round(ordered[int(q * (len(ordered) - 1))], 2)
 
 
-def _failed(w: Workload) -> int:
-    """Answers so far that failed: 5xx and transport errors. (The workload's 403s and
-    404s are answers to what it does on purpose: liking a deleted post, reading a
-    blocked author.)"""
-    return sum(n for code, n in w.ledger.statuses["before"].items()
-               if code.startswith("5") or not code.isdigit())
+def failed(statuses: Counter) -> int:
+    """Answers that failed: 5xx (503 included) and transport errors. (The workload's 403s
+    and 404s answer what it does on purpose: liking a deleted post, reading a blocked
+    author.)"""
+    return sum(n for code, n in statuses.items() if code.startswith("5") or not code.isdigit())
 
 
 async def steady(w: Workload, minimum_s: float, limit_s: float) -> bool:
@@ -215,11 +215,12 @@ async def steady(w: Workload, minimum_s: float, limit_s: float) -> bool:
     started = time.time()
     await asyncio.sleep(minimum_s)
     while time.time() - started < limit_s:
-        failed_before, window_start = _failed(w), time.time()
+        statuses = w.ledger.statuses["before"]
+        failed_before, window_start = failed(statuses), time.time()
         await asyncio.sleep(STEADY_WINDOW_S)
         fresh = [s for at, s in w.ledger.freshness_s if at >= window_start - STEADY_WINDOW_S]
         p95 = quantile(fresh, 0.95)
-        if _failed(w) == failed_before and p95 is not None and p95 <= STEADY_FRESHNESS_S:
+        if failed(statuses) == failed_before and p95 is not None and p95 <= STEADY_FRESHNESS_S:
             return True
     return False
 
@@ -287,8 +288,7 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
         await w.close()
     fresh_during = [s for at, s in w.ledger.freshness_s if log.started_at <= at <= log.lifted_at + 5]
     during = w.ledger.statuses["during"]
-    # Failed requests: 5xx (503 included) and transport errors; 4xx are the workload's own.
-    reads_failed = sum(n for code, n in during.items() if not code.isdigit() or code.startswith("5"))
+    reads_failed = failed(during)
     result = {
         "scenario": name, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "machine": {"cores": os.cpu_count(), "nodes": layout.nodes},

@@ -113,6 +113,7 @@ class CdcEvents:
         row = {"post_id": post_id, "user_id": user_id, "created_at": iso(at)}
         return self._edge("likes", "d", row, "post_id", "user_id")
 
+
 def send(bootstrap: str, messages: Iterable[CdcMessage]) -> int:
     """Produce messages (keyed, murmur2 like the Java client) and wait for every ack."""
     producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",

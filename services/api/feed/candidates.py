@@ -398,14 +398,15 @@ def read_through(rows: list[Row], inbox: list[Row] | BaseException, depth: int,
         # Only an author with ``per_partition`` rows in the read can have a full
         # partition, so only those authors' rows are split by day bucket (counting is C;
         # splitting every row of every read cost ~3 % of the API's CPU, py-spy 2026-12-01).
-        for author, count in Counter(map(_AUTHOR, result)).items():
-            if count < per_partition or author in blocked:
-                continue
-            per: dict[int, list[Row]] = {}
-            for row in result:
-                if row[2] == author:
-                    per.setdefault(ids.day_bucket(row[1]), []).append(row)
-            ends += [min((r[0], r[1]) for r in part) for part in per.values() if len(part) >= per_partition]
+        full = {a for a, n in Counter(map(_AUTHOR, result)).items()
+                if n >= per_partition and a not in blocked}
+        if not full:
+            continue
+        per: dict[tuple[int, int], list[Row]] = {}
+        for row in result:
+            if row[2] in full:
+                per.setdefault((row[2], ids.day_bucket(row[1])), []).append(row)
+        ends += [min((r[0], r[1]) for r in part) for part in per.values() if len(part) >= per_partition]
     if not ends:
         return rows, None
     cut = max(ends)

@@ -56,7 +56,7 @@ async def consume_notices(cache: ServingCache, settings: Settings, stats: Notice
         consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="latest",
                                     fetch_max_wait_ms=FETCH_WAIT_MS,
-                                    request_timeout_ms=int(settings.kafka_request_timeout_s * 1000),
+                                    request_timeout_ms=settings.kafka_request_timeout_ms,
                                     client_id=f"feed-api-notices-{os.getpid()}")
         try:
             await consumer.start()

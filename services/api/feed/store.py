@@ -150,16 +150,18 @@ class FeedStore:
         return done, getattr(response, "_current_host", None)
 
     async def _rows(self, statement: Any, params: Sequence[Any] | None,
-                    hedge: bool = True) -> list[tuple]:
-        """The statement's rows. A read (``hedge``) not answered within ``hedge_after_s``,
-        or failed before it, is sent once more to another node, and the first answer
-        wins: a node that died or hangs costs a page the hedge delay, not a timeout.
-        Hedges are separate requests (never the driver's speculative execution, see
-        above), so each answer belongs to its own request."""
-        first, coordinator = self._send(statement, params, self._timeout)
-        deadline = asyncio.get_running_loop().time() + self._timeout + _GUARD_S
+                    hedge: bool = True, timeout: float | None = None) -> list[tuple]:
+        """The statement's rows within ``timeout`` (the store's by default). A read
+        (``hedge``) not answered within ``hedge_after_s``, or failed before it, is sent
+        once more to another node, and the first answer wins: a node that died or hangs
+        costs a page the hedge delay, not a timeout. Hedges are separate requests (never
+        the driver's speculative execution, see above), so each answer belongs to its
+        own request."""
+        timeout = self._timeout if timeout is None else timeout
+        first, coordinator = self._send(statement, params, timeout)
+        deadline = asyncio.get_running_loop().time() + timeout + _GUARD_S
         if not hedge or self._hedge_after_s <= 0:
-            return await asyncio.wait_for(first, self._timeout + _GUARD_S)
+            return await asyncio.wait_for(first, timeout + _GUARD_S)
         self._hedge_tokens = min(HEDGE_BURST, self._hedge_tokens + HEDGE_SHARE)
         await asyncio.wait([first], timeout=self._hedge_after_s)
         if first.done() and first.exception() is None:
@@ -279,8 +281,7 @@ class FeedStore:
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for s in items:
             batch.add(self._save_snapshot, (s.reader_id, s.feed_version, s.blob, s.created_at, s.ttl_s))
-        done, _ = self._send(batch, None, timeout_s)
-        await asyncio.wait_for(done, timeout_s + _GUARD_S)
+        await self._rows(batch, None, hedge=False, timeout=timeout_s)
 
     async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None:
         rows = await self._rows(self._load_snapshot, (reader_id, feed_version))

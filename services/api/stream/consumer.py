@@ -129,7 +129,7 @@ async def consume_into_hub(hub: StreamHub, settings: Settings, metrics: FeedMetr
     while True:
         consumer = AIOKafkaConsumer(*topics, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="none",
-                                    request_timeout_ms=int(settings.kafka_request_timeout_s * 1000),
+                                    request_timeout_ms=settings.kafka_request_timeout_ms,
                                     client_id=f"feed-api-stream-{os.getpid()}")
         try:
             await consumer.start()
