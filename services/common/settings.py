@@ -259,6 +259,12 @@ class Settings(BaseSettings):
     # next page usually follows within seconds on the same keep-alive connection; a miss
     # is one point read in Cassandra, which every process can do.
     feed_snapshot_cache_size: int = 1024
+    # A first page shows the reader's last snapshot again while everything it was built
+    # from is unchanged in the serving cache (services/api/feed/reuse.py), for at most
+    # this long (so its next pages still have feed_snapshot_ttl_s minus it); 0: never.
+    # Up to feed_snapshot_reuse_size readers' snapshots are held (~3 KB each).
+    feed_snapshot_reuse_s: float = 300.0
+    feed_snapshot_reuse_size: int = 20_000
     # Snapshots are stored behind the page, coalesced for this long into batched inserts
     # (services/api/feed/snapshot_writer.py).
     feed_snapshot_write_delay_s: float = 0.005

@@ -258,3 +258,45 @@ def test_fast_path_answers_a_known_caller_as_the_route_does(api_server: RunningA
         assert tampered.json()["type"].endswith("/invalid-cursor")
         assert tampered.json()["request_id"] == tampered.headers["x-request-id"]
     assert counted._value.get() - before == 3  # metrics label the fast path's pages /v1/feed
+
+
+def test_a_first_page_shows_the_last_snapshot_again_until_its_sources_change(
+        api_server: RunningApi, world: FeedWorld) -> None:
+    """services/api/feed/reuse.py: an unchanged feed is not ranked and stored again, and a
+    change to what the snapshot was built from (here an inbox row, an unfollow) makes a
+    new one at once; a post's state is still checked on every page."""
+    reader, friend, other = (new_user_id() for _ in range(3))
+    world.follow(reader, friend)
+    world.follow(reader, other)
+    now = utc_now()
+    posts = [world.write(friend, at=now - timedelta(minutes=m + 1), inbox_of=[reader]) for m in range(4)]
+    registry = api_server.app.state.metrics.registry
+
+    def reused() -> float:
+        return registry.get_sample_value("feed_snapshots_reused_total") or 0.0
+
+    with api_server.client(reader) as client:
+        first = client.get("/v1/feed", params={"limit": 2}).json()
+        before = reused()
+        again = client.get("/v1/feed", params={"limit": 2}).json()
+        assert reused() == before + 1
+        assert again["feed_version"] == first["feed_version"]
+        assert feed_ids(again) == feed_ids(first) == [posts[0].post_id, posts[1].post_id]
+        rest = client.get("/v1/feed", params={"limit": 2, "cursor": again["next_cursor"]}).json()
+        assert feed_ids(rest) == [posts[2].post_id, posts[3].post_id]
+
+        world.delete(posts[0])  # a post's state: the same snapshot, the post hidden
+        deleted = client.get("/v1/feed", params={"limit": 2}).json()
+        assert deleted["feed_version"] == first["feed_version"]
+        assert feed_ids(deleted) == [posts[1].post_id, posts[2].post_id]
+
+        newer = world.write(other, inbox_of=[reader])  # the inbox changed: a new snapshot
+        fresh = client.get("/v1/feed", params={"limit": 2}).json()
+        assert fresh["feed_version"] != first["feed_version"]
+        assert feed_ids(fresh) == [newer.post_id, posts[1].post_id]
+        assert client.get("/v1/feed", params={"limit": 2}).json()["feed_version"] == fresh["feed_version"]
+
+        world.unfollow(reader, other)  # the graph changed: a new snapshot without them
+        after = client.get("/v1/feed", params={"limit": 2}).json()
+        assert after["feed_version"] not in (first["feed_version"], fresh["feed_version"])
+        assert feed_ids(after) == [posts[1].post_id, posts[2].post_id]

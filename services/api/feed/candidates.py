@@ -138,6 +138,14 @@ class Sources:
     failed_sources: list[str] = field(default_factory=list)
     following: dict[int, int] = field(default_factory=dict)  # follows read (author -> since ms)
     asked: set[int] = field(default_factory=set)  # authors whose follow status is known
+    # What a first page's rows are a function of, besides the inbox and the graph (for
+    # reuse.py): the timeline partitions read, the fallback slice's start (None: the
+    # slice is the whole follow list, whatever the start), and whether nothing else went
+    # in (no failed read, no copy read for rows in doubt, no demoted celebrity merged for
+    # a time that runs out).
+    partitions: list[tuple[int, int]] = field(default_factory=list)
+    slice_start: int | None = None
+    pure: bool = False
 
 
 def merged_celebrities(following: Mapping[int, int], celebrities: Sequence[tuple[int, int | None]],
@@ -286,6 +294,8 @@ class SourceReader:
         else:
             fallback = fallback_slice(from_start, from_zero, celeb_follows, fallback_authors)
         out.following = {**fallback, **celeb_follows}
+        out.slice_start = (None if not isinstance(from_zero, BaseException)
+                           and len(from_zero) < fallback_authors else start)
         out.asked = set(out.following) | (set() if "celebrity" in out.failed_sources
                                           else {a for a, _ in celebrities})
         celeb_chunks = _chunks(celebs, AUTHORS_PER_READ)
@@ -296,6 +306,9 @@ class SourceReader:
         reads += [store.authors_top(c, day_buckets(now_ms, fallback_buckets),
                                     lim.per_fallback_author) for c in fallback_chunks]
         results = await _settled([inbox, *reads], in_turn)
+        out.partitions = ([(a, b) for a in celebs for b in day_buckets(now_ms, BUCKETS_PER_AUTHOR)]
+                          + [(a, b) for a in fallback for b in day_buckets(now_ms, fallback_buckets)])
+        timed = any(until is not None and author in celeb_follows for author, until in celebrities)
         try:
             blocked = await blocks
         except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
@@ -303,9 +316,13 @@ class SourceReader:
         if latest:
             usable = latest_rows(self._usable(["inbox", *labels], results, out))
             out.rows, _ = merge_top(usable, lim.latest_depth, blocked)
+            out.pure = not out.failed_sources and not timed
             return out, blocked  # every candidate is in: nothing to extend
         usable = self._usable(["inbox", *labels], results, out)
-        rows, more = merge_top(usable, lim.depth, blocked, live=await self._live(usable))
+        doubt = rows_in_doubt(usable)
+        live = await self._live(doubt)
+        out.pure = not out.failed_sources and not timed and not doubt
+        rows, more = merge_top(usable, lim.depth, blocked, live=live)
         out.rows, cut = read_through(rows, results[0], lim.depth,
                                      results[1:1 + len(celeb_chunks)], lim.per_celebrity, blocked)
         out.more = more or cut is not None
@@ -334,7 +351,8 @@ class SourceReader:
             results = await _settled(reads, store.from_memory)
             usable = self._usable(labels, results, out)
             rows, more = merge_top(usable, lim.depth, blocked,
-                                   lambda p: p > newest_id or exclude(p), await self._live(usable))
+                                   lambda p: p > newest_id or exclude(p),
+                                   await self._live(rows_in_doubt(usable)))
             out.rows, cut = read_through(rows, results[0], lim.depth, results[1:],
                                          lim.per_celebrity, blocked)
             out.more = more or cut is not None
@@ -345,11 +363,10 @@ class SourceReader:
             boundary = cut
         return out
 
-    async def _live(self, sources: list[list[Row]]) -> Callable[[Row], bool] | None:
-        """Which rows of posts in doubt are the live ones (one read, only when some post
-        has rows under two keys; if it fails, the highest row is kept as usual). None:
-        every row is."""
-        doubt = rows_in_doubt(sources)
+    async def _live(self, doubt: set[int]) -> Callable[[Row], bool] | None:
+        """Which rows of the posts in ``doubt`` (rows under two keys) are the live ones
+        (one read, only when there are any; if it fails, the highest row is kept as
+        usual). None: every row is."""
         if not doubt:
             return None
         try:

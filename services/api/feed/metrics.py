@@ -8,6 +8,9 @@ class FeedMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.snapshots = Counter("feed_snapshots_built_total", "First pages that ranked a snapshot",
                                  ("reason",), registry=registry)
+        self.snapshots_reused = Counter(
+            "feed_snapshots_reused_total", "First pages that showed the reader's last snapshot "
+            "again: its sources were unchanged (reuse.py)", registry=registry)
         self.candidates = Counter("feed_candidates_total", "Candidates ranked into snapshots",
                                   registry=registry)
         self.source_failures = Counter("feed_partition_read_failures_total",

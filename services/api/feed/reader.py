@@ -49,6 +49,7 @@ from .eligibility import ReaderGraph, Verdict, judge
 from .graph import GraphUnavailable, PageGraph
 from .metrics import FeedMetrics
 from .preferences import Preferences
+from .reuse import Reused, SnapshotReuse
 from .snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
 from .store import FeedStore
 
@@ -97,8 +98,11 @@ class _Walk:
 class FeedReader:
     def __init__(self, store: FeedStore, copies: PostCopies, settings: Settings,
                  metrics: FeedMetrics, clock: Callable[[], datetime],
-                 activity: ReaderActivity | None = None) -> None:
+                 activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None) -> None:
         self._store = store
+        # The reader's last snapshot shown again while its sources are unchanged
+        # (reuse.py); None: every first page builds one.
+        self._reuse = reuse
         # Reads recorded, returning inactive readers regenerated (activity.py); None: off.
         self.activity = activity
         self._copies = copies
@@ -146,17 +150,29 @@ class FeedReader:
         now = self._clock()
         now_ms = int(now.timestamp() * 1000)
         latest = order == LATEST
+        reuse = self._reuse if reason == "first_page" else None
+        epoch = reuse.epoch if reuse is not None else 0
         # Started now, awaited by SourceReader.first: tasks when they go to Cassandra (they
-        # then overlap the follow reads), plain coroutines when the cache answers them.
-        inbox: Awaitable[list[cand.Row]] = self._store.inbox_top(
-            reader_id, self._settings.inbox_cap if latest else self._depth)
-        blocks: Awaitable[frozenset[int]] = self._store.blocked(reader_id)
+        # then overlap the follow reads); when the cache answers them, plain coroutines
+        # made once the reader's last snapshot is known not to be reusable.
+        inbox: Awaitable[list[cand.Row]] | None = None
+        blocks: Awaitable[frozenset[int]] | None = None
         if not self._store.from_memory:
-            inbox, blocks = asyncio.ensure_future(inbox), asyncio.ensure_future(blocks)
+            inbox = asyncio.ensure_future(self._store.inbox_top(
+                reader_id, self._settings.inbox_cap if latest else self._depth))
+            blocks = asyncio.ensure_future(self._store.blocked(reader_id))
         regenerating = await self._regenerating(reader_id)
         if regenerating:
             warnings = (*warnings, "regenerating")
+            reuse = None
         celebrities = await self._celebrity_list()
+        if inbox is None or blocks is None:
+            if reuse is not None:
+                held = reuse.recall(reader_id, order, now, now_ms, celebrities)
+                if held is not None:
+                    return await self._again(held, reader_id, limit, order, warnings)
+            inbox = self._store.inbox_top(reader_id, self._settings.inbox_cap if latest else self._depth)
+            blocks = self._store.blocked(reader_id)
         try:
             sources, blocked = await self._sources.first(reader_id, celebrities, blocks, inbox,
                                                          now_ms, latest=latest,
@@ -174,11 +190,34 @@ class FeedReader:
                           asked=sources.asked, blocked=blocked)
         # The snapshot is kept here and stored behind the page (snapshot_writer.py). A
         # snapshot that one page shows whole has no next page, so it is not kept at all.
-        if sources.more or len(sources.rows) > limit:
+        kept = sources.more or len(sources.rows) > limit
+        if kept:
             self._keep(walk)
+        if reuse is not None:
+            reuse.remember(reader_id, order, epoch, sources, celebrities, now_ms, walk.version,
+                           walk.blob, now, kept)
         page = await self._fill(walk, 0, limit, graph)
         degraded = ["incomplete_candidates"] if failed else []
         page.warnings = list(warnings) + degraded + page.warnings
+        return page
+
+    async def _again(self, held: Reused, reader_id: int, limit: int, order: str,
+                     warnings: tuple[str, ...]) -> FeedPage:
+        """The first page of the reader's last snapshot, whose sources are unchanged
+        (reuse.py); the window is checked as on any page."""
+        self._metrics.snapshots_reused.inc()
+        cached = self._snapshots.get(reader_id, held.version, self._clock())
+        blob = cached.blob if cached is not None else held.blob  # maybe extended since
+        walk = _Walk(reader_id, held.version, blob, held.generated_at, order)
+        if cached is None:
+            entries = snapshot.PackedEntries(blob)
+            if held.kept:
+                self._snapshots.put(reader_id, held.version, blob, held.generated_at)
+            elif entries.more or len(entries) > limit:  # a smaller page than the first one
+                self._keep(walk)
+                held.kept = True
+        page = await self._fill(walk, 0, limit, PageGraph(self._store, reader_id))
+        page.warnings = list(warnings) + page.warnings
         return page
 
     async def _regenerating(self, reader_id: int) -> bool:

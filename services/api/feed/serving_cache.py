@@ -225,6 +225,31 @@ class ServingCache:
             return
         lru.put(key, value, self._monotonic() + self._ttl_s)
 
+    def pin(self, epoch: int, names: Sequence[tuple[_Lru, Any]]) -> tuple[Any, ...] | None:
+        """The entries held now under ``names`` (an lru and its key each), if every one
+        is held and no notice since ``epoch`` named it: then they are what reads started
+        in ``epoch`` returned, or equal to it. None otherwise (reuse.py)."""
+        if not self.usable:
+            return None
+        held = []
+        for lru, key in names:
+            item = lru._items.get(key)
+            if item is None or not self._untouched_since(epoch, (lru.kind, key)):
+                return None
+            held.append(item)
+        return tuple(held)
+
+    def still(self, names: Sequence[tuple[_Lru, Any]], pinned: Sequence[Any]) -> bool:
+        """True while every entry ``pin`` returned is held: none was dropped by a notice
+        or a clear, evicted, refilled or expired since, and the cache is usable."""
+        if not self.usable:
+            return False
+        now = self._monotonic()
+        for (lru, key), item in zip(names, pinned):
+            if lru._items.get(key) is not item or item[0] <= now:
+                return False
+        return True
+
     def _untouched_since(self, epoch: int, name: tuple[str, Any]) -> bool:
         if epoch == self.epoch:
             return True

@@ -25,6 +25,7 @@ from .bodies import BodyCache, PostCopies
 from .metrics import FeedMetrics
 from .notices import NoticeStats, register_collector
 from .reader import FeedReader, utc_now
+from .reuse import SnapshotReuse
 from .serving_cache import CachedFeedStore, ServingCache
 from .store import FeedStore
 
@@ -64,7 +65,12 @@ def _build(app: FastAPI, settings: Settings) -> None:
             on_returned=lambda s: (metrics.readers_returned.inc(),
                                    metrics.regeneration_seconds.observe(s)),
             on_failure=metrics.activity_failures.inc)
-    app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity)
+    reuse = None
+    if cache is not None and settings.feed_snapshot_reuse_s > 0:
+        # At most half the snapshot's TTL: a reused snapshot's next pages still have time.
+        reuse = SnapshotReuse(cache, min(settings.feed_snapshot_reuse_s, settings.feed_snapshot_ttl_s / 2),
+                              settings.feed_snapshot_reuse_size)
+    app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse)
 
 
 async def open_read_path(app: FastAPI) -> None:
