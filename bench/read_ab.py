@@ -32,7 +32,7 @@ from services.api.auth import mint_token
 
 # Counters read from each side's /metrics at the end (summed over their labels but the
 # ones named): what a change is meant to move besides throughput.
-COUNTERS = ("feed_snapshots_built_total", "feed_snapshot_save_failures_total",
+COUNTERS = ("feed_snapshots_built_total", "feed_snapshots_reused_total", "feed_snapshot_save_failures_total",
             "feed_cache_lookups_total", "feed_partition_read_failures_total",
             "feed_snapshot_write_seconds", "python_gc_pause_seconds")
 

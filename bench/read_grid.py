@@ -5,11 +5,13 @@ with wrk, on one freshly seeded database and keyspace (both dropped at the end).
         [--histories 1,7,30,90] [--follows 10,100,500,2000] [--skip 90x2000]
         [--readers 20] [--pull lateral,join] [--serving-days 2] [--workers 1]
         [--c64-cells small,h30-f500] [--out bench/out/read-grid] [--keep] [--profile]
+        [--no-rebuild]
 
 (``make bench-read BENCH_READ_ARGS="..."``). Data: ``bench.read_graph`` (an author pool
 per history length, cells of readers, the demo graph as the ``small`` cell), loaded by
 ``bench.read_seed``. Services: ``bench.read_servers`` (ours = ``python -m services.api``;
-pull = ``bench.pull_service``, one process per query shape; 1 worker each by default).
+pull = ``bench.pull_service``, one process per query shape; 1 worker each by default;
+``ours-rebuild`` = ours with snapshot reuse off, first pages only; ``--no-rebuild``).
 
 Order: ``/healthz`` of every service at 16 connections (the "empty endpoint"); then for
 every cell, page kind (first; next = the second page, from a cursor fetched per reader
@@ -56,6 +58,10 @@ from services.common.topics import all_topics
 ROOT = Path(__file__).resolve().parents[1]
 PAGE_LIMIT = 20       # the seed's page size, both services
 CONNECTIONS = (1, 16)
+# Ours with snapshot reuse off (services/api/feed/reuse.py): the grid's readers ask for
+# their first page again and again with nothing changed in between, the best case for
+# reuse; this server's first pages are the other bound, every one built and stored.
+REBUILD = "ours-rebuild"
 # A page fetched to check it or to get a cursor is retried this often when shed (503).
 FETCH_ATTEMPTS = 5
 # How long cleanup waits for a store that another engineer's test is restarting.
@@ -130,6 +136,8 @@ def measure_cell(cell: Cell, services: list[Server], tokens: dict[int, str], arg
     for kind in ("first", "next"):
         for c in conns:
             for server in services:
+                if kind == "next" and server.name == REBUILD:
+                    continue  # its next pages are ours': only first pages differ
                 if kind == "next" and server.name not in nxt:
                     nxt[server.name] = next_entries(server, cell, tokens)
                     checks[f"next_page_readers_{server.name}"] = len(nxt[server.name])
@@ -223,13 +231,15 @@ def run(args: argparse.Namespace, s: Settings, graph: ReadGraph, seeding: dict, 
                        "FEED_CURSOR_KEYS": s.cursor_keys.get_secret_value()}
         with Servers(name, out / "logs", secrets_env, args.workers) as servers:
             ours = servers.start_ours()
+            rebuild = ([servers.start_ours(REBUILD, env={"FEED_FEED_SNAPSHOT_REUSE_S": "0"})]
+                       if args.rebuild else [])
             pulls = [servers.start_pull(shape) for shape in args.pull.split(",")]
             servers.wait_ready()
             rows += measure_health([ours, *pulls], args, "start")
             order = sorted(graph.cells, key=lambda c: (c.name != "small", c.history_days, c.follows))
             for cell in order:
-                cell_rows, checks[cell.name] = measure_cell(cell, [ours, *pulls], tokens, args,
-                                                            CONNECTIONS)
+                cell_rows, checks[cell.name] = measure_cell(cell, [ours, *rebuild, *pulls], tokens,
+                                                            args, CONNECTIONS)
                 rows += cell_rows
             for cell in (c for c in order if c.name in args.c64_cells.split(",")):
                 rows += measure_cell(cell, [ours], tokens, args, (64,))[0]
@@ -247,6 +257,9 @@ def main() -> int:
     grid_args(parser)
     parser.add_argument("--pull", default="lateral,join", help="pull query shapes to run")
     parser.add_argument("--c64-cells", default="small,h30-f500")
+    parser.add_argument("--no-rebuild", dest="rebuild", action="store_false",
+                        help=f"leave out {REBUILD}: ours with snapshot reuse off, so that "
+                             "every first page builds and stores a snapshot")
     parser.add_argument("--workers", type=int, default=1,
                         help="server processes of each service (the same for both)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "read-grid"))

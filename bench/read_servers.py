@@ -81,13 +81,16 @@ class Servers:
         self.started[name] = server
         return server
 
-    def start_ours(self, name: str = "ours", tree: Path = ROOT) -> Server:
-        """Our API; ``tree``: the source tree it runs from (another checkout, for A/B)."""
+    def start_ours(self, name: str = "ours", tree: Path = ROOT,
+                   env: dict[str, str] | None = None) -> Server:
+        """Our API; ``tree``: the source tree it runs from (another checkout, for A/B);
+        ``env``: settings of its own (``FEED_...``)."""
         port = free_port()
         return self._spawn(name, port, [sys.executable, "-m", "services.api"],
                            {"FEED_CASSANDRA_KEYSPACE": self._database,
                             "FEED_API_WORKERS": str(self._workers),
-                            "FEED_API_PORT": str(port), "FEED_TOPIC_PREFIX": self._database},
+                            "FEED_API_PORT": str(port), "FEED_TOPIC_PREFIX": self._database,
+                            **(env or {})},
                            "/readyz", tree)
 
     def start_pull(self, shape: str) -> Server:
