@@ -1,7 +1,8 @@
 """A/B of our read path: two source trees of the API on one seeded dataset, runs interleaved.
 
     .venv/bin/python -m bench.read_ab --base HEAD [--rounds 4] [--duration 8]
-        [--cells small,h30-f500] [--kinds first] [--connections 16] [grid data options]
+        [--cells small,h30-f500] [--kinds first] [--connections 16] [--env FEED_X=VALUE]
+        [grid data options]
 
 A change to the read path is worth a few per cent to a few tens; the machine's drift
 between two grid runs (±20-30 %, docs/read-path.md) hides that. Here ``base`` (a git
@@ -89,8 +90,12 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--cells", default="small,h30-f500")
     parser.add_argument("--kinds", default="first", help="first,next")
+    parser.add_argument("--env", action="append", default=[], metavar="FEED_X=VALUE",
+                        help="a setting for both sides (repeatable), e.g. "
+                             "FEED_FEED_SNAPSHOT_REUSE_S=0 to measure first pages that build")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "read-ab"))
     args = parser.parse_args()
+    both = dict(item.split("=", 1) for item in args.env)
     now = datetime.now(timezone.utc)
     graph = grid_of(args, now)
     cells = [c for c in graph.cells if c.name in args.cells.split(",")]
@@ -105,7 +110,8 @@ def main() -> int:
             tokens = {r: mint_token(r, secret, ttl_seconds=TOKEN_TTL_S) for c in cells for r in c.readers}
             env = {"FEED_JWT_SECRET": secret, "FEED_CURSOR_KEYS": s.cursor_keys.get_secret_value()}
             with Servers(name, out / "logs", env) as servers:
-                sides = {"base": servers.start_ours("base", base_tree), "work": servers.start_ours("work")}
+                sides = {"base": servers.start_ours("base", base_tree, both),
+                         "work": servers.start_ours("work", env=both)}
                 servers.wait_ready()
                 for cell in cells:
                     for kind in args.kinds.split(","):
@@ -135,7 +141,7 @@ def main() -> int:
                     log(f"{side} counters: {values}")
     finally:
         drop_worktree(base_tree)
-    meta = {"base": args.base, "rounds": args.rounds, "duration_s": args.duration,
+    meta = {"base": args.base, "env": both, "rounds": args.rounds, "duration_s": args.duration,
             "connections": args.connections, "started": now.isoformat(timespec="seconds")}
     (out / "ab.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     log(f"report: {out / 'ab.json'}")
