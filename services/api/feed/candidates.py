@@ -149,8 +149,9 @@ class Sources:
 
 
 def merged_celebrities(following: Mapping[int, int], celebrities: Sequence[tuple[int, int | None]],
-                       now_ms: int, limit: int) -> list[int]:
-    """Followed authors whose partitions are merged: current ones first, then demoted."""
+                       now_ms: int, limit: int) -> tuple[list[int], bool]:
+    """Followed authors whose partitions are merged: current ones first, then demoted;
+    and whether a demoted one is among them (merged for a time that runs out)."""
     current, demoted = [], []
     for author, until in celebrities:
         if author not in following:
@@ -159,7 +160,8 @@ def merged_celebrities(following: Mapping[int, int], celebrities: Sequence[tuple
             current.append(author)
         elif now_ms - until < MERGE_DEMOTED_MS:
             demoted.append(author)
-    return (sorted(current) + sorted(demoted))[:max(0, limit)]
+    merged = (sorted(current) + sorted(demoted))[:max(0, limit)]
+    return merged, len(merged) > len(current)
 
 
 def fallback_start(now_ms: int) -> int:
@@ -287,7 +289,7 @@ class SourceReader:
         if isinstance(celeb_follows, BaseException):
             out.failed_sources.append("celebrity")
             celeb_follows = {}
-        celebs = merged_celebrities(celeb_follows, celebrities, now_ms, lim.max_celebrities)
+        celebs, timed = merged_celebrities(celeb_follows, celebrities, now_ms, lim.max_celebrities)
         if isinstance(from_start, BaseException) or isinstance(from_zero, BaseException):
             out.failed_sources.append("fallback")
             fallback: dict[int, int] = {}
@@ -301,14 +303,13 @@ class SourceReader:
         celeb_chunks = _chunks(celebs, AUTHORS_PER_READ)
         fallback_chunks = _chunks(sorted(fallback), AUTHORS_PER_READ)
         labels = ["celebrity"] * len(celeb_chunks) + ["fallback"] * len(fallback_chunks)
-        reads = [store.authors_top(c, day_buckets(now_ms, BUCKETS_PER_AUTHOR), per_celebrity)
-                 for c in celeb_chunks]
-        reads += [store.authors_top(c, day_buckets(now_ms, fallback_buckets),
-                                    lim.per_fallback_author) for c in fallback_chunks]
+        celeb_days = day_buckets(now_ms, BUCKETS_PER_AUTHOR)
+        fallback_days = day_buckets(now_ms, fallback_buckets)
+        reads = [store.authors_top(c, celeb_days, per_celebrity) for c in celeb_chunks]
+        reads += [store.authors_top(c, fallback_days, lim.per_fallback_author) for c in fallback_chunks]
         results = await _settled([inbox, *reads], in_turn)
-        out.partitions = ([(a, b) for a in celebs for b in day_buckets(now_ms, BUCKETS_PER_AUTHOR)]
-                          + [(a, b) for a in fallback for b in day_buckets(now_ms, fallback_buckets)])
-        timed = any(until is not None and author in celeb_follows for author, until in celebrities)
+        out.partitions = ([(a, b) for a in celebs for b in celeb_days]
+                          + [(a, b) for a in fallback for b in fallback_days])
         try:
             blocked = await blocks
         except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
@@ -341,7 +342,7 @@ class SourceReader:
         except Exception:  # noqa: BLE001 - the snapshot ends early; the stream still works
             out.failed_sources.append("celebrity")
             celeb_follows = {}
-        celebs = merged_celebrities(celeb_follows, celebrities, now_ms, lim.max_celebrities)
+        celebs, _ = merged_celebrities(celeb_follows, celebrities, now_ms, lim.max_celebrities)
         chunks = _chunks(celebs, AUTHORS_PER_READ)
         labels = ["inbox"] + ["celebrity"] * len(chunks)
         buckets = day_buckets(now_ms, BUCKETS_PER_AUTHOR)
