@@ -44,7 +44,7 @@ import psycopg
 from confluent_kafka.admin import AdminClient
 
 from bench.read_graph import Cell, ReadGraph, add_small_cell, make_grid
-from bench.read_report import write_report
+from bench.read_report import REBUILD, write_report
 from bench.read_seed import log, seed_all
 from bench.read_servers import Server, Servers, store_pids
 from bench.workload import GraphSpec, generate
@@ -58,10 +58,6 @@ from services.common.topics import all_topics
 ROOT = Path(__file__).resolve().parents[1]
 PAGE_LIMIT = 20       # the seed's page size, both services
 CONNECTIONS = (1, 16)
-# Ours with snapshot reuse off (services/api/feed/reuse.py): the grid's readers ask for
-# their first page again and again with nothing changed in between, the best case for
-# reuse; this server's first pages are the other bound, every one built and stored.
-REBUILD = "ours-rebuild"
 # A page fetched to check it or to get a cursor is retried this often when shed (503).
 FETCH_ATTEMPTS = 5
 # How long cleanup waits for a store that another engineer's test is restarting.
