@@ -58,9 +58,10 @@ def test_a_row_is_live_only_under_the_copys_keys_or_if_the_copy_moved_since() ->
 
 
 def test_posts_with_rows_under_two_keys_are_in_doubt_and_the_live_row_wins() -> None:
-    from services.api.feed.candidates import rows_in_doubt
+    from services.api.feed.candidates import pooled
     inbox = [(99.0, 1, 7), (5.0, 2, 7), (4.0, 1, 7)]   # post 1: a stray row above its live one
-    assert rows_in_doubt([inbox, [(5.0, 2, 7)]]) == {1}
+    assert pooled([inbox, [(5.0, 2, 7)]]) == (sorted(inbox, reverse=True), {1})
+    assert pooled([inbox[1:], [(5.0, 2, 7)]]) == ([(5.0, 2, 7), (4.0, 1, 7)], set())
     rows, _ = merge_top([inbox], 10, live=lambda row: row[1] != 1 or row[0] == 4.0)
     assert rows == [(5.0, 2, 7), (4.0, 1, 7)]
 
