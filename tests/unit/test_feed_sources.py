@@ -2,7 +2,7 @@
 and the live-row rule (services/api/feed/candidates.py, bodies.PostView)."""
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from services.api.feed.bodies import PostView
@@ -13,6 +13,7 @@ ROWS = st.lists(st.tuples(st.floats(0, 2000), st.integers(1, 10**6), st.integers
 
 
 @given(st.lists(ROWS, max_size=5), st.integers(1, 60))
+@example([[(0.0, 1, 2), (0.0, 1, 1)]], 1)  # one post, one key, two author ids: still one row
 def test_merge_keeps_the_highest_rows_one_per_post(sources: list, depth: int) -> None:
     rows, more = merge_top(sources, depth)
     everything = [r for rows_ in sources for r in rows_]
@@ -60,8 +61,8 @@ def test_a_row_is_live_only_under_the_copys_keys_or_if_the_copy_moved_since() ->
 def test_posts_with_rows_under_two_keys_are_in_doubt_and_the_live_row_wins() -> None:
     from services.api.feed.candidates import pooled
     inbox = [(99.0, 1, 7), (5.0, 2, 7), (4.0, 1, 7)]   # post 1: a stray row above its live one
-    assert pooled([inbox, [(5.0, 2, 7)]]) == (sorted(inbox, reverse=True), {1})
-    assert pooled([inbox[1:], [(5.0, 2, 7)]]) == ([(5.0, 2, 7), (4.0, 1, 7)], set())
+    assert pooled([inbox, [(5.0, 2, 7)]]) == (sorted(inbox, reverse=True), {1}, True)
+    assert pooled([inbox[1:], [(5.0, 2, 7)]]) == ([(5.0, 2, 7), (4.0, 1, 7)], set(), False)
     rows, _ = merge_top([inbox], 10, live=lambda row: row[1] != 1 or row[0] == 4.0)
     assert rows == [(5.0, 2, 7), (4.0, 1, 7)]
 

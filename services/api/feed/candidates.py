@@ -190,10 +190,12 @@ def day_buckets(now_ms: int, count: int) -> list[int]:
     return [today - i for i in range(count) if today - i >= 0]
 
 
-def pooled(sources: Iterable[Sequence[Row]]) -> tuple[list[Row], set[int]]:
-    """Every row of the sources once, highest first; and the posts in doubt: those with
-    rows under more than one key (all but one were left behind by a race, a move's
-    tombstone lost or overtaken, and only the post's copy says which).
+def pooled(sources: Iterable[Sequence[Row]]) -> tuple[list[Row], set[int], bool]:
+    """Every row of the sources once, highest first; the posts in doubt: those with rows
+    under more than one key (all but one were left behind by a race, a move's tombstone
+    lost or overtaken, and only the post's copy says which); and whether any post has two
+    rows at all (in doubt, or one key under two author ids: never written, but a merge
+    must still give one row per post).
 
     Equal rows (a post in the inbox and in its author's partition under one key) are one
     row; set and sort are C, and the doubt check is one set of post ids unless some post
@@ -201,13 +203,13 @@ def pooled(sources: Iterable[Sequence[Row]]) -> tuple[list[Row], set[int]]:
     the API's CPU, py-spy 2026-12-01)."""
     rows = sorted(set(chain.from_iterable(sources)), reverse=True)
     if len({row[1] for row in rows}) == len(rows):
-        return rows, set()
+        return rows, set(), False
     keys: dict[int, float] = {}
     doubt: set[int] = set()
     for key, post_id, _author in rows:
         if keys.setdefault(post_id, key) != key:
             doubt.add(post_id)
-    return rows, doubt
+    return rows, doubt, True
 
 
 def merge_top(sources: Iterable[Sequence[Row]], depth: int, blocked: frozenset[int] = frozenset(),
@@ -215,8 +217,8 @@ def merge_top(sources: Iterable[Sequence[Row]], depth: int, blocked: frozenset[i
               live: Callable[[Row], bool] | None = None) -> tuple[list[Row], bool]:
     """The ``depth`` highest rows of all sources, one per post (its highest ``live`` row),
     minus blocked authors and excluded posts; and whether any row was left below them."""
-    rows, doubt = pooled(sources)
-    return top_of(rows, bool(doubt), depth, blocked, exclude, live)
+    rows, _doubt, doubled = pooled(sources)
+    return top_of(rows, doubled, depth, blocked, exclude, live)
 
 
 def top_of(rows: list[Row], doubled: bool, depth: int, blocked: frozenset[int] = frozenset(),
@@ -330,9 +332,9 @@ class SourceReader:
                                     lim.latest_depth, blocked)
             out.pure = not out.failed_sources and not timed
             return out, blocked  # every candidate is in: nothing to extend
-        pool, doubt = pooled(self._usable(["inbox", *labels], results, out))
+        pool, doubt, doubled = pooled(self._usable(["inbox", *labels], results, out))
         out.pure = not out.failed_sources and not timed and not doubt
-        rows, more = top_of(pool, bool(doubt), lim.depth, blocked, live=await self._live(doubt))
+        rows, more = top_of(pool, doubled, lim.depth, blocked, live=await self._live(doubt))
         out.rows, cut = read_through(rows, results[0], lim.depth,
                                      results[1:1 + len(celeb_chunks)], lim.per_celebrity, blocked)
         out.more = more or cut is not None
@@ -359,8 +361,8 @@ class SourceReader:
             reads = [store.inbox_top(reader_id, lim.depth, boundary)]
             reads += [store.authors_top(c, buckets, lim.per_celebrity, boundary) for c in chunks]
             results = await _settled(reads, store.from_memory)
-            pool, doubt = pooled(self._usable(labels, results, out))
-            rows, more = top_of(pool, bool(doubt), lim.depth, blocked,
+            pool, doubt, doubled = pooled(self._usable(labels, results, out))
+            rows, more = top_of(pool, doubled, lim.depth, blocked,
                                 lambda p: p > newest_id or exclude(p), await self._live(doubt))
             out.rows, cut = read_through(rows, results[0], lim.depth, results[1:],
                                          lim.per_celebrity, blocked)
