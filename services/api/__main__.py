@@ -48,7 +48,7 @@ def worker_app() -> FastAPI:
     settings = get_settings()
     configure_logging(access_log=settings.api_access_log)
     # uvicorn silenced its access log before calling us; configure_logging re-routed it.
-    # RequestContextMiddleware is the access log (5xx always, every request on demand).
+    # edge.Edge is the access log (5xx always, every request on demand).
     logging.getLogger("uvicorn.access").propagate = False
     return create_app(settings)
 
@@ -63,7 +63,7 @@ def main() -> None:
         raise SystemExit(f"services.api: {exc}") from None
     configure_logging(access_log=settings.api_access_log)
     workers = worker_count(settings.api_workers, usable_cores())
-    # uvicorn's access_log off: RequestContextMiddleware is the access log (logs.py).
+    # uvicorn's access_log off: edge.Edge is the access log (logs.py).
     if workers == 1:
         uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
                     log_config=None, access_log=False)

@@ -23,17 +23,18 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi.telemetry import TelemetryConfig
+from starlette.types import ASGIApp
 
 from services.common import pg
 from services.api.idgen import NodeLease, SnowflakeGenerator
 from services.common.secret_policy import require_safe_secrets
 from services.common.settings import Settings, get_settings
 
-from .metrics import ApiMetrics, MetricsMiddleware
+from .edge import Edge
+from .metrics import ApiMetrics
 from .problems import install_problem_handlers
 from . import runtime
 from .readiness import ReadinessChecks, cassandra_check, lease_check, postgres_check
-from .request_context import BodyLimitMiddleware, RequestContextMiddleware
 from .feed.wiring import close_read_path, open_read_path
 from .stream.wiring import open_stream
 from .routes import feed, health, moderation, posts, preferences, social, stream, web
@@ -100,21 +101,27 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 
+class FeedApi(FastAPI):
+    """FastAPI with ``edge.Edge`` outermost and the feed's fast path right inside it, both
+    outside FastAPI's own stack (its server-error, telemetry and body-limit layers, the
+    exception layer, routing). Every request gets its id, counters and access line once;
+    a warm ``GET /v1/feed`` (``routes.feed_fast``) pays for no other layer; everything
+    else goes through FastAPI as before, where unexpected errors become 500 problems."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return Edge(FeedFastPath(super().build_middleware_stack()), self.state.metrics,
+                    MAX_BODY_BYTES)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the API for ``settings`` (the process's settings by default)."""
-    app = FastAPI(title="Feed API", version="1.0.0", lifespan=lifespan,
+    app = FeedApi(title="Feed API", version="1.0.0", lifespan=lifespan,
                   openapi_url="/openapi.json", docs_url="/docs", redoc_url=None,
                   telemetry=NO_OTEL)
     app.state.settings = settings or get_settings()
     app.state.metrics = ApiMetrics()
     app.state.readiness = ReadinessChecks()
     install_problem_handlers(app)
-    # Last added is outermost: the request id wraps everything, including metrics; the
-    # feed's fast path is innermost, so it is counted, logged and size-checked as usual.
-    app.add_middleware(FeedFastPath)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=MAX_BODY_BYTES)
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
-    app.add_middleware(RequestContextMiddleware)
     for router in ROUTERS:
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=web.WEB), name="static")

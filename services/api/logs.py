@@ -1,6 +1,6 @@
 """Structured JSON logs carrying the request id of the request being served.
 
-``request_id_var`` is set by ``RequestContextMiddleware``; every record logged while a
+``request_id_var`` is set by ``edge.Edge``; every record logged while a
 request runs gets it, so one grep for an X-Request-ID finds all lines of that request.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 request_id_var: ContextVar[str | None] = ContextVar("request_id", default=None)
 
-# RequestContextMiddleware's logger: one INFO line per request when enabled, ERROR for 5xx.
+# edge.Edge's logger: one INFO line per request when enabled, ERROR for 5xx.
 ACCESS_LOGGER = "services.api.access"
 
 # Attributes every LogRecord has; anything else passed via ``extra=`` is emitted as a field.

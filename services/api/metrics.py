@@ -5,10 +5,8 @@ Each app gets its own registry, so several apps in one process (tests) do not co
 """
 from __future__ import annotations
 
-import time
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 # Buckets around the targets of DESIGN.md (15 ms / 30 ms page p95) and slow writes.
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.025, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -44,20 +42,18 @@ def route_label(scope: Scope) -> str:
     return path if isinstance(path, str) else "unmatched"
 
 
-class MetricsMiddleware:
-    """Count and time every HTTP request.
+class RequestSeries:
+    """The labelled request counter and latency children, per (method, route, status).
 
-    The labelled children are kept per (method, route, status): ``labels()`` checks and
-    stringifies its arguments and takes a lock on every call, twice per request. The
-    dict holds no more entries than the metrics already have series.
-    """
+    ``labels()`` checks and stringifies its arguments and takes a lock on every call, twice
+    per request; this keeps the children it returned. It holds no more entries than the
+    metrics already have series (routes are templates, ``route_label``)."""
 
-    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
-        self.app = app
+    def __init__(self, metrics: ApiMetrics) -> None:
         self.metrics = metrics
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
-    def _series(self, method: str, route: str, status: int) -> tuple[Counter, Histogram]:
+    def of(self, method: str, route: str, status: int) -> tuple[Counter, Histogram]:
         key = (method, route, status)
         series = self._children.get(key)
         if series is None:
@@ -65,23 +61,3 @@ class MetricsMiddleware:
                       self.metrics.latency.labels(method, route))
             self._children[key] = series
         return series
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def recording_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, recording_send)
-        finally:
-            count, latency = self._series(scope.get("method", ""), route_label(scope), status)
-            count.inc()
-            latency.observe(time.perf_counter() - started)

@@ -300,3 +300,21 @@ def test_a_first_page_shows_the_last_snapshot_again_until_its_sources_change(
         after = client.get("/v1/feed", params={"limit": 2}).json()
         assert after["feed_version"] not in (first["feed_version"], fresh["feed_version"])
         assert feed_ids(after) == [posts[1].post_id, posts[2].post_id]
+
+
+def test_a_bug_in_a_page_is_a_500_problem_both_ways_in(api_server: RunningApi, monkeypatch) -> None:
+    """The first request of a token goes through FastAPI, later ones through the fast
+    path outside FastAPI's error layer (routes/feed_fast.py): a bug answers alike."""
+    async def broken(*_args, **_kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(api_server.app.state.feed, "first_page", broken)
+    reader, answers = new_user_id(), []
+    for i in range(2):  # a connection each: after a bug FastAPI's way, uvicorn closes it
+        with api_server.client(reader) as client:
+            answers.append(client.get("/v1/feed", headers={"X-Request-ID": f"bug-{i}"}))
+    for i, answer in enumerate(answers):
+        assert answer.status_code == 500
+        assert answer.headers["content-type"].startswith("application/problem+json")
+        assert answer.json()["type"].endswith("/internal") and "a bug" not in answer.text
+        assert answer.headers["x-request-id"] == f"bug-{i}"

@@ -7,8 +7,9 @@ import logging
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
+from services.api.edge import Edge
 from services.api.logs import ACCESS_LOGGER, configure_logging
-from services.api.request_context import RequestContextMiddleware
+from services.api.metrics import ApiMetrics
 
 
 def _answering(status: int):
@@ -29,7 +30,7 @@ def _serve(status: int, request_id: str | None = None) -> list[Message]:
     async def send(message: Message) -> None:
         sent.append(message)
 
-    asyncio.run(RequestContextMiddleware(_answering(status))(scope, receive, send))
+    asyncio.run(Edge(_answering(status), ApiMetrics(), 1024)(scope, receive, send))
     return sent
 
 
@@ -84,3 +85,31 @@ def test_the_request_id_is_echoed_whether_or_not_the_line_is_written(access_logg
     configure_logging()
     start = _serve(200, "req-123.abc")[0]
     assert (b"x-request-id", b"req-123.abc") in start["headers"]
+
+
+def test_a_client_id_sent_twice_is_echoed_once_and_a_bad_one_replaced(access_logger_restored) -> None:
+    configure_logging()
+    start = _serve(200, "spaces are not allowed")[0]
+    [echoed] = [v for k, v in start["headers"] if k == b"x-request-id"]
+    assert len(echoed) == 32 and b" " not in echoed
+
+
+def test_a_declared_body_over_the_limit_is_refused_before_the_app_runs() -> None:
+    scope: Scope = {"type": "http", "method": "POST", "path": "/v1/posts",
+                    "headers": [(b"content-length", b"4096")]}
+    sent: list[Message] = []
+    ran: list[bool] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        ran.append(True)
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    asyncio.run(Edge(app, ApiMetrics(), 1024)(scope, receive, send))
+    assert not ran and sent[0]["status"] == 413
+    assert (b"content-type", b"application/problem+json") in sent[0]["headers"]
+    assert any(k == b"x-request-id" for k, _ in sent[0]["headers"])

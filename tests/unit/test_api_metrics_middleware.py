@@ -1,4 +1,4 @@
-"""MetricsMiddleware: every request counted and timed in its own (method, route, status)."""
+"""edge.Edge: every request counted and timed in its own (method, route, status)."""
 from __future__ import annotations
 
 import asyncio
@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 from starlette.types import Message, Receive, Scope, Send
 
-from services.api.metrics import ApiMetrics, MetricsMiddleware
+from services.api.edge import Edge
+from services.api.metrics import ApiMetrics
 
 
 def _answering(status: int, route: str | None):
@@ -25,7 +26,7 @@ def _serve(metrics: ApiMetrics, status: int, route: str | None, method: str = "G
     async def send(message: Message) -> None:
         return None
 
-    middleware = MetricsMiddleware(_answering(status, route), metrics=metrics)
+    middleware = Edge(_answering(status, route), metrics, 1024)
     asyncio.run(middleware({"type": "http", "method": method, "path": "/x", "headers": []},
                            receive, send))
 
@@ -50,7 +51,7 @@ def test_repeated_requests_keep_adding_to_their_own_series() -> None:
 
 def test_one_middleware_instance_counts_every_request_it_serves() -> None:
     metrics = ApiMetrics()
-    middleware = MetricsMiddleware(_answering(200, "/healthz"), metrics=metrics)
+    middleware = Edge(_answering(200, "/healthz"), metrics, 1024)
 
     async def receive() -> Message:
         return {"type": "http.request", "body": b"", "more_body": False}

@@ -4,8 +4,9 @@ A feed page is the request the product exists for (~1,000 per post), and at 16
 connections the framework around it cost more than the page: py-spy on a first page put
 dependency solving (the bearer scheme, ``CurrentUser``, two query parameters) at ~10 %
 of the API's samples, route matching and the exception/exit-stack layers at another
-~8 %. This ASGI layer, innermost of the app's middleware, answers a request itself
-only when everything FastAPI would check is already settled:
+~8 %. This ASGI layer, right inside ``edge.Edge`` and outside FastAPI's own stack
+(``app.FeedApi``), answers a request itself only when everything FastAPI would check
+is already settled:
 
 - the method is GET and the path exactly ``/v1/feed``;
 - the bearer token is one this process verified before and has not expired
@@ -18,7 +19,8 @@ Anything else (no or new token, an unknown user, a bad or repeated parameter, no
 reader) goes on to the FastAPI route, which gives the documented answer or problem. The
 page itself is ``routes.feed.serve``, the route's own code, so a response does not
 depend on which way it went; the route object is put in the scope, so metrics and the
-access log label the request ``/v1/feed`` as usual.
+access log label the request ``/v1/feed`` as usual, and an unexpected error is the same
+500 problem FastAPI's handler gives (``problems.unexpected_response``).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from services.api.feed.cursor import MAX_CURSOR_CHARS, ORDERS
 
 from ..auth import known_principal
-from ..problems import ProblemError, problem_response
+from ..problems import ProblemError, problem_response, unexpected_response
 from ..request_context import scope_header
 from .feed import DEFAULT_LIMIT, FEED_PATH, MAX_LIMIT, router, serve
 
@@ -101,6 +103,9 @@ class FeedFastPath:
             response = problem_response(exc.kind, exc.detail, request=Request(scope),
                                         headers=exc.headers, **exc.extra)
             await response(scope, receive, send)
+            return
+        except Exception as exc:  # noqa: BLE001 - outside FastAPI's server-error layer
+            await unexpected_response(Request(scope), exc)(scope, receive, send)
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", str(len(body)).encode()), *_JSON_HEADERS]})
