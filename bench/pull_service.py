@@ -23,9 +23,10 @@ It is the baseline, so it gets every advantage a real one would have:
   ``create_baseline_indexes``); the blocks primary key and ``blocks_reverse`` (0001_core)
   serve both block directions;
 * prepared statements on every pooled connection, JIT off (a JIT compile costs more
-  than a whole page here), no request logging, no middleware but ``FastFeed``: the same
-  ASGI fast path for a well-formed ``GET /v1/feed`` as ours, and the same memory of
-  verified tokens (``VerifiedTokens``).
+  than a whole page here), no request logging, FastAPI's telemetry off, no middleware but
+  ``FastFeed``: the same ASGI fast path for a well-formed ``GET /v1/feed`` as ours, outside
+  FastAPI's own layers as ours is, and the same memory of verified tokens
+  (``VerifiedTokens``).
 
 Cursor: ``<payload>.<mac>`` base64url, payload = reader, created_at (µs), post_id; HMAC-SHA256
 with the first ``Settings.cursor_keys`` secret, bound to the reader (a tampered or another
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import hmac
 import os
 from datetime import datetime, timezone
@@ -47,6 +47,7 @@ import uvicorn
 from fastapi import FastAPI, Header, Query, Response
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from services.api.app import NO_OTEL
 from services.api.auth import TokenRejected, VerifiedTokens
 from services.api.routes.feed_fast import feed_query as parse_feed_query
 from services.common.settings import Settings, get_settings
@@ -111,7 +112,7 @@ class CursorCodec:
         self._secret = secret
 
     def _mac(self, payload: bytes) -> bytes:
-        return hmac.new(self._secret, payload, hashlib.sha256).digest()
+        return hmac.digest(self._secret, payload, "sha256")  # OpenSSL's one-shot, as ours
 
     def encode(self, reader: int, created_at: datetime, post_id: int) -> str:
         micros = int(created_at.timestamp() * 1_000_000)
@@ -225,8 +226,15 @@ def create_app(settings: Settings, shape: str) -> FastAPI:
                 "next_cursor": cursors.encode(reader, last[3], last[0]) if last else None}
         return 200, orjson.dumps(body), "application/json", {}
 
-    app = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
-    app.add_middleware(FastFeed, answer=answer)
+    class PullApi(FastAPI):
+        """``FastFeed`` outside FastAPI's own stack, as ours has its fast path
+        (``services.api.app.FeedApi``)."""
+
+        def build_middleware_stack(self) -> Any:
+            return FastFeed(super().build_middleware_stack(), answer=answer)
+
+    app = PullApi(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None,
+                  telemetry=NO_OTEL)
 
     @app.get("/healthz")
     async def healthz() -> Response:

@@ -156,7 +156,8 @@ def profile_run(server: Server, entries: list[tuple[str, str]], connections: int
     out = Path(args.out) / "profiles" / f"{label}.txt"
     out.parent.mkdir(parents=True, exist_ok=True)
     spy = subprocess.Popen([str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid",
-                            str(server.pid), "--subprocesses", "--format", "raw", "--rate", "200",
+                            str(server.pid), "--subprocesses", "--format", "raw", "--rate", str(args.profile_rate),
+                            *(["--gil"] if args.profile_gil else []),
                             "--duration", str(int(args.duration)), "--output", str(out)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)  # py-spy attached before the load starts
@@ -262,6 +263,13 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="after ours' runs at the most connections, one unrecorded run "
                              "under py-spy (profiles/ beside the report)")
+    parser.add_argument("--profile-rate", type=int, default=200,
+                        help="py-spy samples per second (more: a finer profile, more of the "
+                             "server's CPU taken by the sampler)")
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="sample only the thread holding the GIL: where the Python work "
+                             "goes, without threads that wait for the GIL or idle in C (the "
+                             "driver's reactor, thread pools) counted as busy")
     args = parser.parse_args()
     args.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     now = datetime.now(timezone.utc)
