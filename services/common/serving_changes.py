@@ -2,7 +2,7 @@
 
 Contract: ``schemas/serving-changes.{key,value}.v1.json``. The read path keeps the
 copies a page needs (post states, readers' follows and blocks, author-timeline tops, inbox
-tops) in
+tops, readers' stored preferences) in
 an in-process cache (services/api/feed/serving_cache.py); a notice tells every API
 process which entries to drop. The writer publishes a notice only after Cassandra
 acknowledged the write, and waits for the broker's acknowledgement before the source
@@ -32,14 +32,15 @@ class ServingChange:
     graphs: tuple[int, ...] = ()                   # users whose follows or blocks changed
     timelines: tuple[tuple[int, int], ...] = ()    # (author_id, day bucket)
     inboxes: tuple[int, ...] = ()                  # readers whose feed_inbox rows changed
+    preferences: tuple[int, ...] = ()              # readers whose stored preferences changed
 
     def __bool__(self) -> bool:
-        return bool(self.posts or self.graphs or self.timelines or self.inboxes)
+        return bool(self.posts or self.graphs or self.timelines or self.inboxes or self.preferences)
 
 
 def encode(change: ServingChange) -> tuple[bytes, bytes]:
     """(key, value) of a notice (ids as decimal strings, like every JSON body)."""
-    first = next(iter(change.posts or change.graphs or change.inboxes
+    first = next(iter(change.posts or change.graphs or change.inboxes or change.preferences
                       or tuple(a for a, _ in change.timelines)), 0)
     value: dict[str, object] = {}
     if change.posts:
@@ -50,6 +51,8 @@ def encode(change: ServingChange) -> tuple[bytes, bytes]:
         value["timelines"] = [[str(a), b] for a, b in change.timelines]
     if change.inboxes:
         value["inboxes"] = [str(r) for r in change.inboxes]
+    if change.preferences:
+        value["preferences"] = [str(r) for r in change.preferences]
     return json.dumps(str(first)).encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
@@ -71,7 +74,7 @@ def parse(raw_value: bytes | str | None) -> ServingChange | None:
     value = json_object(raw_value, "serving-changes value")
     if value is None:
         return None
-    extra = set(value) - {"posts", "graphs", "timelines", "inboxes"}
+    extra = set(value) - {"posts", "graphs", "timelines", "inboxes", "preferences"}
     if extra:
         raise MalformedEnvelope(f"unknown fields {sorted(extra)}")
     timelines = value.get("timelines") or []
@@ -84,7 +87,8 @@ def parse(raw_value: bytes | str | None) -> ServingChange | None:
             raise MalformedEnvelope(f"timeline {pair!r} is not [author_id, bucket]")
         parts.append((_ids([pair[0]], "timelines")[0], pair[1]))
     return ServingChange(_ids(value.get("posts"), "posts"), _ids(value.get("graphs"), "graphs"),
-                         tuple(parts), _ids(value.get("inboxes"), "inboxes"))
+                         tuple(parts), _ids(value.get("inboxes"), "inboxes"),
+                         _ids(value.get("preferences"), "preferences"))
 
 
 class ChangeSink(Protocol):
@@ -130,9 +134,11 @@ class Notices:
 
 def split(change: ServingChange) -> Iterable[ServingChange]:
     """``change`` as notices of at most ``MAX_IDS`` ids per list."""
-    n = max(len(change.posts), len(change.graphs), len(change.timelines), len(change.inboxes))
+    n = max(len(change.posts), len(change.graphs), len(change.timelines), len(change.inboxes),
+            len(change.preferences))
     for i in range(0, max(n, 1), MAX_IDS):
         part = ServingChange(change.posts[i:i + MAX_IDS], change.graphs[i:i + MAX_IDS],
-                             change.timelines[i:i + MAX_IDS], change.inboxes[i:i + MAX_IDS])
+                             change.timelines[i:i + MAX_IDS], change.inboxes[i:i + MAX_IDS],
+                             change.preferences[i:i + MAX_IDS])
         if part:
             yield part

@@ -279,17 +279,19 @@ class Settings(BaseSettings):
     # slower than the first-page rate costs bounded memory, not a growing queue.
     feed_snapshot_max_pending: int = 4096
     # Serving cache (services/api/feed/serving_cache.py): the copies a page reads (post
-    # states, readers' follows and blocks, author-timeline tops, inbox tops), dropped by
-    # the workers' serving-changes notices and bypassed while those notices may be late.
-    # Sizes: posts (~0.4 KB each), follow entries over all cached readers (~0.1 KB each),
-    # timeline partitions (~0.5 KB each), readers' inbox tops (~2.5 KB each): about
-    # 110 MB per API process at these defaults. Entries
+    # states, readers' follows and blocks, author-timeline tops, inbox tops, stored
+    # preferences), dropped by the serving-changes notices of the workers (and of the API
+    # for preferences) and bypassed while those notices may be late. Sizes: posts
+    # (~0.4 KB each), follow entries over all cached readers (~0.1 KB each), timeline
+    # partitions (~0.5 KB each), readers' inbox tops (~2.5 KB each), preferences (~0.1 KB
+    # each): about 120 MB per API process at these defaults. Entries
     # also expire after ``feed_cache_ttl_s``, a bound on what a lost notice could cost.
     feed_cache_enabled: bool = True
     feed_cache_posts: int = 100_000
     feed_cache_follows: int = 200_000
     feed_cache_timelines: int = 20_000
     feed_cache_inboxes: int = 20_000
+    feed_cache_preferences: int = 100_000
     feed_cache_ttl_s: float = 300.0
     # Notices older than this (the consumer's last fetch response) make the cache stand
     # aside: reads go to Cassandra until the consumer is current again.

@@ -100,3 +100,23 @@ def test_a_stored_preference_orders_first_pages_that_name_no_order(api_server: R
     other = new_user_id()
     with api_server.client(other) as client:  # one reader's preference is only theirs
         assert client.get("/v1/me/preferences").json() == {"feed_order": "ranked"}
+
+
+def test_a_kept_preference_changes_with_the_notice_of_its_change(api_server: RunningApi,
+                                                                 world: FeedWorld) -> None:
+    """Preferences are serving-cache entries: read once, then used from memory until a
+    notice names the reader, from another process or from this one's own PUT."""
+    reader, author = new_user_id(), new_user_id()
+    world.follow(reader, author)
+    world.write(author, at=utc_now() - timedelta(minutes=5), inbox_of=[reader])
+    notices = api_server.app.state.api_notices
+    with api_server.client(reader) as client:
+        assert client.get("/v1/feed").json()["order"] == "ranked"  # read once and kept
+        world.store_preference(reader, "latest")  # stored through another process
+        world.seen_by(api_server)
+        assert client.get("/v1/feed").json()["order"] == "latest"
+        assert client.get("/v1/me/preferences").json() == {"feed_order": "latest"}
+        sent = notices._notices.sent
+        assert client.put("/v1/me/preferences", json={"feed_order": "ranked"}).status_code == 200
+        assert notices._notices.sent == sent + 1  # acknowledged by the broker before the 200
+        assert client.get("/v1/feed").json()["order"] == "ranked"

@@ -29,7 +29,7 @@ from services.common import cql, ids
 from services.common.cql_async import CqlRunner
 from services.common.settings import Settings
 from services.common.event_publisher import EventPublisher
-from services.common.serving_changes import Notices
+from services.common.serving_changes import Notices, ServingChange
 from services.common.topics import author_events_topic, inbox_events_topic, serving_changes_topic
 from .waiting import wait_until
 from services.fanout.audience import PostFields
@@ -129,6 +129,13 @@ class FeedWorld:
 
     def block(self, blocker: int, blocked: int) -> None:
         self.run(self.copies.add_block(blocker, blocked, next(_TS)))
+        self._settled()
+
+    def store_preference(self, reader: int, order: str) -> None:
+        """A feed order stored and announced as another API process does (preferences.py)."""
+        self.session.execute("INSERT INTO reader_preferences (reader_id, feed_order, updated_at) "
+                             "VALUES (%s, %s, toTimestamp(now()))", (reader, order))
+        self.run(self.notices.changed(ServingChange(preferences=(reader,))))
         self._settled()
 
     def make_celebrity(self, author: int) -> None:

@@ -9,6 +9,8 @@ from services.api.feed.preferences import Preferences
 
 
 class _Store:
+    from_memory = False  # a store without the serving cache (or with it standing aside)
+
     def __init__(self) -> None:
         self.orders: dict[int, str] = {}
         self.reads = 0

@@ -38,6 +38,7 @@ class FakeStore:
         self.posts_rows = {POST: (POST, AUTHOR, 7, 1, False, 1.5, None, 9, "hi")}
         self.timeline = {(AUTHOR, BUCKET): [(2.0, POST, AUTHOR), (1.0, POST - 1, AUTHOR)]}
         self.inbox = {READER: [(3.5, POST, AUTHOR), (1.25, POST - 5, OTHER)]}
+        self.orders: dict[int, str] = {}
         self.calls: list[str] = []
         self.gate: asyncio.Event | None = None
 
@@ -69,6 +70,17 @@ class FakeStore:
         self.calls.append("inbox_top" if after is None else "inbox_after")
         return self.inbox.get(reader_id, [])[:limit]
 
+    async def feed_order(self, reader_id):
+        self.calls.append("feed_order")
+        order = self.orders.get(reader_id)  # what the read sees, when it reaches the node
+        if self.gate is not None:
+            await self.gate.wait()
+        return order
+
+    async def save_feed_order(self, reader_id, order):
+        self.calls.append("save_feed_order")
+        self.orders[reader_id] = order
+
     async def load_snapshot(self, reader_id, version):
         self.calls.append("load_snapshot")
         return None
@@ -81,7 +93,7 @@ def views(cache: ServingCache, store: FakeStore) -> PostCopies:
 def make(*, live: bool = True, max_following: int = 100, follows: int = 1000):
     clock = Clock()
     cache = ServingCache(posts=100, follows=follows, timelines=100, inboxes=100, ttl_s=60, max_silence_s=2,
-                         monotonic=clock)
+                         preferences=100, monotonic=clock)
     if live:
         cache.go_live({0: 0})
     store = FakeStore()
@@ -252,7 +264,7 @@ def test_reads_are_awaited_in_turn_only_while_the_cache_answers():
 # -- notices ---------------------------------------------------------------------------------
 def test_notices_round_trip_and_conform_to_the_schema():
     change = ServingChange(posts=(POST,), graphs=(READER, AUTHOR), timelines=((AUTHOR, BUCKET),),
-                           inboxes=(READER,))
+                           inboxes=(READER,), preferences=(OTHER,))
     key, value = encode(change)
     assert parse(value) == change
     assert validation_errors("serving-changes", json.loads(key), json.loads(value)) == []
@@ -329,3 +341,56 @@ def test_post_copies_answered_with_rows_of_another_request_count_as_a_failed_rea
     good = [(POST, AUTHOR, 1_000, 1, False, 2.5, None, 7, "text")]
     got = asyncio.run(PostCopies(Store(good), BodyCache(10)).fetch(asked))  # type: ignore[arg-type]
     assert set(got.views) == {POST} and got.failed == set()
+
+
+# -- preferences -----------------------------------------------------------------------------
+def test_a_preference_is_read_once_and_kept_until_a_notice_names_its_reader():
+    from services.api.feed.preferences import Preferences
+
+    cached, store, cache, clock = make()
+    sent: list[ServingChange] = []
+
+    class Sink:
+        async def changed(self, change: ServingChange) -> None:
+            sent.append(change)
+
+    prefs = Preferences(cached, ttl_s=5, monotonic=clock, notices=Sink())  # type: ignore[arg-type]
+    assert run(prefs.feed_order(READER)) == "ranked"  # nothing stored: read once, kept
+    clock.t += 30  # far past the 5 s the process alone would keep it
+    cache.heard()  # the notice consumer is still current
+    assert run(prefs.feed_order(READER)) == "ranked"
+    assert store.calls == ["feed_order"]
+    store.orders[READER] = "latest"  # stored through another process ...
+    assert run(prefs.feed_order(READER)) == "ranked"
+    cache.apply(ServingChange(preferences=(READER,)))  # ... whose notice arrives
+    assert run(prefs.feed_order(READER)) == "latest" and store.calls == ["feed_order"] * 2
+    run(prefs.set_feed_order(READER, "ranked"))  # stored here: announced, used at once
+    assert sent == [ServingChange(preferences=(READER,))]
+    assert run(prefs.feed_order(READER)) == "ranked"
+    cache.apply(ServingChange(inboxes=(READER,), graphs=(READER,)))  # other kinds: kept
+    assert run(prefs.feed_order(READER)) == "ranked" and store.calls.count("feed_order") == 3
+
+
+def test_a_preference_read_overlapping_its_notice_is_not_kept():
+    cached, store, cache, _ = make()
+
+    async def overlapped() -> str | None:
+        store.gate = asyncio.Event()
+        read = asyncio.ensure_future(cached.feed_order(READER))
+        await asyncio.sleep(0)
+        store.orders[READER] = "latest"
+        cache.apply(ServingChange(preferences=(READER,)))  # arrives while the read is out
+        store.gate.set()
+        return await read
+
+    assert run(overlapped()) is None  # what the read saw ...
+    store.gate = None
+    assert run(cached.feed_order(READER)) == "latest"  # ... was not kept
+    assert cache.stale_fills == 1
+
+
+def test_preferences_are_read_through_while_the_cache_stands_aside():
+    cached, store, cache, _ = make(live=False)
+    store.orders[READER] = "latest"
+    assert [run(cached.feed_order(READER)) for _ in range(2)] == ["latest", "latest"]
+    assert store.calls == ["feed_order", "feed_order"] and len(cache.preferences) == 0

@@ -10,6 +10,10 @@ Cassandra) until the restarted consumer is positioned again.
 
 A notice that cannot be parsed cannot say what to drop, so it drops everything (counted
 and logged); every API process reads the same record, so it is not dead-lettered here.
+
+``ApiNotices`` is the other direction: the notices of what the API itself stores and
+every process caches (a reader's preferences), published and acknowledged before the
+request that stored it answers.
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from services.common.serving_changes import parse
+from services.common.event_publisher import EventPublisher
+from services.common.serving_changes import Notices, ServingChange, parse
 from services.common.settings import Settings
 from services.common.topics import serving_changes_topic
 
@@ -142,7 +147,33 @@ class CacheCollector:
         entries.add_metric(("graph",), len(cache.graphs))
         entries.add_metric(("timeline",), len(cache.timelines))
         entries.add_metric(("inbox",), len(cache.inboxes))
+        entries.add_metric(("preferences",), len(cache.preferences))
         yield entries
+
+
+class ApiNotices:
+    """A ``ChangeSink`` for the API's own writes. Its producer (idempotent, acks=all) is
+    started by the first notice, so a process that stores nothing opens no connection;
+    a failed start is tried again by the next one."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._publisher = EventPublisher(settings)
+        self._notices = Notices(self._publisher, serving_changes_topic(settings.topic_prefix))
+        self._started: asyncio.Task[None] | None = None
+
+    async def changed(self, change: ServingChange) -> None:
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_task(self._publisher.start())
+        try:
+            await asyncio.shield(self._started)
+        except Exception:
+            self._started = None
+            raise
+        await self._notices.changed(change)
+
+    async def close(self) -> None:
+        if self._started is not None and self._started.done() and not self._started.exception():
+            await self._publisher.stop()
 
 
 def register_collector(registry: CollectorRegistry, cache: ServingCache, stats: NoticeStats) -> None:

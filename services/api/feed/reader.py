@@ -38,6 +38,7 @@ from services.common.activity import REGENERATING
 from services.api.feed.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
                                     decode_cursor, encode_cursor)
 from services.common.ranking import Ranked
+from services.common.serving_changes import NO_NOTICES, ChangeSink
 from services.common.settings import Settings
 
 from . import candidates as cand
@@ -98,7 +99,8 @@ class _Walk:
 class FeedReader:
     def __init__(self, store: FeedStore, copies: PostCopies, settings: Settings,
                  metrics: FeedMetrics, clock: Callable[[], datetime],
-                 activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None) -> None:
+                 activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None,
+                 notices: ChangeSink = NO_NOTICES) -> None:
         self._store = store
         # The reader's last snapshot shown again while its sources are unchanged
         # (reuse.py); None: every first page builds one.
@@ -110,7 +112,8 @@ class FeedReader:
         self._metrics = metrics
         self._clock = clock
         self._keys = CursorKeys.parse(settings.cursor_keys.get_secret_value())
-        self.preferences = Preferences(store, settings.feed_preferences_cache_s)
+        # Stored changes are announced through ``notices`` (the serving cache's entries).
+        self.preferences = Preferences(store, settings.feed_preferences_cache_s, notices=notices)
         self._celebrities = cand.CelebrityList(store, settings.feed_celebrities_cache_s)
         self._snapshots = snapshot.SnapshotCache(settings.feed_snapshot_cache_size,
                                                  settings.feed_snapshot_ttl_s)

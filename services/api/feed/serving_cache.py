@@ -3,7 +3,8 @@
 A feed page reads, besides the reader's inbox top, copies that change rarely compared
 with how often they are read (seed: ~1,000 reads per post): post states and bodies, the
 reader's follows and blocks, the top rows of author-timeline partitions (followed
-celebrities, the fan-out-behind fallback), and the top of the reader's inbox.
+celebrities, the fan-out-behind fallback), the top of the reader's inbox, and the
+reader's stored preferences (which a first page without ``order`` reads).
 ``CachedFeedStore`` answers those reads from this process's memory and reads Cassandra
 only on a miss, so a warm page reads nothing (the snapshot is written behind it,
 snapshot_writer.py), instead of six to ten requests.
@@ -149,7 +150,8 @@ class ServingCache:
     with the rules above."""
 
     def __init__(self, *, posts: int, follows: int, timelines: int, inboxes: int, ttl_s: float,
-                 max_silence_s: float, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 max_silence_s: float, preferences: int = 0,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._monotonic = monotonic
         self._ttl_s = ttl_s
         self._max_silence_s = max_silence_s
@@ -157,6 +159,7 @@ class ServingCache:
         self.graphs = _Lru("graph", follows, lambda g: g.size)
         self.timelines = _Lru("timeline", timelines)
         self.inboxes = _Lru("inbox", inboxes)
+        self.preferences = _Lru("preferences", preferences)  # reader -> (feed_order or None,)
         self.epoch = 0
         # What the last RECENT_NOTICES notices dropped, by epoch: a fill that overlapped
         # notices is kept unless one of them named its key. A clear is recorded as None
@@ -166,8 +169,8 @@ class ServingCache:
         # partition -> offset after the last notice applied (or the start position):
         # everything a writer saw acknowledged below it is reflected here.
         self.applied: dict[int, int] = {}
-        self.hits = {"post": 0, "graph": 0, "timeline": 0, "inbox": 0}
-        self.misses = {"post": 0, "graph": 0, "timeline": 0, "inbox": 0}
+        self.hits = {"post": 0, "graph": 0, "timeline": 0, "inbox": 0, "preferences": 0}
+        self.misses = {"post": 0, "graph": 0, "timeline": 0, "inbox": 0, "preferences": 0}
         self.stale_fills = 0
 
     # -- the consumer's side -----------------------------------------------------------
@@ -190,7 +193,8 @@ class ServingCache:
         self.epoch += 1
         self._recent.append((self.epoch, frozenset(
             [("post", p) for p in change.posts] + [("graph", u) for u in change.graphs]
-            + [("timeline", t) for t in change.timelines] + [("inbox", r) for r in change.inboxes])))
+            + [("timeline", t) for t in change.timelines] + [("inbox", r) for r in change.inboxes]
+            + [("preferences", r) for r in change.preferences])))
         for post_id in change.posts:
             self.posts.pop(post_id)
         for user_id in change.graphs:
@@ -199,6 +203,8 @@ class ServingCache:
             self.timelines.pop(key)
         for reader_id in change.inboxes:
             self.inboxes.pop(reader_id)
+        for reader_id in change.preferences:
+            self.preferences.pop(reader_id)
 
     def clear(self) -> None:
         self.epoch += 1
@@ -207,6 +213,7 @@ class ServingCache:
         self.graphs.clear()
         self.timelines.clear()
         self.inboxes.clear()
+        self.preferences.clear()
 
     # -- the read path's side ----------------------------------------------------------
     @property
@@ -391,3 +398,24 @@ class CachedFeedStore:
                 cache.fill(cache.timelines, epoch, key, Partition(per_partition, tuple(part)))
             out += rows
         return out
+
+    # -- preferences ---------------------------------------------------------------------
+    async def feed_order(self, reader_id: int) -> str | None:
+        cache = self.cache
+        if not cache.usable:
+            return await self._store.feed_order(reader_id)
+        held = cache.preferences.get(reader_id, cache.now())
+        if held is not None:
+            cache.hits["preferences"] += 1
+            return held[0]  # type: ignore[no-any-return]
+        cache.misses["preferences"] += 1
+        epoch = cache.epoch
+        order = await self._store.feed_order(reader_id)
+        cache.fill(cache.preferences, epoch, reader_id, (order,))
+        return order
+
+    async def save_feed_order(self, reader_id: int, order: str) -> None:
+        """Stored, and this process's entry dropped; the caller's notice drops it in
+        every process (``preferences.Preferences.set_feed_order``)."""
+        await self._store.save_feed_order(reader_id, order)
+        self.cache.preferences.pop(reader_id)

@@ -23,7 +23,7 @@ from services.common.store_health import watch_cassandra
 from .activity import InboxRebuilder, ReaderActivity
 from .bodies import BodyCache, PostCopies
 from .metrics import FeedMetrics
-from .notices import NoticeStats, register_collector
+from .notices import ApiNotices, NoticeStats, register_collector
 from .reader import FeedReader, utc_now
 from .reuse import SnapshotReuse
 from .serving_cache import CachedFeedStore, ServingCache
@@ -43,7 +43,9 @@ def _build(app: FastAPI, settings: Settings) -> None:
     if settings.feed_cache_enabled:
         cache = ServingCache(posts=settings.feed_cache_posts, follows=settings.feed_cache_follows,
                              timelines=settings.feed_cache_timelines,
-                             inboxes=settings.feed_cache_inboxes, ttl_s=settings.feed_cache_ttl_s,
+                             inboxes=settings.feed_cache_inboxes,
+                             preferences=settings.feed_cache_preferences,
+                             ttl_s=settings.feed_cache_ttl_s,
                              max_silence_s=settings.feed_cache_max_silence_s)
         stats = NoticeStats()
         register_collector(app.state.metrics.registry, cache, stats)
@@ -70,7 +72,9 @@ def _build(app: FastAPI, settings: Settings) -> None:
         # At most half the snapshot's TTL: a reused snapshot's next pages still have time.
         reuse = SnapshotReuse(cache, min(settings.feed_snapshot_reuse_s, settings.feed_snapshot_ttl_s / 2),
                               settings.feed_snapshot_reuse_size)
-    app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse)
+    notices = ApiNotices(settings)
+    app.state.api_notices = notices
+    app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices)
 
 
 async def open_read_path(app: FastAPI) -> None:
@@ -82,9 +86,10 @@ async def close_read_path(app: FastAPI) -> None:
     reader = getattr(app.state, "feed", None)
     if reader is not None:
         await reader.close()  # queued snapshots stored before the session closes
-    rebuilder = getattr(app.state, "inbox_rebuilder", None)
-    if rebuilder is not None:
-        await rebuilder.close()
+    for closing in ("inbox_rebuilder", "api_notices"):
+        part = getattr(app.state, closing, None)
+        if part is not None:
+            await part.close()
     session = getattr(app.state, "cassandra", None)
     if session is not None:
         await asyncio.to_thread(session.cluster.shutdown)
