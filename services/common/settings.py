@@ -214,7 +214,7 @@ class Settings(BaseSettings):
     # Feed read path (services/api/feed, docs/read-path.md).
     # Snapshot lifetime: long enough to read a session's worth of pages (a few minutes of
     # scrolling), short enough that a stale ranking does not outlive its usefulness.
-    # Matches feed_snapshots' default_time_to_live (900 s); tests shorten it.
+    # Matches feed_snapshot_slots' default_time_to_live (900 s); tests shorten it.
     feed_snapshot_ttl_s: int = 900
     # Entries a first page ranks into its snapshot, read from the top (highest rank key)
     # of each source: 5 pages of 20. A walk past them extends the snapshot by as many

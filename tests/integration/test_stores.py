@@ -5,13 +5,12 @@ import asyncio
 import gc
 import time
 import uuid
-from datetime import datetime, timezone
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from cassandra.cluster import ResponseFuture
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from services.api.feed.snapshot_writer import PendingSnapshot
+from services.api.feed.snapshot_writer import SlotRow
 from services.api.feed.store import FeedStore
 from services.common import cql, pg
 from services.common.cql_async import CqlRunner
@@ -133,8 +132,7 @@ def test_finished_cassandra_requests_leave_no_cycles_for_the_collector(settings:
     async def scenario() -> None:
         for i in range(20):
             await feed.inbox_top(i, 10)
-            await feed.save_snapshots([PendingSnapshot(i, f"v-{i}", b"\x02\x00", datetime.now(timezone.utc),
-                                                       60)], 2.0)
+            await feed.save_snapshot_slot(SlotRow(f"slot{i}", 0, b"\x01\x00\x00", 60, 0), 2.0)
             await runner.execute(select, (i,))
 
     gc.collect()

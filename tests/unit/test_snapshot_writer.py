@@ -1,50 +1,94 @@
-"""Snapshots stored behind the page (services/api/feed/snapshot_writer.py)."""
+"""Snapshots stored behind the page, a slot row per batch (services/api/feed/snapshot_writer.py,
+the slot format in snapshot.py)."""
 from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
 
-from services.api.feed.snapshot_writer import PendingSnapshot, SnapshotWriter
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.api.feed import snapshot
+from services.api.feed.snapshot_writer import PendingSnapshot, SlotRow, SnapshotWriter
 
 AT = datetime(2026, 11, 30, tzinfo=timezone.utc)
 
 
-def snap(i: int, size: int = 100) -> PendingSnapshot:
-    return PendingSnapshot(i, f"v-{i}", b"x" * size, AT, 900)
+def placed(writer: SnapshotWriter, i: int, size: int = 100) -> PendingSnapshot:
+    """A first page's snapshot: its version placed by the writer, then submitted."""
+    item = PendingSnapshot(i, writer.place(AT, size), bytes([i % 256]) * size, AT, 900)
+    writer.submit(item)
+    return item
 
 
-def test_snapshots_queued_together_are_stored_as_bounded_batches():
-    stored: list[list[int]] = []
+def readers(row: SlotRow) -> list[int]:
+    return [r for r in range(64) if any(
+        snapshot.find_in_slot([row.payload], r, f"v-20261130-000000-{row.slot}.{i:x}")
+        for i in range(16))]
 
-    async def save(batch, timeout_s):
-        stored.append([s.reader_id for s in batch])
+
+def test_snapshots_placed_together_are_stored_as_bounded_slot_rows():
+    stored: list[SlotRow] = []
+
+    async def save(row, timeout_s):
+        stored.append(row)
 
     async def scenario():
-        writer = SnapshotWriter(save, lambda n: None, delay_s=0.01, max_batch=3, max_bytes=250)
-        for i in range(7):
-            writer.submit(snap(i))
+        writer = SnapshotWriter(save, lambda n: None, delay_s=0.01, max_batch=3, max_bytes=250,
+                                prefix="a" * 12)
+        items = [placed(writer, i) for i in range(7)]
         assert stored == []  # nothing on the page's path
         await writer.close()
-        return writer
+        return writer, items
 
-    writer = asyncio.run(scenario())
-    # 3 per batch by count, but 250 bytes hold only 2 snapshots of 100.
-    assert stored == [[0, 1], [2, 3], [4, 5], [6]] and writer.batches == 4
+    writer, items = asyncio.run(scenario())
+    # 3 per slot by count, but 250 bytes hold only 2 snapshots of 100.
+    assert [readers(r) for r in stored] == [[0, 1], [2, 3], [4, 5], [6]] and writer.batches == 4
+    assert {r.part for r in stored} == {0} and [r.count for r in stored] == [2, 2, 2, 1]
+    for item in items:  # each found by its version alone, in the row its version names
+        [row] = [r for r in stored if r.slot == snapshot.slot_of(item.feed_version)]
+        assert snapshot.find_in_slot([row.payload], item.reader_id, item.feed_version) == (
+            item.blob, int(AT.timestamp() * 1000))
+        assert snapshot.find_in_slot([row.payload], item.reader_id + 1, item.feed_version) is None
 
 
-def test_a_failed_batch_is_counted_and_the_next_ones_still_go():
+def test_a_snapshot_stored_again_is_a_part_of_its_slot_and_the_longer_copy_wins():
+    stored: list[SlotRow] = []
+
+    async def save(row, timeout_s):
+        stored.append(row)
+
+    async def scenario():
+        writer = SnapshotWriter(save, lambda n: None, delay_s=0, prefix="b" * 12)
+        first = placed(writer, 1)
+        await writer.close()
+        longer = PendingSnapshot(1, first.feed_version, first.blob + b"more", AT, 600)
+        writer.submit(longer)  # its slot was stored already: a part of its own
+        await writer.close()
+        return first, longer
+
+    first, longer = asyncio.run(scenario())
+    assert [r.part == 0 for r in stored] == [True, False]
+    assert stored[0].slot == stored[1].slot == snapshot.slot_of(first.feed_version)
+    assert stored[1].ttl_s == 600
+    payloads = [r.payload for r in reversed(stored)]  # whatever order the parts come back in
+    assert snapshot.find_in_slot(payloads, 1, first.feed_version)[0] == longer.blob
+
+
+def test_a_failed_row_is_counted_and_the_next_ones_still_go():
     failures: list[int] = []
     stored: list[int] = []
 
-    async def save(batch, timeout_s):
-        if batch[0].reader_id == 0:
+    async def save(row, timeout_s):
+        if 0 in readers(row):
             raise TimeoutError("node down")
-        stored.extend(s.reader_id for s in batch)
+        stored.extend(readers(row))
 
     async def scenario():
         writer = SnapshotWriter(save, failures.append, delay_s=0, max_batch=2)
         for i in range(4):
-            writer.submit(snap(i))
+            placed(writer, i)
         await writer.close()
 
     asyncio.run(scenario())
@@ -57,13 +101,13 @@ def test_what_arrives_during_a_flush_is_stored_by_it():
     async def scenario():
         writer: SnapshotWriter
 
-        async def save(batch, timeout_s):
-            stored.extend(s.reader_id for s in batch)
-            if batch[0].reader_id == 0:
-                writer.submit(snap(9))
+        async def save(row, timeout_s):
+            stored.extend(readers(row))
+            if 0 in readers(row):
+                placed(writer, 9)
 
         writer = SnapshotWriter(save, lambda n: None, delay_s=0)
-        writer.submit(snap(0))
+        placed(writer, 0)
         await asyncio.sleep(0.05)
         assert stored == [0, 9]
         await writer.close()
@@ -71,16 +115,16 @@ def test_what_arrives_during_a_flush_is_stored_by_it():
     asyncio.run(scenario())
 
 
-def test_batches_get_the_write_timeout_and_their_times_are_observed():
+def test_rows_get_the_write_timeout_and_their_times_are_observed():
     timeouts: list[float] = []
     times: list[float] = []
 
-    async def save(batch, timeout_s):
+    async def save(row, timeout_s):
         timeouts.append(timeout_s)
 
     async def scenario():
         writer = SnapshotWriter(save, lambda n: None, delay_s=0, timeout_s=1.5, on_written=times.append)
-        writer.submit(snap(0))
+        placed(writer, 0)
         await writer.close()
         return writer
 
@@ -93,23 +137,58 @@ def test_over_the_pending_bound_snapshots_are_refused_and_counted_not_queued():
     release = None
     stored: list[int] = []
 
-    async def save(batch, timeout_s):
+    async def save(row, timeout_s):
         await release.wait()
-        stored.extend(s.reader_id for s in batch)
+        stored.extend(readers(row))
 
     async def scenario():
         nonlocal release
         release = asyncio.Event()
         writer = SnapshotWriter(save, failures.append, delay_s=0, max_pending=3, max_batch=2)
         for i in range(5):
-            writer.submit(snap(i))
-        await asyncio.sleep(0.01)  # batches of [0, 1] and [2] in flight, 3 and 4 refused
+            placed(writer, i)
+        await asyncio.sleep(0.01)  # rows of [0, 1] and [2] in flight, 3 and 4 refused
         assert writer.in_flight == 3 and failures == [1, 1]
         release.set()
         await writer.close()
-        writer.submit(snap(5))  # room again once written
+        placed(writer, 5)  # room again once written
         await writer.close()
         return writer
 
     writer = asyncio.run(scenario())
     assert sorted(stored) == [0, 1, 2, 5] and writer.in_flight == 0
+
+
+def test_versions_are_unique_name_their_slot_and_fit_the_bound():
+    async def save(row, timeout_s):
+        return None
+
+    async def scenario():
+        writer = SnapshotWriter(save, lambda n: None, delay_s=0, max_batch=16)
+        versions = [writer.place(AT, 2400) for _ in range(2000)]
+        await writer.close()
+        return versions
+
+    versions = asyncio.run(scenario())
+    assert len(set(versions)) == len(versions)
+    assert all(len(v) <= snapshot.MAX_VERSION_CHARS and snapshot.slot_of(v) for v in versions)
+    assert len({snapshot.slot_of(v) for v in versions}) == 2000 // 16  # 16 per slot
+    for stray in ("", "v-1", "v-20261130-000000-", "v-20261130-000000-abc", "x-20261130-000000-a.1",
+                  "v-20261130-000000-a." + "1" * 40):
+        assert snapshot.slot_of(stray) is None, stray
+    with pytest.raises(ValueError):
+        SnapshotWriter(save, lambda n: None).submit(PendingSnapshot(1, "v-unplaced", b"", AT, 9))
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=300)), max_size=20))
+def test_a_slot_payload_gives_back_each_snapshot_it_packed(items: list) -> None:
+    packed = [(reader, f"v-20261130-000000-{'c' * 12}0.{i:x}", 1_790_000_000_000 + i, blob)
+              for i, (reader, blob) in enumerate(items)]
+    payload = snapshot.pack_slot(packed)
+    for reader, version, created_ms, blob in packed:
+        assert snapshot.find_in_slot([payload], reader, version) == (blob, created_ms)
+    with pytest.raises(ValueError):
+        if packed:
+            snapshot.find_in_slot([payload[:-1] if packed[-1][3] else payload[:-2]], -1, "v")
+        else:
+            snapshot.find_in_slot([payload[:1]], -1, "v")

@@ -118,7 +118,7 @@ class FeedReader:
         self._snapshots = snapshot.SnapshotCache(settings.feed_snapshot_cache_size,
                                                  settings.feed_snapshot_ttl_s)
         self._depth = settings.feed_snapshot_depth
-        self._writer = SnapshotWriter(store.save_snapshots, metrics.snapshot_save_failures.inc,
+        self._writer = SnapshotWriter(store.save_snapshot_slot, metrics.snapshot_save_failures.inc,
                                       delay_s=settings.feed_snapshot_write_delay_s,
                                       timeout_s=settings.feed_snapshot_write_timeout_s,
                                       max_pending=settings.feed_snapshot_max_pending,
@@ -187,8 +187,8 @@ class FeedReader:
             self._metrics.source_failures.labels(source).inc()
         self._metrics.snapshots.labels(reason).inc()
         self._metrics.candidates.inc(len(sources.rows))
-        walk = _Walk(reader_id, snapshot.new_feed_version(now),
-                     snapshot.pack_tuples(sources.rows, sources.more, latest), now, order)
+        blob = snapshot.pack_tuples(sources.rows, sources.more, latest)
+        walk = _Walk(reader_id, self._writer.place(now, len(blob)), blob, now, order)
         graph = PageGraph(self._store, reader_id, following=sources.following,
                           asked=sources.asked, blocked=blocked)
         # The snapshot is kept here and stored behind the page (snapshot_writer.py). A

@@ -1,8 +1,10 @@
 """Ranking snapshots: the version a first page creates and the packed list it stores.
 
 One first-page request merges the top of the reader's sources once and stores the
-result in ``feed_snapshots`` (Cassandra, TTL = ``Settings.feed_snapshot_ttl_s``); later
-pages read it back by ``(reader_id, feed_version)``. The list is packed as fixed-width
+result in ``feed_snapshot_slots`` (Cassandra, TTL = ``Settings.feed_snapshot_ttl_s``),
+several snapshots to a row (``pack_slot``: what one process queued within a few
+milliseconds, snapshot_writer.py); the ``feed_version`` names its slot (``slot_version``,
+``slot_of``), so later pages read it back with one partition read (``find_in_slot``). The list is packed as fixed-width
 records (rank key float64, post_id int64, author_id int64: 24 bytes each, so 800 entries
 are 19 KB) behind a format tag and a flags byte (``MORE``: the sources had more rows
 below the last entry, so a walk that reaches the end extends the snapshot). ``PackedEntries`` reads records in place, so a next page
@@ -12,8 +14,6 @@ changes once written; Cassandra stays the copy every process reads). Pure, no I/
 """
 from __future__ import annotations
 
-import os
-import random
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -30,12 +30,16 @@ MORE = 1
 LATEST = 2
 _RECORD = struct.Struct("<dqq")
 _new = tuple.__new__
-# Length of a feed version: "v-YYYYMMDD-HHMMSS-" + 8 hex characters of randomness, so
-# two snapshots of one reader in the same second never collide.
-_VERSION_RANDOM_BYTES = 4
-MAX_VERSION_CHARS = 40
-_SUFFIX = random.Random(os.urandom(16))
-os.register_at_fork(after_in_child=lambda: _SUFFIX.seed(os.urandom(16)))
+# A feed version is "v-YYYYMMDD-HHMMSS-<slot>.<index>" (slot_version): readable in logs,
+# unique per reader and request (a slot is one process's, its index one snapshot's).
+# The writer's slots are 12 hex characters of process prefix and a hex counter.
+MAX_VERSION_CHARS = 48
+_STAMP_CHARS = len("v-YYYYMMDD-HHMMSS-")
+# A slot row: format byte and count, then per snapshot its reader, creation time (Unix
+# ms), version and blob.
+SLOT_FORMAT = 1
+_SLOT_HEAD = struct.Struct("<BH")
+_SLOT_ITEM = struct.Struct("<qqBI")
 
 
 @dataclass(frozen=True)
@@ -51,18 +55,59 @@ class Snapshot:
 _stamp_of_second: tuple[int, str] = (-1, "")
 
 
-def new_feed_version(now: datetime) -> str:
-    """``v-20260815-020001-1a2b3c4d``: readable in logs, unique per reader and request.
-
-    The suffix only separates two snapshots of one reader made in the same second (the
-    cursor that names a version is signed, so nobody can guess their way into one): a
-    seeded PRNG is enough, and ``secrets`` costs a syscall per first page. The stamp is
-    formatted once per second."""
+def slot_version(now: datetime, slot: str, index: int) -> str:
+    """``v-20261201-221100-<slot>.<index>``: the ``index``-th version placed in ``slot``."""
     global _stamp_of_second
     second = int(now.timestamp())
     if _stamp_of_second[0] != second:
         _stamp_of_second = (second, now.astimezone(timezone.utc).strftime("%Y%m%d-%H%M%S"))
-    return f"v-{_stamp_of_second[1]}-{_SUFFIX.getrandbits(_VERSION_RANDOM_BYTES * 8):08x}"
+    return f"v-{_stamp_of_second[1]}-{slot}.{index:x}"
+
+
+def slot_of(feed_version: str) -> str | None:
+    """The slot a version was placed in; None for any other string."""
+    slot, dot, index = feed_version[_STAMP_CHARS:].rpartition(".")
+    if (not dot or not slot or not index or len(feed_version) > MAX_VERSION_CHARS
+            or not feed_version.startswith("v-")):
+        return None
+    return slot
+
+
+def pack_slot(items: Iterable[tuple[int, str, int, bytes]]) -> bytes:
+    """One slot row's payload for ``(reader_id, feed_version, created_at_ms, blob)`` items."""
+    items = list(items)
+    parts = [_SLOT_HEAD.pack(SLOT_FORMAT, len(items))]
+    for reader_id, version, created_ms, blob in items:
+        raw = version.encode("ascii")
+        parts += [_SLOT_ITEM.pack(reader_id, created_ms, len(raw), len(blob)), raw, blob]
+    return b"".join(parts)
+
+
+def find_in_slot(payloads: Iterable[bytes], reader_id: int, feed_version: str) -> tuple[bytes, int] | None:
+    """``(blob, created_at_ms)`` of the reader's snapshot in a slot's rows: its longest
+    copy (an extension only ever appends, so the longest is the newest). Rows of another
+    format are skipped; a truncated row raises ``ValueError``."""
+    wanted = feed_version.encode("ascii")
+    best: tuple[bytes, int] | None = None
+    for payload in payloads:
+        view = memoryview(payload)
+        if len(view) < _SLOT_HEAD.size:
+            raise ValueError("slot row too short")
+        fmt, count = _SLOT_HEAD.unpack_from(view, 0)
+        if fmt != SLOT_FORMAT:
+            continue
+        at = _SLOT_HEAD.size
+        for _ in range(count):
+            owner, created_ms, vlen, blen = _SLOT_ITEM.unpack_from(view, at)
+            at += _SLOT_ITEM.size
+            end = at + vlen + blen
+            if end > len(view):
+                raise ValueError("slot row truncated")
+            if owner == reader_id and view[at:at + vlen] == wanted:
+                if best is None or blen > len(best[0]):
+                    best = (bytes(view[at + vlen:end]), created_ms)
+            at = end
+    return best
 
 
 def _records(entries: Iterable[tuple[float, int, int | None]]) -> bytes:

@@ -1,40 +1,54 @@
-"""Snapshots stored behind the page: coalesced into batches, off the response's path.
+"""Snapshots stored behind the page: coalesced into slot rows, off the response's path.
 
 A first page used to wait for its snapshot's insert, one Cassandra request per page: the
 request's fixed cost (~0.5 ms of the API's CPU and about as much of Cassandra's, read
 grid 2026-11-30) was a quarter of a warm first page. ``SnapshotWriter`` queues the blob
 (the process already keeps it in its ``SnapshotCache``, which serves the next pages of
-a reader that stays on this process) and stores queued snapshots every ``delay_s`` as
-unlogged batches of up to ``max_batch`` rows and ``max_bytes`` (one request each, under
-Cassandra's batch size thresholds, deploy/stack/cassandra.py).
+a reader that stays on this process) and stores what was queued every ``delay_s``.
+
+What one process places within that delay is one **slot**: the first page asks the
+writer for its version (``place``), which names the open slot and the snapshot's index
+in it, and the slot is stored as one row of ``feed_snapshot_slots`` (part 0) holding up
+to ``max_batch`` snapshots and ``max_bytes``. A batch of one statement per snapshot cost
+~25 us of the API's CPU and ~60 us of Cassandra's per snapshot; one row for the same
+snapshots ~10 and ~20 us (2.4 KB blobs, 2026-12-01). A snapshot stored again (a walk
+extended it, or a reused one is kept again) goes into the slot its version names, as a
+part of its own; a lookup takes the longest copy (snapshot.find_in_slot).
 
 What that changes, and why it is safe: a next page that reaches *another* process within
 the delay may not find the snapshot yet, so ``FeedReader`` looks again once after
-``RETRY_AFTER_S`` (longer than the delay and a batch's write); a snapshot lost to a
-crash or a failed batch (logged, counted in ``feed_snapshot_save_failures_total``) makes
+``RETRY_AFTER_S`` (longer than the delay and a row's write); a snapshot lost to a
+crash or a failed write (logged, counted in ``feed_snapshot_save_failures_total``) makes
 the next page a fresh first page with the ``snapshot_expired`` warning, the documented
 answer to a snapshot that is gone. Nothing shown is ever wrong; at worst a walk restarts.
 
-A batch has its own timeout (``Settings.feed_snapshot_write_timeout_s``, 2 s), not the read
-path's 250 ms: under load the driver answers late, not never, and at 250 ms a third of
-the snapshots were lost. What is queued or in flight is bounded (``max_pending``): over
-it a snapshot is not stored and is counted, so a node slower than the first-page rate
-costs bounded memory. ``feed_snapshot_write_seconds`` shows the write times.
+A write has its own timeout (``Settings.feed_snapshot_write_timeout_s``, 2 s), not the
+read path's 250 ms: under load the driver answers late, not never, and at 250 ms a third
+of the snapshots were lost. What is queued or in flight is bounded (``max_pending``):
+over it a snapshot is not stored and is counted, so a node slower than the first-page
+rate costs bounded memory. ``feed_snapshot_write_seconds`` shows the write times.
 """
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
+import random
 import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Awaitable, Callable, Sequence
+
+from . import snapshot
 
 log = logging.getLogger(__name__)
 
 # How long a next page on another process waits before its one re-read of a snapshot it
 # did not find: longer than the coalescing delay plus a batch's write on a busy node.
 RETRY_AFTER_S = 0.05
+# Part ids of snapshots stored again (any but 0); not a secret, only distinct.
+_SUFFIX = random.Random(os.urandom(16))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +60,30 @@ class PendingSnapshot:
     ttl_s: int
 
 
-class SnapshotWriter:
-    """``save_batch(items, timeout_s)`` stores one batch; ``on_failure(n)`` counts
-    snapshots not stored (a failed batch, or refused over ``max_pending``);
-    ``on_written(seconds)`` observes each stored batch's write time."""
+@dataclass(frozen=True, slots=True)
+class SlotRow:
+    """One row of ``feed_snapshot_slots``: part 0 is a slot's batch, any other part one
+    snapshot stored again later."""
 
-    def __init__(self, save_batch: Callable[[Sequence[PendingSnapshot], float], Awaitable[None]],
+    slot: str
+    part: int
+    payload: bytes
+    ttl_s: int
+    count: int  # snapshots in it
+
+
+class SnapshotWriter:
+    """``save(row, timeout_s)`` stores one ``SlotRow``; ``on_failure(n)`` counts snapshots
+    not stored (a failed write, or refused over ``max_pending``); ``on_written(seconds)``
+    observes each stored row's write time."""
+
+    def __init__(self, save: Callable[[SlotRow, float], Awaitable[None]],
                  on_failure: Callable[[int], None], *, delay_s: float = 0.005,
                  timeout_s: float = 2.0, max_pending: int = 4096,
                  max_batch: int = 16, max_bytes: int = 40_000,
-                 on_written: Callable[[float], None] = lambda _s: None) -> None:
-        self._save_batch = save_batch
+                 on_written: Callable[[float], None] = lambda _s: None,
+                 prefix: str | None = None) -> None:
+        self._save = save
         self._on_failure = on_failure
         self._on_written = on_written
         self._delay_s = delay_s
@@ -64,10 +91,28 @@ class SnapshotWriter:
         self._max_pending = max_pending
         self._max_batch = max_batch
         self._max_bytes = max_bytes
-        self._pending: list[PendingSnapshot] = []
+        # Slots are named by a random process prefix (48 bits) and a counter: unique
+        # across processes and restarts with odds of about 2**-48 per pair.
+        self._prefix = prefix if prefix is not None else os.urandom(6).hex()
+        self._slots = itertools.count()
+        self._open = ""         # the slot that versions are placed in now
+        self._placed = 0        # versions placed in it
+        self._placed_bytes = 0  # and their blobs' size
+        self._batch: list[PendingSnapshot] = []  # submitted into the open slot
+        self._rows: list[SlotRow] = []            # ready to store
         self._task: asyncio.Task[None] | None = None
         self.in_flight = 0  # snapshots queued or being written
-        self.batches = 0
+        self.batches = 0    # rows stored
+        self._open_slot()
+
+    def place(self, now: datetime, size: int) -> str:
+        """A new snapshot's version, in the open slot (a full one is closed first)."""
+        if self._placed >= self._max_batch or (self._placed and self._placed_bytes + size > self._max_bytes):
+            self._close_slot()
+        version = snapshot.slot_version(now, self._open, self._placed)
+        self._placed += 1
+        self._placed_bytes += size
+        return version
 
     def submit(self, item: PendingSnapshot) -> None:
         """Queue ``item``; a flush is scheduled if none is (needs a running loop). Over
@@ -75,45 +120,58 @@ class SnapshotWriter:
         if self.in_flight >= self._max_pending:
             self._on_failure(1)
             return
+        slot = snapshot.slot_of(item.feed_version)
+        if slot is None:
+            raise ValueError(f"{item.feed_version!r} was not placed by a writer")
         self.in_flight += 1
-        self._pending.append(item)
+        if slot == self._open:
+            self._batch.append(item)
+        else:  # placed in a slot already stored: a part of its own
+            self._rows.append(self._row(slot, _SUFFIX.getrandbits(62) + 1, [item]))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    def _open_slot(self) -> None:
+        self._open = f"{self._prefix}{next(self._slots):x}"
+        self._placed = self._placed_bytes = 0
+
+    def _close_slot(self) -> None:
+        if self._batch:
+            self._rows.append(self._row(self._open, 0, self._batch))
+            self._batch = []
+        self._open_slot()
+
+    @staticmethod
+    def _row(slot: str, part: int, items: Sequence[PendingSnapshot]) -> SlotRow:
+        payload = snapshot.pack_slot((i.reader_id, i.feed_version,
+                                      int(i.created_at.timestamp() * 1000), i.blob) for i in items)
+        return SlotRow(slot, part, payload, max(i.ttl_s for i in items), len(items))
 
     async def _flush_soon(self) -> None:
         await asyncio.sleep(self._delay_s)
         await self.flush()
 
     async def flush(self) -> None:
-        """Store everything queued (also what arrives meanwhile), in concurrent batches."""
-        while self._pending:
-            pending, self._pending = self._pending, []
-            await asyncio.gather(*(self._store(b) for b in self._batches(pending)))
+        """Store everything queued (also what arrives meanwhile), rows concurrently."""
+        self._close_slot()
+        while self._rows:
+            rows, self._rows = self._rows, []
+            await asyncio.gather(*(self._store(r) for r in rows))
+            self._close_slot()
 
-    def _batches(self, items: list[PendingSnapshot]) -> list[list[PendingSnapshot]]:
-        out: list[list[PendingSnapshot]] = []
-        size = 0
-        for item in items:
-            if not out or len(out[-1]) >= self._max_batch or size + len(item.blob) > self._max_bytes:
-                out.append([])
-                size = 0
-            out[-1].append(item)
-            size += len(item.blob)
-        return out
-
-    async def _store(self, batch: list[PendingSnapshot]) -> None:
+    async def _store(self, row: SlotRow) -> None:
         started = time.monotonic()
         try:
-            await self._save_batch(batch, self._timeout_s)
+            await self._save(row, self._timeout_s)
             self.batches += 1
             self._on_written(time.monotonic() - started)
         except Exception as exc:  # noqa: BLE001 - pages were right; a later walk restarts
-            # One line, no traceback: under overload every batch fails alike, and a
-            # traceback per batch is CPU and cyclic garbage the loop can least afford.
-            log.warning("snapshot batch of %d failed: %r", len(batch), exc)
-            self._on_failure(len(batch))
+            # One line, no traceback: under overload every write fails alike, and a
+            # traceback per write is CPU and cyclic garbage the loop can least afford.
+            log.warning("snapshot slot row of %d failed: %r", row.count, exc)
+            self._on_failure(row.count)
         finally:
-            self.in_flight -= len(batch)
+            self.in_flight -= row.count
 
     async def close(self) -> None:
         """Flush what is queued (the app's shutdown)."""

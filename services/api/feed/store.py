@@ -18,11 +18,14 @@ from typing import Any, Callable, Sequence
 from cassandra.cluster import ExecutionProfile, Session
 from cassandra.pool import Host
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
-from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
+from cassandra.query import PreparedStatement, tuple_factory
 
 from services.common.cql_async import release
 from services.common.cql import CONSISTENCY, SERIAL_CONSISTENCY
 from services.common.rules import CELEBRITY_SHARD
+
+from . import snapshot
+from .snapshot_writer import SlotRow
 
 PROFILE = "feed_read"
 # Hedged reads (FeedStore._rows): the extra reads are at most this share of all reads,
@@ -108,10 +111,9 @@ class FeedStore:
         self._preferences = p("SELECT feed_order FROM reader_preferences WHERE reader_id=?")
         self._save_preferences = p("INSERT INTO reader_preferences (reader_id, feed_order, "
                                    "updated_at) VALUES (?,?,toTimestamp(now()))")
-        self._save_snapshot = p("INSERT INTO feed_snapshots (reader_id, feed_version, ranked, "
-                                "created_at) VALUES (?,?,?,?) USING TTL ?")
-        self._load_snapshot = p("SELECT ranked, created_at FROM feed_snapshots "
-                                "WHERE reader_id=? AND feed_version=?")
+        self._save_slot = p("INSERT INTO feed_snapshot_slots (slot, part, payload) VALUES (?,?,?) "
+                            "USING TTL ?")
+        self._load_slot = p("SELECT payload FROM feed_snapshot_slots WHERE slot=?")
 
     @property
     def from_memory(self) -> bool:
@@ -274,20 +276,22 @@ class FeedStore:
         await self._rows(self._save_preferences, (reader_id, order), hedge=False)
 
     # -- snapshots ----------------------------------------------------------------------------
-    async def save_snapshots(self, items: Sequence[Any], timeout_s: float) -> None:
-        """Several snapshots (``snapshot_writer.PendingSnapshot``) in one unlogged batch:
-        one request for up to ``SnapshotWriter.max_batch`` partitions, given ``timeout_s``
-        (written behind the page: not held to the read path's timeout)."""
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-        for s in items:
-            batch.add(self._save_snapshot, (s.reader_id, s.feed_version, s.blob, s.created_at, s.ttl_s))
-        await self._rows(batch, None, hedge=False, timeout=timeout_s)
+    async def save_snapshot_slot(self, row: SlotRow, timeout_s: float) -> None:
+        """One slot row of snapshots (snapshot_writer.py), given ``timeout_s`` (written
+        behind the page: not held to the read path's timeout)."""
+        await self._rows(self._save_slot, (row.slot, row.part, row.payload, row.ttl_s),
+                         hedge=False, timeout=timeout_s)
 
     async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None:
-        rows = await self._rows(self._load_snapshot, (reader_id, feed_version))
-        if not rows or rows[0][0] is None:
+        """The reader's stored snapshot of that version and when it was made; None when
+        there is none (expired, never stored, or a version no writer placed)."""
+        slot = snapshot.slot_of(feed_version)
+        if slot is None:
             return None
-        created = rows[0][1]
-        if created is not None and created.tzinfo is None:
-            created = created.replace(tzinfo=timezone.utc)
-        return rows[0][0], created
+        rows = await self._rows(self._load_slot, (slot,))
+        found = snapshot.find_in_slot((r[0] for r in rows if r[0] is not None), reader_id,
+                                      feed_version)
+        if found is None:
+            return None
+        blob, created_ms = found
+        return blob, datetime.fromtimestamp(created_ms / 1000, tz=timezone.utc)
