@@ -10,6 +10,7 @@ children left in cutime/cstime), read before and after the run.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -18,7 +19,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-WRK = "/usr/bin/wrk"
+from deploy.stack.layout import Layout
+from deploy.stack.toolchain import ensure_wrk
+
 # One wrk thread: enough for tens of thousands of requests/s, and it leaves the most
 # of the 2 cores to the servers being measured.
 WRK_THREADS = 1
@@ -30,6 +33,13 @@ WRK_GRACE_S = 30
 # ticks of a busy process, short against the run.
 IDLE_SAMPLE_S = 1.0
 _TICK = os.sysconf("SC_CLK_TCK")
+
+
+@functools.cache
+def wrk_program() -> str:
+    """The path of ``wrk``, installed from Debian's package on first use when missing."""
+    return ensure_wrk(Layout.from_env().logs / "wrk-install.log")
+
 _MARK = "WRKJSON "
 
 _LUA = r"""
@@ -173,7 +183,7 @@ def run_wrk(url: str, entries: list[tuple[str, str]], connections: int, duration
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write(lua_script(entries, seed=connections))
         script = f.name
-    argv = [WRK, f"-t{min(WRK_THREADS, connections)}", f"-c{connections}",
+    argv = [wrk_program(), f"-t{min(WRK_THREADS, connections)}", f"-c{connections}",
             f"-d{max(1, round(duration_s))}s", f"--timeout={WRK_TIMEOUT_S}s", "-s", script, url]
     before = tree_cpu_s(server_pid), {k: tree_cpu_s(p) for k, p in store_pids.items()}
     try:

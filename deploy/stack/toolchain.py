@@ -50,6 +50,11 @@ def ensure_nft(log: Path) -> str:
     return _programs(["nft"], "nftables", "the fault suite's network cuts", log)[0]
 
 
+def ensure_wrk(log: Path) -> str:
+    """``wrk`` (Debian's package): the C load generator of every read benchmark figure."""
+    return _programs(["wrk"], "wrk", "the read benchmarks' HTTP load", log)[0]
+
+
 def ensure_prometheus(log: Path) -> tuple[str, str]:
     """``prometheus`` and ``promtool`` (Debian's package, 2.42 on bookworm): the stack
     scrapes the services with it and the tests check the alert rules."""
