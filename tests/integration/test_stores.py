@@ -149,3 +149,37 @@ def test_finished_cassandra_requests_leave_no_cycles_for_the_collector(settings:
         gc.garbage.clear()
         session.cluster.shutdown()
     assert futures == []
+
+
+def test_snapshot_slots_round_trip_and_a_damaged_row_reads_as_no_snapshot(settings: Settings) -> None:
+    """The read path's snapshot rows (services/api/feed/snapshot_writer.py): a snapshot is
+    found by its version, the longest copy of a slot wins, another reader's version or a
+    damaged row gives None (the walk restarts: snapshot_expired), never an error."""
+    from datetime import datetime, timezone
+
+    from services.api.feed import snapshot
+
+    session = cql.session(settings)
+    feed = FeedStore(session, timeout=2.0, max_following=10)
+    slot = f"t{uuid.uuid4().hex[:12]}"
+    at = datetime.now(timezone.utc).replace(microsecond=0)
+    version = snapshot.slot_version(at, slot, 0)
+    ms = int(at.timestamp() * 1000)
+
+    async def scenario() -> list:
+        base = snapshot.pack_slot([(7, version, ms, b"\x02\x00short"), (8, version, ms, b"x")])
+        await feed.save_snapshot_slot(SlotRow(slot, 0, base, 60, 2), 2.0)
+        longer = snapshot.pack_slot([(7, version, ms, b"\x02\x00short-and-extended")])
+        await feed.save_snapshot_slot(SlotRow(slot, 99, longer, 60, 1), 2.0)
+        found = [await feed.load_snapshot(7, version), await feed.load_snapshot(9, version),
+                 await feed.load_snapshot(7, "v-not-a-slot")]
+        await feed.save_snapshot_slot(SlotRow(slot, 5, base[:-3], 60, 2), 2.0)  # damaged
+        found.append(await feed.load_snapshot(7, version))
+        return found
+
+    try:
+        extended, other, stray, damaged = asyncio.run(scenario())
+    finally:
+        session.cluster.shutdown()
+    assert extended == (b"\x02\x00short-and-extended", at)
+    assert other is None and stray is None and damaged is None

@@ -30,10 +30,8 @@ from cassandra.cluster import Session
 
 from services.common.activity import ACTIVE, IDLE, REGENERATING, Activity, ActivityPort, Window
 from services.common.cql_async import CqlRunner
-from services.common.event_publisher import EventPublisher
-from services.common.serving_changes import Notices
+from services.common.serving_changes import ChangeSink
 from services.common.settings import Settings
-from services.common.topics import serving_changes_topic
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
 from services.fanout.rebuild import rebuilder
@@ -158,15 +156,12 @@ class ReaderActivity:
 
 class InboxRebuilder:
     """The fan-out's inbox rebuild (services/fanout/rebuild.py), run by this process for
-    a returning reader. Its statements are prepared at start; its Kafka producer (for the
-    serving-changes notices that make every API process drop the reader's cached inbox
-    top) is started by the first rebuild."""
+    a returning reader. Its statements are prepared at start; its serving-changes notices
+    (every API process drops the reader's cached inbox top) go out through ``notices``,
+    the process's ``notices.ApiNotices``."""
 
-    def __init__(self, session: Session, settings: Settings) -> None:
+    def __init__(self, session: Session, settings: Settings, notices: ChangeSink) -> None:
         runner = CqlRunner(session)
-        self._publisher = EventPublisher(settings)
-        self._started: asyncio.Task[None] | None = None
-        notices = Notices(self._publisher, serving_changes_topic(settings.topic_prefix))
         self._rebuild = rebuilder(
             CopyStore(session, runner, settings.fanout_follower_page),
             InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
@@ -175,15 +170,4 @@ class InboxRebuilder:
             settings.inbox_cap)
 
     async def __call__(self, reader_id: int, authors: list[int]) -> None:
-        if self._started is None:
-            self._started = asyncio.get_running_loop().create_task(self._publisher.start())
-        try:
-            await asyncio.shield(self._started)
-        except Exception:
-            self._started = None  # the next rebuild tries to connect again
-            raise
         await self._rebuild(reader_id, authors)
-
-    async def close(self) -> None:
-        if self._started is not None and self._started.done() and not self._started.exception():
-            await self._publisher.stop()

@@ -12,6 +12,7 @@ builds no ``datetime`` per row, and the read path works in milliseconds anyway.
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
@@ -26,6 +27,8 @@ from services.common.rules import CELEBRITY_SHARD
 
 from . import snapshot
 from .snapshot_writer import SlotRow
+
+log = logging.getLogger(__name__)
 
 PROFILE = "feed_read"
 # Hedged reads (FeedStore._rows): the extra reads are at most this share of all reads,
@@ -289,8 +292,12 @@ class FeedStore:
         if slot is None:
             return None
         rows = await self._rows(self._load_slot, (slot,))
-        found = snapshot.find_in_slot((r[0] for r in rows if r[0] is not None), reader_id,
-                                      feed_version)
+        try:
+            found = snapshot.find_in_slot((r[0] for r in rows if r[0] is not None), reader_id,
+                                          feed_version)
+        except ValueError:  # a damaged row: the walk restarts (snapshot_expired), not a 503
+            log.warning("snapshot slot %s is damaged", slot)
+            return None
         if found is None:
             return None
         blob, created_ms = found

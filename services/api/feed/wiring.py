@@ -56,10 +56,13 @@ def _build(app: FastAPI, settings: Settings) -> None:
     app.state.feed_metrics = metrics
     app.state.feed_store = store
     copies = PostCopies(store, BodyCache(settings.feed_body_cache_size), cache)
+    # The notices of what this process stores and every process caches (preferences,
+    # rebuilt inboxes): one producer, started by the first of them.
+    notices = ApiNotices(settings)
+    app.state.api_notices = notices
     activity = None
     if settings.inactive_after.total_seconds() > 0:
-        rebuilder = InboxRebuilder(session, settings)
-        app.state.inbox_rebuilder = rebuilder
+        rebuilder = InboxRebuilder(session, settings, notices)
         activity = ReaderActivity(
             ActivityStore(session, CqlRunner(session)),
             Window(settings.inactive_after, settings.activity_resolution), rebuilder,
@@ -72,8 +75,6 @@ def _build(app: FastAPI, settings: Settings) -> None:
         # At most half the snapshot's TTL: a reused snapshot's next pages still have time.
         reuse = SnapshotReuse(cache, min(settings.feed_snapshot_reuse_s, settings.feed_snapshot_ttl_s / 2),
                               settings.feed_snapshot_reuse_size)
-    notices = ApiNotices(settings)
-    app.state.api_notices = notices
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices)
 
 
@@ -86,10 +87,9 @@ async def close_read_path(app: FastAPI) -> None:
     reader = getattr(app.state, "feed", None)
     if reader is not None:
         await reader.close()  # queued snapshots stored before the session closes
-    for closing in ("inbox_rebuilder", "api_notices"):
-        part = getattr(app.state, closing, None)
-        if part is not None:
-            await part.close()
+    notices = getattr(app.state, "api_notices", None)
+    if notices is not None:
+        await notices.close()
     session = getattr(app.state, "cassandra", None)
     if session is not None:
         await asyncio.to_thread(session.cluster.shutdown)
