@@ -3,6 +3,7 @@ the slot format in snapshot.py)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -24,7 +25,7 @@ def placed(writer: SnapshotWriter, i: int, size: int = 100) -> PendingSnapshot:
 
 def readers(row: SlotRow) -> list[int]:
     return [r for r in range(64) if any(
-        snapshot.find_in_slot([row.payload], r, f"v-20261130-000000-{row.slot}.{i:x}")
+        snapshot.find_in_slot([row.payload], r, f"v-20261130-000000-{row.slot}-{i:x}")
         for i in range(16))]
 
 
@@ -36,7 +37,7 @@ def test_snapshots_placed_together_are_stored_as_bounded_slot_rows():
 
     async def scenario():
         writer = SnapshotWriter(save, lambda n: None, delay_s=0.01, max_batch=3, max_bytes=250,
-                                prefix="a" * 12)
+                                prefix="a" * 10)
         items = [placed(writer, i) for i in range(7)]
         assert stored == []  # nothing on the page's path
         await writer.close()
@@ -60,7 +61,7 @@ def test_a_snapshot_stored_again_is_a_part_of_its_slot_and_the_longer_copy_wins(
         stored.append(row)
 
     async def scenario():
-        writer = SnapshotWriter(save, lambda n: None, delay_s=0, prefix="b" * 12)
+        writer = SnapshotWriter(save, lambda n: None, delay_s=0, prefix="b" * 10)
         first = placed(writer, 1)
         await writer.close()
         longer = PendingSnapshot(1, first.feed_version, first.blob + b"more", AT, 600)
@@ -172,9 +173,10 @@ def test_versions_are_unique_name_their_slot_and_fit_the_bound():
     versions = asyncio.run(scenario())
     assert len(set(versions)) == len(versions)
     assert all(len(v) <= snapshot.MAX_VERSION_CHARS and snapshot.slot_of(v) for v in versions)
+    assert all(re.fullmatch(r"[A-Za-z0-9-]+", v) for v in versions)  # what the stream takes
     assert len({snapshot.slot_of(v) for v in versions}) == 2000 // 16  # 16 per slot
-    for stray in ("", "v-1", "v-20261130-000000-", "v-20261130-000000-abc", "x-20261130-000000-a.1",
-                  "v-20261130-000000-a." + "1" * 40):
+    for stray in ("", "v-1", "v-20261130-000000-", "v-20261130-000000-abc", "x-20261130-000000-a-1",
+                  "v-20261130-000000-a-" + "1" * 40, "v-20261130-000000-abc-"):
         assert snapshot.slot_of(stray) is None, stray
     with pytest.raises(ValueError):
         SnapshotWriter(save, lambda n: None).submit(PendingSnapshot(1, "v-unplaced", b"", AT, 9))
@@ -182,7 +184,7 @@ def test_versions_are_unique_name_their_slot_and_fit_the_bound():
 
 @given(st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=300)), max_size=20))
 def test_a_slot_payload_gives_back_each_snapshot_it_packed(items: list) -> None:
-    packed = [(reader, f"v-20261130-000000-{'c' * 12}0.{i:x}", 1_790_000_000_000 + i, blob)
+    packed = [(reader, f"v-20261130-000000-{'c' * 10}0-{i:x}", 1_790_000_000_000 + i, blob)
               for i, (reader, blob) in enumerate(items)]
     payload = snapshot.pack_slot(packed)
     for reader, version, created_ms, blob in packed:

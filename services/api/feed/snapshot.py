@@ -30,10 +30,12 @@ MORE = 1
 LATEST = 2
 _RECORD = struct.Struct("<dqq")
 _new = tuple.__new__
-# A feed version is "v-YYYYMMDD-HHMMSS-<slot>.<index>" (slot_version): readable in logs,
-# unique per reader and request (a slot is one process's, its index one snapshot's).
-# The writer's slots are 12 hex characters of process prefix and a hex counter.
-MAX_VERSION_CHARS = 48
+# A feed version is "v-YYYYMMDD-HHMMSS-<slot>-<index>" (slot_version): readable in logs,
+# unique per reader and request (a slot is one process's, its index one snapshot's), and
+# of the characters and length the stream's feed_version parameter takes (routes/
+# stream.py). The writer's slots are 10 hex characters of process prefix and a hex
+# counter: 38 characters until a process has stored 16**8 slots.
+MAX_VERSION_CHARS = 40
 _STAMP_CHARS = len("v-YYYYMMDD-HHMMSS-")
 # A slot row: format byte and count, then per snapshot its reader, creation time (Unix
 # ms), version and blob.
@@ -56,18 +58,18 @@ _stamp_of_second: tuple[int, str] = (-1, "")
 
 
 def slot_version(now: datetime, slot: str, index: int) -> str:
-    """``v-20261201-221100-<slot>.<index>``: the ``index``-th version placed in ``slot``."""
+    """``v-20261201-221100-<slot>-<index>``: the ``index``-th version placed in ``slot``."""
     global _stamp_of_second
     second = int(now.timestamp())
     if _stamp_of_second[0] != second:
         _stamp_of_second = (second, now.astimezone(timezone.utc).strftime("%Y%m%d-%H%M%S"))
-    return f"v-{_stamp_of_second[1]}-{slot}.{index:x}"
+    return f"v-{_stamp_of_second[1]}-{slot}-{index:x}"
 
 
 def slot_of(feed_version: str) -> str | None:
     """The slot a version was placed in; None for any other string."""
-    slot, dot, index = feed_version[_STAMP_CHARS:].rpartition(".")
-    if (not dot or not slot or not index or len(feed_version) > MAX_VERSION_CHARS
+    slot, dash, index = feed_version[_STAMP_CHARS:].rpartition("-")
+    if (not dash or not slot or not index or len(feed_version) > MAX_VERSION_CHARS
             or not feed_version.startswith("v-")):
         return None
     return slot

@@ -91,9 +91,9 @@ class SnapshotWriter:
         self._max_pending = max_pending
         self._max_batch = max_batch
         self._max_bytes = max_bytes
-        # Slots are named by a random process prefix (48 bits) and a counter: unique
-        # across processes and restarts with odds of about 2**-48 per pair.
-        self._prefix = prefix if prefix is not None else os.urandom(6).hex()
+        # Slots are named by a random process prefix (40 bits) and a counter: unique
+        # across processes and restarts with odds of about 2**-40 per pair.
+        self._prefix = prefix if prefix is not None else os.urandom(5).hex()
         self._slots = itertools.count()
         self._open = ""         # the slot that versions are placed in now
         self._placed = 0        # versions placed in it

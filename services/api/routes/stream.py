@@ -20,6 +20,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from services.api.feed.snapshot import MAX_VERSION_CHARS
+
 from ..auth import CurrentUser
 from ..problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
 from ..stream.hub import ResyncNeeded, StreamEvent, StreamHub
@@ -51,7 +53,8 @@ def _later(coro: Any) -> None:
 async def feed_stream(
         request: Request, user: CurrentUser,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=64)] = None,
-        feed_version: Annotated[str | None, Query(max_length=40, pattern=r"^[A-Za-z0-9-]+$")] = None,
+        feed_version: Annotated[str | None, Query(max_length=MAX_VERSION_CHARS,
+                                                  pattern=r"^[A-Za-z0-9-]+$")] = None,
 ) -> EventSourceResponse:
     """Open the caller's stream of new feed items."""
     state = request.app.state
