@@ -4,10 +4,11 @@ One first-page request merges the top of the reader's sources once and stores th
 result in ``feed_snapshot_slots`` (Cassandra, TTL = ``Settings.feed_snapshot_ttl_s``),
 several snapshots to a row (``pack_slot``: what one process queued within a few
 milliseconds, snapshot_writer.py); the ``feed_version`` names its slot (``slot_version``,
-``slot_of``), so later pages read it back with one partition read (``find_in_slot``). The list is packed as fixed-width
-records (rank key float64, post_id int64, author_id int64: 24 bytes each, so 800 entries
-are 19 KB) behind a format tag and a flags byte (``MORE``: the sources had more rows
-below the last entry, so a walk that reaches the end extends the snapshot). ``PackedEntries`` reads records in place, so a next page
+``slot_of``), so later pages read it back with one partition read (``find_in_slot``).
+The list is packed as fixed-width records (rank key float64, post_id int64, author_id
+int64: 24 bytes each, so 800 entries are 19 KB) behind a format tag and a flags byte
+(``MORE``: the sources had more rows below the last entry, so a walk that reaches the
+end extends the snapshot). ``PackedEntries`` reads records in place, so a next page
 bisects and decodes only the ~10 records of its search and the window it returns, not
 the whole list. ``SnapshotCache`` keeps recent blobs in the process (a snapshot never
 changes once written; Cassandra stays the copy every process reads). Pure, no I/O.

@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 # How long a next page on another process waits before its one re-read of a snapshot it
 # did not find: longer than the coalescing delay plus a batch's write on a busy node.
 RETRY_AFTER_S = 0.05
-# Part ids of snapshots stored again (any but 0); not a secret, only distinct.
-_SUFFIX = random.Random(os.urandom(16))
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +125,9 @@ class SnapshotWriter:
         if slot == self._open:
             self._batch.append(item)
         else:  # placed in a slot already stored: a part of its own
-            self._rows.append(self._row(slot, _SUFFIX.getrandbits(62) + 1, [item]))
+            # Part ids only need to differ from 0 and from each other: random's module
+            # generator (reseeded in a forked child) is enough.
+            self._rows.append(self._row(slot, random.getrandbits(62) + 1, [item]))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._flush_soon())
 
