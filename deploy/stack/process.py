@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import cgroups
+
 
 class StackError(SystemExit):
     """A failure with a message meant for the person at the terminal."""
@@ -84,9 +86,12 @@ def spawn(daemon: Daemon, argv: list[str], env: dict[str, str] | None = None,
     with open(daemon.log_file, "ab") as log:
         log.write(f"\n===== {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {daemon.name}\n".encode())
         log.flush()
+        # Its own cgroup, so that a fault can cut it off the network (cgroups.py).
+        group = cgroups.prepare(daemon.pid_file.parent, daemon.name)
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             cwd=cwd, env={**os.environ, **(env or {})}, start_new_session=True,
+            preexec_fn=None if group is None else (lambda: cgroups.enter(group)),
         )
     daemon.pid_file.write_text(str(proc.pid))
     # The launcher may need a moment before /proc shows its final command line.
@@ -144,6 +149,7 @@ def stop_many(daemons: list[Daemon], grace: float = 30.0) -> list[str]:
         pid = d.pid()
         if pid is None:
             d.pid_file.unlink(missing_ok=True)
+            cgroups.remove(d.pid_file.parent, d.name)
             continue
         live[d] = pid
         try:
@@ -162,6 +168,7 @@ def stop_many(daemons: list[Daemon], grace: float = 30.0) -> list[str]:
             while _cmdline_has(pid, d.marker):
                 time.sleep(0.1)
         d.pid_file.unlink(missing_ok=True)
+        cgroups.remove(d.pid_file.parent, d.name)
     return [d.name for d in live]
 
 

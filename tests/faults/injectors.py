@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 
 from confluent_kafka.admin import AdminClient
 
-from deploy.stack import cassandra, kafka, postgres
+from deploy.stack import cassandra, cgroups, kafka, postgres
 from deploy.stack.layout import REPO, Layout
 from deploy.stack.toolchain import ensure_nft
 
@@ -74,14 +74,18 @@ def _nft(script: str) -> None:
 
 
 def cut_off(host: str, ports: list[int], log: FaultLog, what: str, layout: Layout) -> None:
-    """Drop every packet to or from ``host`` with one of ``ports`` at either end: the node
-    keeps running, but nobody reaches it and it reaches nobody (its peers listen on the
-    same port numbers at their own addresses, and a node at ``host`` that shares it with
-    another service, Kafka beside Cassandra, keeps the other service's ports). Loopback
+    """Cut server ``what`` (a stack daemon's name) at ``host`` off the network: every
+    packet to or from ``host`` with one of ``ports`` at either end, and everything the
+    server's own sockets send, wherever to (it runs in a cgroup of its own,
+    deploy/stack/cgroups.py). The connections a node opens leave from 127.0.0.1, so the
+    port rules alone cut only one way: a broker still heartbeated to the controller and
+    was never fenced. The node keeps running; a node at ``host`` that shares it with
+    another service, Kafka beside Cassandra, keeps the other service's ports. Loopback
     traffic passes the output hook, once per packet."""
     ensure_nft(layout.logs / "nftables-install.log")
     lift_cut()
     port_set = ", ".join(str(p) for p in ports)
+    own = cgroups.nft_match(layout.run, what)
     _nft(f"""table inet {NFT_TABLE} {{
   chain out {{
     type filter hook output priority 0; policy accept;
@@ -89,10 +93,14 @@ def cut_off(host: str, ports: list[int], log: FaultLog, what: str, layout: Layou
     ip daddr {host} tcp sport {{ {port_set} }} drop
     ip saddr {host} tcp sport {{ {port_set} }} drop
     ip saddr {host} tcp dport {{ {port_set} }} drop
+{f"    {own} drop" if own else ""}
   }}
 }}
 """)
-    log.injected.append(f"nftables: {what} ({host} ports {port_set}) cut off at {time.strftime('%H:%M:%S')}")
+    both = ("both ways: its own sockets' packets dropped too" if own else
+            "one way only: it runs in no cgroup of its own, so what it sends passes")
+    log.injected.append(f"nftables: {what} ({host} ports {port_set}) cut off at "
+                        f"{time.strftime('%H:%M:%S')}, {both}")
 
 
 def lift_cut(log: FaultLog | None = None) -> None:
