@@ -84,6 +84,12 @@ def _properties(layout: Layout, i: int) -> str:
         "log.retention.hours": "168",
         "log.segment.bytes": str(256 * 1024 * 1024),
     }
+    if rf == 3:
+        # A broker that stops heartbeating is fenced, and its partitions led elsewhere,
+        # after this (default 9 s, heartbeats every 2 s): a dead or cut-off broker's
+        # partitions stalled the pipeline that long (docs/reliability.md, broker-kill).
+        props["broker.session.timeout.ms"] = "5000"
+        props["broker.heartbeat.interval.ms"] = "1000"
     return "\n".join(f"{k}={v}" for k, v in props.items()) + "\n"
 
 

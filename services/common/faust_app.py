@@ -43,8 +43,10 @@ def build_faust_app(settings: Settings, app_id: str) -> faust.App:
         topic_replication_factor=1 if settings.kafka_bootstrap.count(",") == 0 else 3,
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=settings.kafka_session_timeout_s,
-        broker_request_timeout=settings.kafka_request_timeout_s,
+        # faust refuses a request timeout under the session timeout.
+        broker_request_timeout=max(settings.kafka_request_timeout_s, settings.kafka_session_timeout_s),
         broker_heartbeat_interval=max(1.0, settings.kafka_session_timeout_s / 4),
+        producer_request_timeout=settings.kafka_request_timeout_s,
         broker_commit_interval=settings.kafka_commit_interval_s,
         stream_wait_empty=False,
         producer_acks=-1,

@@ -120,18 +120,22 @@ class Settings(BaseSettings):
     # Transient store errors: retries with exponential backoff before the worker stops.
     store_retry_attempts: int = 6
     store_retry_base_s: float = 0.2
-    # Kafka group timing for the faust workers: a killed worker's partitions move after this.
-    kafka_session_timeout_s: float = 10.0
-    # How long every Kafka client waits for a broker's answer before it gives up on the
-    # connection, refreshes metadata and retries (at the partition's new leader). The
-    # clients' defaults (librdkafka 30/60 s, aiokafka 40 s, faust 90 s) held on to a
-    # broker cut off the network long after its partitions had moved. Fault suite,
-    # broker-cut, freshness p95 during the cut: 55 s with the defaults, 36 s with 15 s in
-    # every client, 41 s with the API's own consumers left at 40 s (one run each; reads
-    # failed 0.4 %, 3.1 % and 13.4 %: that share varies more between runs than this
-    # setting explains). Retries are safe: every producer is idempotent and every
-    # consumer applies by LSN. Faust needs it above kafka_session_timeout_s.
-    kafka_request_timeout_s: float = 15.0
+    # Kafka group timing for the faust workers: a killed or cut-off worker's partitions
+    # move after this (heartbeats every quarter of it, at least every second).
+    kafka_session_timeout_s: float = 6.0
+    # How long a Kafka client waits for a broker's answer before it gives up on the
+    # connection, refreshes metadata and retries (at the partition's new leader): the
+    # relay's producer, the workers' and the API's producers, the API's consumers; the
+    # workers' group consumers wait at least kafka_session_timeout_s (faust refuses
+    # less). The clients' defaults (librdkafka 30/60 s, aiokafka 40 s, faust 90 s) held
+    # on to a broker cut off the network long after its partitions had moved. A stalled
+    # notice publish holds its worker's batch, and an aiokafka producer whose metadata
+    # refresh goes to the cut broker waits a second timeout: with 15 s here the fan-out
+    # stood still for the whole 30 s cut (fault suite, broker-cut, 2026-12-02). Probes on
+    # the three-node stack, a producer at 20 records/s through a 30 s cut: the longest
+    # delivery 16 s at 15 s, 5 s at 4 s (librdkafka and aiokafka alike). Retries are
+    # safe: every producer is idempotent and every consumer applies by LSN.
+    kafka_request_timeout_s: float = 4.0
     kafka_commit_interval_s: float = 1.0
     # Batches (services/common/batch_consumer.py consume_in_batches): up to this many messages
     # are taken at once and their keys applied concurrently. 1000 keeps a batch's replay

@@ -1,4 +1,5 @@
-"""Every Kafka client gives up on a silent broker after Settings.kafka_request_timeout_s."""
+"""Every Kafka client gives up on a silent broker after Settings.kafka_request_timeout_s;
+the workers' group consumers after no less than their session timeout (faust's rule)."""
 from __future__ import annotations
 
 from services.cdc.publisher import producer_config
@@ -12,6 +13,13 @@ def test_the_relay_and_the_workers_use_the_request_timeout() -> None:
     assert config["request.timeout.ms"] == config["socket.timeout.ms"] == 12_500
     app = build_faust_app(settings, "timeouts-test")
     assert app.conf.broker_request_timeout == 12.5
-    # faust refuses a request timeout under the session timeout: the defaults keep it above.
-    defaults = Settings()
-    assert defaults.kafka_request_timeout_s > defaults.kafka_session_timeout_s
+    assert app.conf.producer_request_timeout == 12.5
+
+
+def test_a_group_consumer_never_waits_less_than_its_session() -> None:
+    settings = Settings(kafka_request_timeout_s=4.0, kafka_session_timeout_s=6.0)
+    app = build_faust_app(settings, "timeouts-test")
+    assert app.conf.broker_session_timeout == 6.0
+    assert app.conf.broker_request_timeout == 6.0
+    assert app.conf.producer_request_timeout == 4.0
+    assert producer_config(settings)["request.timeout.ms"] == 4_000
