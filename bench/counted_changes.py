@@ -41,8 +41,8 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from services.common import cql  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.common.topics import all_topics, cdc_topic  # noqa: E402
-from tests.integration.cdc_events import CdcEvents, CdcMessage, send  # noqa: E402
-from tests.integration.test_fanout_harness import group_caught_up  # noqa: E402
+from tests.support.cdc_events import CdcEvents, CdcMessage, send  # noqa: E402
+from tests.support.worker_env import group_caught_up  # noqa: E402
 
 # Ids far from anything the workload generates; every follower / liker is new.
 AUTHOR_BASE, FOLLOWER_BASE, POST_BASE, LIKER_BASE = 7_000_000, 8_000_000, 9_000_000, 20_000_000

@@ -7,10 +7,11 @@ Cassandra in the same run, and commit-to-inbox latency p50/p95 under a steady po
 Runs on its own keyspace and topic prefix (dropped at the end) against the running
 stack, with a real ``python -m services.fanout`` worker subprocess.
 
-1. raw: the same INSERT the fan-out uses, prepared, 64 in flight, ``followers*posts`` rows.
-2. fan-out: one ordinary author with ``followers`` followers publishes ``posts`` posts at
+1. fan-out: one ordinary author with ``followers`` followers publishes ``posts`` posts at
    once; rows/s from the first post produced to the worker's row counter reaching
    followers*posts (scraped from its /metrics).
+2. raw: the best raw writer (``bench/raw_writer.py``) on the same (reader, post) rows, TTL
+   and keyspace, after the fan-out, with the worker running and idle.
 3. latency: ``--rate`` posts/s for ``--seconds`` s by an author with 100 followers; per
    post, from the CDC event's commit time (source.ts_ms = when produced) to its inbox
    event arriving on ``<prefix>.inbox-events`` (published after the inbox rows are written).
@@ -37,12 +38,14 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from bench.raw_writer import best_raw_rate  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.common import cql  # noqa: E402
 from services.common.cql_async import CqlRunner  # noqa: E402
+from services.common.rules import INBOX_TTL_S  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.common.topics import all_topics, inbox_events_topic  # noqa: E402
-from tests.integration.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
+from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 
 def free_port() -> int:
@@ -52,6 +55,7 @@ def free_port() -> int:
 
 
 async def raw_insert_rate(session, rows: int, in_flight: int) -> float:
+    """Single-row INSERTs (bench/fanout_follows.py's baseline for follow copies)."""
     stmt = session.prepare("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
                            "VALUES (?,?,?,?) USING TIMESTAMP ?")
     runner = CqlRunner(session)
@@ -98,10 +102,6 @@ def main() -> int:
     worker = None
     try:
         rows = args.followers * args.posts
-        raw = asyncio.run(raw_insert_rate(session, rows, s.fanout_max_in_flight))
-        session.execute("TRUNCATE feed_inbox")
-        print(f"raw insert: {raw:,.0f} rows/s ({rows} rows, {s.fanout_max_in_flight} in flight)")
-
         events = CdcEvents(name)
         since = datetime.now(timezone.utc) - timedelta(hours=1)
         big, small = 1, 2
@@ -128,8 +128,15 @@ def main() -> int:
         send(s.kafka_bootstrap, posts)
         wait(lambda: scrape(port, "feed_fanout_inbox_rows_total") - before >= rows, 600, "fan-out")
         fan = rows / (time.perf_counter() - start)
+        # The same rows again, by the best raw writer, into a scratch table of the same
+        # keyspace (same replication), the worker running and idle.
+        session.execute("CREATE TABLE IF NOT EXISTS raw_inbox (reader_id bigint, rank_key double, "
+                        "post_id bigint, author_id bigint, PRIMARY KEY ((reader_id), rank_key, post_id))")
+        pairs = [(10_000 + f, post_id_at(now, i)) for i in range(args.posts) for f in range(args.followers)]
+        raw = best_raw_rate(session, pairs, INBOX_TTL_S, table="raw_inbox")
+        print(f"raw writer: {raw['rows_per_s']:,} rows/s, best of {len(raw['tried'])} settings: {raw['best']}")
         print(f"fan-out:    {fan:,.0f} rows/s ({args.posts} posts x {args.followers} followers) "
-              f"= {fan / raw:.0%} of raw insert")
+              f"= {fan / raw['rows_per_s']:.0%} of the best raw writer (computed)")
 
         consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": f"{name}.bench",
                              "auto.offset.reset": "latest", "enable.auto.commit": False})

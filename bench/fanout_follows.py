@@ -47,7 +47,7 @@ from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.common import cql, ids, ranking  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.common.topics import all_topics, cdc_topic  # noqa: E402
-from tests.integration.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
+from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 # Ids far from anything the workload generates; followers are unique per follow.
 AUTHOR_BASE, FOLLOWER_BASE, LIKED_POST_BASE, LIKER_BASE = 7_000_000, 8_000_000, 9_000_000, 20_000_000

@@ -246,12 +246,17 @@ def largest_author_watchers(graph: Graph, n: int) -> dict[int, int]:
 
 async def largest_author_posts(base_url: str, settings: Settings, graph: Graph, authors: list[int],
                                inbox_rows: Callable[[], float] | None = None,
-                               timeout_s: float = 300.0) -> list[dict[str, Any]]:
+                               timeout_s: float = 300.0,
+                               rows_counter: Callable[[], float] | None = None,
+                               settle_s: float = 2.0) -> list[dict[str, Any]]:
     """One post by each author in turn, alone, while the author's last follower by id
     (the last page the fan-out reaches) holds the realtime stream open. Per post: the
     201 of POST /v1/posts to ``new_item`` at that follower (``visible_s``), and, given
     ``inbox_rows`` (the fan-out worker's row counter), to the counter having grown by
-    the author's follower count (``fanout_s``: every follower's row written)."""
+    the author's follower count (``fanout_s``: every follower's row written). Given
+    ``rows_counter`` instead (a hybrid run, where a celebrity's post writes no inbox
+    rows), ``inbox_rows`` is the counter's growth from the post until ``settle_s`` after
+    it showed: measured, not assumed."""
     followers: dict[int, list[int]] = defaultdict(list)
     wanted = set(authors)
     for a, b in zip(graph.follower.tolist(), graph.followed.tolist()):
@@ -262,7 +267,8 @@ async def largest_author_posts(base_url: str, settings: Settings, graph: Graph, 
         for n, author in enumerate(authors):
             watcher = max(followers[author])
             async with PostWatch(client, settings, {watcher: author}) as watch:
-                rows0 = await asyncio.to_thread(inbox_rows) if inbox_rows else 0.0
+                counter = inbox_rows or rows_counter
+                rows0 = await asyncio.to_thread(counter) if counter else 0.0
                 post_id = await watch.post(0, f"largest author post {n}")
                 committed = watch.committed[post_id]
                 fanout_s = rows = None
@@ -275,6 +281,9 @@ async def largest_author_posts(base_url: str, settings: Settings, graph: Graph, 
                         break
                     await asyncio.sleep(0.05)
             visible = watch.arrivals.get((post_id, watcher))
+            if rows_counter is not None and inbox_rows is None:
+                await asyncio.sleep(settle_s)
+                rows = await asyncio.to_thread(rows_counter) - rows0
             out.append({"author": author, "followers": len(followers[author]),
                         "visible_s": round(visible - committed, 3) if visible else None,
                         "fanout_s": round(fanout_s, 2) if fanout_s is not None else None,

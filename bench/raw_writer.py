@@ -1,0 +1,168 @@
+"""The best raw Cassandra writer we can build here, for the fan-out's rows/s to be a ratio
+to (issue 14): the fan-out's own rows, written as fast as a client that knows them all in
+advance can.
+
+    .venv/bin/python -m bench.raw_writer [--rows 20000] [--readers 2000]   # standalone
+
+Rows are the fan-out's: ``feed_inbox (reader_id, rank_key, post_id, author_id)`` with the
+inbox TTL (``rules.INBOX_TTL_S``) and a write timestamp, into a scratch keyspace made by the same migrations
+(same replication as the bench's). ``bench.run`` passes the (reader, post) pairs of the
+history it fanned out, so the partition spread is the fan-out's own; standalone, posts go
+to a random set of readers. Every strategy is one prepared INSERT, token-aware routing
+(the driver's default policy), through ``CqlRunner.run_bounded``:
+
+* ``rows``: one row per request;
+* ``partition``: unlogged batches of one reader's rows (one partition, up to ``size``);
+* ``replicas``: unlogged batches of readers sharing their replicas, up to ``size`` rows
+  (what the fan-out sends for one post; on one node every reader shares them).
+
+Each at several requests in flight; the best rows/s is the baseline, and every tried
+setting is reported beside it. One Python process, like the fan-out worker.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import struct
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from cassandra.query import BatchStatement, BatchType
+
+from services.common.cql_async import CqlRunner
+from services.common.rules import INBOX_TTL_S
+
+# (strategy, rows per request, requests in flight)
+SETTINGS: tuple[tuple[str, int, int], ...] = (
+    ("rows", 1, 64), ("rows", 1, 256),
+    ("partition", 50, 16), ("partition", 50, 64),
+    ("replicas", 50, 16), ("replicas", 50, 64), ("replicas", 200, 16),
+)
+_BIGINT = struct.Struct(">q")
+
+
+@dataclass(frozen=True)
+class Tried:
+    strategy: str
+    size: int
+    in_flight: int
+    rows: int
+    seconds: float
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "rows per request (at most)": self.size,
+                "in flight": self.in_flight, "rows": self.rows, "seconds": round(self.seconds, 2),
+                "rows/s": round(self.rows_per_s)}
+
+
+def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence[tuple[int, int]],
+              ttl_s: int, ts: int) -> list[tuple[Any, Sequence[Any]]]:
+    def params(reader: int, post: int) -> tuple:
+        return (reader, float(post), post, 1, ttl_s, ts)
+
+    if strategy == "rows":
+        return [(stmt, params(r, p)) for r, p in pairs]
+    by_reader: dict[int, list[int]] = defaultdict(list)
+    for r, p in pairs:
+        by_reader[r].append(p)
+    if strategy == "partition":
+        groups = [[(r, p) for p in posts] for r, posts in by_reader.items()]
+    else:
+        metadata = session.cluster.metadata
+        by_replicas: dict[frozenset, list[tuple[int, int]]] = defaultdict(list)
+        for r, posts in by_reader.items():
+            replicas = frozenset(metadata.get_replicas(session.keyspace, _BIGINT.pack(r)))
+            by_replicas[replicas] += [(r, p) for p in posts]
+        groups = list(by_replicas.values())
+    out: list[tuple[Any, Sequence[Any]]] = []
+    for group in groups:
+        for start in range(0, len(group), size):
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for r, p in group[start:start + size]:
+                batch.add(stmt, params(r, p))
+            out.append((batch, ()))
+    return out
+
+
+async def _one(session: Any, runner: CqlRunner, stmt: Any, strategy: str, size: int, in_flight: int,
+               pairs: Sequence[tuple[int, int]], ttl_s: int) -> Tried:
+    # Building the batches is the client's work too: it is inside the timed window.
+    start = time.perf_counter()
+    requests = _requests(session, stmt, strategy, size, pairs, ttl_s, time.time_ns() // 1000)
+    await runner.run_bounded(requests, in_flight)
+    return Tried(strategy, size, in_flight, len(pairs), time.perf_counter() - start)
+
+
+def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
+                  settings: Iterable[tuple[str, int, int]] = SETTINGS,
+                  table: str = "feed_inbox") -> dict[str, Any]:
+    """Write ``pairs`` (reader, post) once per setting, after a warm-up pass; the best
+    rows/s and every setting tried. ``session`` is on a scratch keyspace, or ``table`` is
+    a scratch table of ``feed_inbox``'s shape."""
+    stmt = session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
+                           "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
+    runner = CqlRunner(session)
+
+    async def sweep() -> list[Tried]:
+        warm = pairs[: max(1, len(pairs) // 5)]
+        await _one(session, runner, stmt, "replicas", 50, 16, warm, ttl_s)
+        return [await _one(session, runner, stmt, s, size, n, pairs, ttl_s) for s, size, n in settings]
+
+    tried = asyncio.run(sweep())
+    best = max(tried, key=lambda t: t.rows_per_s)
+    readers = len({r for r, _ in pairs})
+    return {"rows_per_s": round(best.rows_per_s), "best": best.summary(), "rows": len(pairs),
+            "readers (partitions)": readers, "ttl_s": ttl_s,
+            "tried": [t.summary() for t in tried]}
+
+
+def history_pairs(follower: Sequence[int], followed: Sequence[int],
+                  posts: Iterable[tuple[int, int, Any, Any]], skip_authors: set[int],
+                  limit: int) -> list[tuple[int, int]]:
+    """The (reader, post) rows a fan-out of ``posts`` writes (every follower of an author
+    not in ``skip_authors``), in post order, at most ``limit``."""
+    fans: dict[int, list[int]] = defaultdict(list)
+    for a, b in zip(follower, followed):
+        fans[b].append(a)
+    out: list[tuple[int, int]] = []
+    for post_id, author, *_ in posts:
+        if author in skip_authors:
+            continue
+        out += [(reader, post_id) for reader in fans.get(author, ())]
+        if len(out) >= limit:
+            return out[:limit]
+    return out
+
+
+def main() -> int:
+    from bench.pipeline import bench_settings, fresh_stores
+    from services.common import cql
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=20_000)
+    ap.add_argument("--readers", type=int, default=2_000)
+    args = ap.parse_args()
+    s = bench_settings("bench_raw")
+    fresh_stores(s)
+    rng = random.Random(7)
+    pairs = [(10**12 + rng.randrange(args.readers), 10**15 + i) for i in range(args.rows)]
+    session = cql.session(s)
+    try:
+        result = best_raw_rate(session, pairs, INBOX_TTL_S)
+    finally:
+        session.cluster.shutdown()
+    for t in result["tried"]:
+        print(t)
+    print(f"best: {result['best']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""The benchmark's computed parts: verdicts from measured values, the fan-out's write
+window from its sampled row counter, and the raw writer's rows (issue 14)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from bench import raw_writer, report
+from bench.raw_writer import _requests, history_pairs
+from bench.run import write_window
+
+
+def test_a_verdict_is_computed_from_the_value_and_its_target() -> None:
+    assert report.verdict(1.2, "<=", 1.5) == "met"
+    assert report.verdict(1.6, "<=", 1.5) == "**missed**"
+    assert report.verdict(0.85, ">=", 0.8) == "met"
+    assert report.verdict(0.7, ">=", 0.8) == "**missed**"
+    assert report.verdict(None, "<=", 1.5) == "n/a"
+    assert report.verdict(float("nan"), "<=", 1.5) == "n/a"
+    assert report.all_of("met", "**missed**") == "**missed**"
+    assert report.all_of("met", "n/a") == "n/a"
+    assert report.all_of("met", "met") == "met"
+
+
+def sample(t: float, rows: float) -> SimpleNamespace:
+    return SimpleNamespace(t=t, inbox_rows=rows)
+
+
+def test_the_write_window_runs_from_the_last_idle_sample_to_the_first_complete_one() -> None:
+    samples = [sample(0, 100), sample(1, 100), sample(2, 100), sample(3, 150), sample(4, float("nan")),
+               sample(5, 290), sample(6, 300), sample(7, 300)]
+    assert write_window(samples, since=0.5, rows_before=100, rows=200) == 6 - 2
+    # Samples before ``since`` belong to an earlier phase.
+    assert write_window(samples, since=2.5, rows_before=100, rows=200) is None
+    # Never complete: no window, rather than a made-up one.
+    assert write_window(samples, since=0, rows_before=100, rows=500) is None
+
+
+def test_history_pairs_are_the_followers_of_each_ordinary_authors_posts() -> None:
+    follower, followed = [10, 11, 12, 10], [1, 1, 2, 3]
+    posts = [(100, 1, None, ""), (101, 2, None, ""), (102, 3, None, ""), (103, 1, None, "")]
+    assert history_pairs(follower, followed, posts, skip_authors={3}, limit=10) == [
+        (10, 100), (11, 100), (12, 101), (10, 103), (11, 103)]
+    assert history_pairs(follower, followed, posts, skip_authors=set(), limit=3) == [
+        (10, 100), (11, 100), (12, 101)]
+
+
+class RecordingBatch:
+    def __init__(self, batch_type: object) -> None:
+        self.entries: list[tuple] = []
+
+    def add(self, statement: object, params: tuple) -> None:
+        self.entries.append(params)
+
+
+def test_the_raw_writer_sends_every_row_once_whatever_the_grouping(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(raw_writer, "BatchStatement", RecordingBatch)
+    pairs = [(r, p) for p in range(30) for r in range(7)]
+    host = object()
+    session = SimpleNamespace(keyspace="k", cluster=SimpleNamespace(
+        metadata=SimpleNamespace(get_replicas=lambda _ks, _key: [host])))
+    stmt = object()
+    for strategy, size in (("rows", 1), ("partition", 50), ("replicas", 50), ("replicas", 200)):
+        requests = _requests(session, stmt, strategy, size, pairs, 604800, 1)
+        sent = []
+        for request, params in requests:
+            if strategy == "rows":
+                sent.append(params)
+            else:
+                assert len(request.entries) <= size
+                if strategy == "partition":
+                    assert len({e[0] for e in request.entries}) == 1  # one reader's partition
+                sent += request.entries
+        assert sorted((p[0], p[2]) for p in sent) == sorted(pairs), strategy
+        assert all(p[4] == 604800 for p in sent)
