@@ -75,13 +75,16 @@ def _nft(script: str) -> None:
 
 def cut_off(host: str, ports: list[int], log: FaultLog, what: str, layout: Layout) -> None:
     """Cut server ``what`` (a stack daemon's name) at ``host`` off the network: every
-    packet to or from ``host`` with one of ``ports`` at either end, and everything the
-    server's own sockets send, wherever to (it runs in a cgroup of its own,
-    deploy/stack/cgroups.py). The connections a node opens leave from 127.0.0.1, so the
-    port rules alone cut only one way: a broker still heartbeated to the controller and
-    was never fenced. The node keeps running; a node at ``host`` that shares it with
-    another service, Kafka beside Cassandra, keeps the other service's ports. Loopback
-    traffic passes the output hook, once per packet."""
+    packet to or from its listeners (``host`` with one of ``ports``), and everything its
+    own sockets send, wherever to (it runs in a cgroup of its own, deploy/stack/cgroups.py).
+
+    A node's outgoing connections leave from 127.0.0.1 whatever its own address, so rules
+    on addresses cannot tell them apart: rules on ``saddr host`` with a peer's port cut
+    only one way for nodes 2 and 3 (a cut broker still heartbeated to the controller and
+    was never fenced) and, for node 1 at 127.0.0.1, cut every client off every broker.
+    The node keeps running; a node at ``host`` that shares it with another service, Kafka
+    beside Cassandra, keeps the other service's ports. Loopback traffic passes the output
+    hook, once per packet."""
     ensure_nft(layout.logs / "nftables-install.log")
     lift_cut()
     port_set = ", ".join(str(p) for p in ports)
@@ -90,9 +93,7 @@ def cut_off(host: str, ports: list[int], log: FaultLog, what: str, layout: Layou
   chain out {{
     type filter hook output priority 0; policy accept;
     ip daddr {host} tcp dport {{ {port_set} }} drop
-    ip daddr {host} tcp sport {{ {port_set} }} drop
     ip saddr {host} tcp sport {{ {port_set} }} drop
-    ip saddr {host} tcp dport {{ {port_set} }} drop
 {f"    {own} drop" if own else ""}
   }}
 }}
