@@ -306,36 +306,3 @@ async def warm_up_fanout(base_url: str, settings: Settings, graph: Graph,
             return time.perf_counter() - start
         await asyncio.sleep(0.2)
     raise RuntimeError("bench: the restarted fan-out wrote no rows")
-
-
-async def seed_mix(base_url: str, settings: Settings, graph: Graph, readers: list[int], *,
-                   concurrency: int, seconds: float, reads_per_post: int = 1000) -> dict[str, Any]:
-    """The seed's traffic: about ``reads_per_post`` feed pages per post. ``concurrency``
-    readers page their feeds (a first page, then a next page from its cursor) as fast as
-    the API answers, and an ordinary author posts each time another ``reads_per_post``
-    pages have been served, while a follower of each author holds the stream open.
-    Reports the reads' latencies and the posts' commit → ``new_item`` under that load."""
-    tokens = _tokens(settings, readers)
-    cursors: dict[int, tuple[str, str]] = {}
-    served = [0]
-    posting: list[asyncio.Task] = []
-    async with httpx.AsyncClient(base_url=base_url, timeout=None) as side:
-        async with PostWatch(side, settings, posting_authors(graph, 4, seed=5)) as watch:
-            async def page(client: httpx.AsyncClient, i: int) -> httpx.Response:
-                held = cursors.pop(i, None)
-                token, params = (held[0], {"limit": 20, "cursor": held[1]}) if held else \
-                    (tokens[random.randrange(len(tokens))], {"limit": 20})
-                resp = await client.get("/v1/feed", params=params,
-                                        headers={"Authorization": f"Bearer {token}"})
-                if resp.status_code == 200 and held is None and resp.json().get("next_cursor"):
-                    cursors[i] = (token, resp.json()["next_cursor"])
-                served[0] += 1
-                if served[0] % reads_per_post == 0:
-                    posting.append(asyncio.create_task(watch.post(len(posting), f"mix {len(posting)}")))
-                return resp
-
-            reads = await run_load(base_url, page, concurrency=concurrency, seconds=seconds)
-            await asyncio.gather(*posting)
-    return {"reads": reads.summary(), "posts": len(watch.committed),
-            "pages_per_post": round(len(reads.latencies_s) / max(1, len(watch.committed))),
-            "visibility": watch.summary()}

@@ -64,15 +64,22 @@ def markdown(r: dict[str, Any]) -> str:
               f"p99 {f['p99_s']} s (target p95 ≤ 1.5 s; the seed asks 30 s)."]
     mix = r.get("mix")
     if mix:
-        rd, v = mix["reads"], mix["visibility"]
-        lines += ["", "## The seed's mix: ~1,000 feed pages per post", "",
-                  f"4 readers paging their feeds (first page, then the next from its cursor) as fast as "
-                  f"the API answers; an ordinary author posts after every 1,000 pages served, a follower "
-                  f"of each holds the stream open. {rd['requests']} pages ({rd['per_s']}/s, "
-                  f"{rd['errors']} errors) and {mix['posts']} posts: {mix['pages_per_post']} pages per post.",
-                  "", f"- pages: p50 {rd['p50_ms']} ms, p95 {rd['p95_ms']} ms, p99 {rd['p99_ms']} ms",
-                  f"- new post on the follower's stream: observed {v['observed']}, missed {v['missed_30s']}; "
-                  f"p50 {v['p50_s']} s, p95 {v['p95_s']} s, max {v['max_s']} s"]
+        rd = mix["reads"]
+        lines += ["", "## The seed's mix, open loop: ~1,000 feed pages per post", "",
+                  f"wrk (C) pages first pages of {rd['connections']} connections' readers for the whole "
+                  f"phase; posts by ordinary authors at a fixed {mix['post rate (/s, set from the probe)']}/s "
+                  f"(set from {mix['calibration pages/s (the whole mix)']} pages/s in an unrecorded run of the "
+                  f"same mix), whatever the "
+                  f"reads do, while a follower of each author holds the stream open and polls its first "
+                  f"page (latest order). {rd['pages']} pages ({rd['pages/s']}/s, {rd['non_2xx']} non-2xx) "
+                  f"and {mix['posts']} posts: {mix['pages per post (computed)']} pages per post (computed).",
+                  "", f"- pages: p50 {rd['p50_ms']} ms, p95 {rd['p95_ms']} ms, p99 {rd['p99_ms']} ms"]
+        for label in ("announced on the stream", "on the follower's first page"):
+            v = mix[label]
+            lines.append(f"- commit → {label}: observed {v['observed']}, missed {v['missed_30s']}; "
+                         f"p50 {v['p50_s']} s, p95 {v['p95_s']} s, max {v['max_s']} s")
+        if mix["missed"]["stream"] or mix["missed"]["first page"]:
+            lines.append(f"- **MISSED**: {mix['missed']} (the run failed)")
     ia = r.get("inactive")
     if ia:
         lines += ["", "## Inactive readers (no feed read for 14 days: no inbox rows)", "",
