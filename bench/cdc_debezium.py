@@ -26,12 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import secrets
-import signal
 import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from datetime import datetime, timezone
@@ -43,12 +38,10 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench import report
 from bench.wrk_load import tree_cpu_s
-from deploy.debezium.check import CONNECTOR_PROPERTIES, LOG4J, WORKER_PROPERTIES, _free_port
-from deploy.migrate import migrate_kafka, migrate_postgres
-from deploy.stack.layout import REPO, Layout
-from deploy.stack.toolchain import PG_BIN, java17, jars
+from deploy.debezium.check import Scratch, stop
+from deploy.stack.toolchain import PG_BIN
 from services.common.settings import Settings
-from services.common.topics import CAPTURED_TABLES, cdc_topic
+from services.common.topics import cdc_topic
 
 TX_ROWS = 100
 BODY = "benchmark post body of typical length, a sentence or two about the day"
@@ -70,13 +63,8 @@ class Capturer:
         self.proc = self._start()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop(self.proc)
         self.proc = None
 
     def cpu_s(self) -> float:
@@ -167,57 +155,28 @@ def recvlogical_ceiling(s: Settings, slot: str, publication: str) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    layout = Layout.from_env()
-    base = Settings()
-    db = f"cdc_bench_{secrets.token_hex(3)}"
-    relay_s = Settings(pg_database=db, topic_prefix=f"{db}_relay", cdc_metrics_port=0)
-    dbz_prefix = f"{db}_dbz"
-    work = Path(tempfile.mkdtemp(prefix="cdc-bench-"))
-    with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
-    migrate_postgres(relay_s)
-    migrate_kafka(relay_s, relay_s.topic_prefix)
-    migrate_kafka(relay_s, dbz_prefix)
-    migrate_kafka(relay_s, f"{db}_dbzt")
+    scratch = Scratch("cdc_bench", ("dbz", "dbzt"))
+    relay_s = scratch.relay
     with psycopg.connect(relay_s.pg_dsn, autocommit=True) as conn:
-        conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE " + ", ".join(CAPTURED_TABLES))
         conn.execute("INSERT INTO users (user_id) VALUES (1)")
-    env = {**os.environ, "FEED_PG_DATABASE": db, "FEED_TOPIC_PREFIX": relay_s.topic_prefix,
-           "FEED_CDC_METRICS_PORT": "0"}
-    relay = Capturer("relay", relay_s.topic_prefix, lambda: subprocess.Popen(
-        [sys.executable, "-m", "services.cdc"], cwd=REPO, env=env,
-        stdout=open(work / "relay.log", "a"), stderr=subprocess.STDOUT))
-    values = {"bootstrap": base.kafka_bootstrap, "offsets": str(work / "offsets.dat"),
-              "rest_port": str(_free_port()), "host": base.pg_host, "port": str(base.pg_port),
-              "user": base.pg_user, "password": base.pg_password, "db": db,
-              "prefix": dbz_prefix, "slot": f"dbz_{db}",
-              "tables": ",".join(f"public.{t}" for t in CAPTURED_TABLES)}
-    lib = jars(layout, "connect")
+    relay = Capturer("relay", relay_s.topic_prefix, scratch.start_relay)
 
-    def debezium_capturer(name: str, prefix: str, extra: str) -> Capturer:
-        """Connect standalone with the check's connector (its own slot, prefix and offsets
-        file), keeping its slot across restarts (the backlog waits in it)."""
-        mine = {**values, "prefix": prefix, "slot": f"{name.replace('-', '_')}_{db}",
-                "offsets": str(work / f"{name}-offsets.dat"), "rest_port": str(_free_port())}
-        folder = work / name
-        folder.mkdir()
-        (folder / WORKER_PROPERTIES.name).write_text(WORKER_PROPERTIES.read_text().format(**mine))
-        (folder / CONNECTOR_PROPERTIES.name).write_text(
-            CONNECTOR_PROPERTIES.read_text().format(**mine).replace("slot.drop.on.stop=true", "slot.drop.on.stop=false")
-            .replace("name=feed-debezium-check", f"name=feed-{name}") + extra)
-        return Capturer(name, prefix, lambda: subprocess.Popen(
-            [java17(layout), "-Xmx512m", f"-Dlog4j2.configurationFile={LOG4J}", "-cp", f"{lib}/*",
-             "org.apache.kafka.connect.cli.ConnectStandalone", str(folder / WORKER_PROPERTIES.name),
-             str(folder / CONNECTOR_PROPERTIES.name)],
-            stdout=open(folder / "connect.log", "a"), stderr=subprocess.STDOUT))
+    def debezium_capturer(name: str, suffix: str, extra: str) -> Capturer:
+        """The check's connector under its own name, slot, prefix and offsets file,
+        keeping its slot across restarts (the backlog waits in it)."""
+        folder = scratch.connect_files(name, scratch.prefix(suffix), lambda c: c.replace(
+            "slot.drop.on.stop=true", "slot.drop.on.stop=false").replace(
+            "name=feed-debezium-check", f"name=feed-{name}") + extra)
+        return Capturer(name, scratch.prefix(suffix), lambda: scratch.start_connect(folder))
 
-    debezium = debezium_capturer("debezium", dbz_prefix, "")
+    debezium = debezium_capturer("debezium", "dbz", "")
     # The strongest Debezium we could configure for latency: it polls its change queue
     # every 500 ms by default (poll.interval.ms); 10 ms here.
-    tuned = debezium_capturer("debezium-tuned", f"{db}_dbzt", "poll.interval.ms=10\n")
-    probe = Consumer({"bootstrap.servers": base.kafka_bootstrap, "group.id": f"{db}-probe"})
+    tuned = debezium_capturer("debezium-tuned", "dbzt", "poll.interval.ms=10\n")
+    db = scratch.db
+    probe = Consumer({"bootstrap.servers": scratch.base.kafka_bootstrap, "group.id": f"{db}-probe"})
     out: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                           "backlog": args.backlog, "tx_rows": TX_ROWS, "logs": str(work)}
+                           "backlog": args.backlog, "tx_rows": TX_ROWS, "logs": str(scratch.work)}
     try:
         # Slots and snapshots first (the users row is each one's snapshot), then stopped.
         capturers = (relay, debezium, tuned)
@@ -258,11 +217,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for cap in (relay, debezium, tuned):
             cap.stop()
         probe.close()
-        with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
-            for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s",
-                                        (db,)).fetchall():
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+        scratch.drop()
     rate = "events_per_s (computed, from its first record)"
     rb = out["relay backlog"][rate]
     best_backlog = max(out[f"{c} backlog"][rate] for c in ("debezium", "debezium-tuned"))

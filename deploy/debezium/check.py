@@ -22,6 +22,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import psycopg
 from confluent_kafka import Consumer
@@ -104,41 +105,86 @@ def _wait_records(s: Settings, prefix: str, count: int, timeout: float) -> None:
         raise SystemExit(f"{prefix}: fewer than {count} records after {timeout:.0f} s")
 
 
+class Scratch:
+    """A scratch database with the project's schema and the publication Debezium reads,
+    relay settings for it, Kafka topics under the relay's prefix and ``<db>_<suffix>``
+    for each of ``suffixes``, a work folder for logs and Connect's files, and the
+    launchers of both capturers (used by this check and bench/cdc_debezium.py)."""
+
+    def __init__(self, name: str, suffixes: tuple[str, ...] = ()) -> None:
+        self.layout = Layout.from_env()
+        self.base = Settings()
+        self.db = f"{name}_{secrets.token_hex(3)}"
+        self.relay = Settings(pg_database=self.db, topic_prefix=f"{self.db}_relay", cdc_metrics_port=0)
+        self.work = Path(tempfile.mkdtemp(prefix=f"{name.replace('_', '-')}-"))
+        with psycopg.connect(self.base.pg_dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {self.db}")
+        migrate_postgres(self.relay)
+        for prefix in (self.relay.topic_prefix, *map(self.prefix, suffixes)):
+            migrate_kafka(self.relay, prefix)
+        with psycopg.connect(self.relay.pg_dsn, autocommit=True) as conn:
+            conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE " + ", ".join(CAPTURED_TABLES))
+
+    def prefix(self, suffix: str) -> str:
+        return f"{self.db}_{suffix}"
+
+    def start_relay(self) -> subprocess.Popen:
+        env = {**os.environ, "FEED_PG_DATABASE": self.db, "FEED_TOPIC_PREFIX": self.relay.topic_prefix,
+               "FEED_CDC_METRICS_PORT": "0"}
+        return subprocess.Popen([sys.executable, "-m", "services.cdc"], cwd=REPO, env=env,
+                                stdout=open(self.work / "relay.log", "a"), stderr=subprocess.STDOUT)
+
+    def connect_files(self, name: str, prefix: str, connector: Callable[[str], str] = lambda c: c) -> Path:
+        """Kafka Connect's worker and connector files for a connector named ``name``
+        (its own slot, offsets file and REST port), in ``work/<name>/``; ``connector``
+        may edit the connector's properties."""
+        values = {"bootstrap": self.base.kafka_bootstrap, "offsets": str(self.work / f"{name}-offsets.dat"),
+                  "rest_port": str(_free_port()), "host": self.base.pg_host, "port": str(self.base.pg_port),
+                  "user": self.base.pg_user, "password": self.base.pg_password, "db": self.db,
+                  "prefix": prefix, "slot": f"{name.replace('-', '_')}_{self.db}",
+                  "tables": ",".join(f"public.{t}" for t in CAPTURED_TABLES)}
+        folder = self.work / name
+        folder.mkdir(exist_ok=True)
+        (folder / WORKER_PROPERTIES.name).write_text(WORKER_PROPERTIES.read_text().format(**values))
+        (folder / CONNECTOR_PROPERTIES.name).write_text(
+            connector(CONNECTOR_PROPERTIES.read_text().format(**values)))
+        return folder
+
+    def start_connect(self, folder: Path) -> subprocess.Popen:
+        lib = jars(self.layout, "connect")
+        return subprocess.Popen(
+            [java17(self.layout), "-Xmx512m", f"-Dlog4j2.configurationFile={LOG4J}", "-cp", f"{lib}/*",
+             "org.apache.kafka.connect.cli.ConnectStandalone", str(folder / WORKER_PROPERTIES.name),
+             str(folder / CONNECTOR_PROPERTIES.name)],
+            stdout=open(folder / "connect.log", "a"), stderr=subprocess.STDOUT)
+
+    def drop(self) -> None:
+        """The database and every slot on it (its capturers stopped)."""
+        with psycopg.connect(self.base.pg_dsn, autocommit=True) as conn:
+            for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots "
+                                        "WHERE database = %s", (self.db,)).fetchall():
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            conn.execute(f"DROP DATABASE IF EXISTS {self.db} WITH (FORCE)")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 def run_check() -> list[Difference]:
-    layout = Layout.from_env()
-    base = Settings()
-    db = f"dbz_check_{secrets.token_hex(3)}"
-    relay_s = Settings(pg_database=db, topic_prefix=f"{db}_relay", cdc_metrics_port=0)
-    dbz_prefix = f"{db}_dbz"
-    work = Path(tempfile.mkdtemp(prefix="debezium-check-"))
-    with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
+    scratch = Scratch("dbz_check", ("dbz",))
+    dbz_prefix, relay_s = scratch.prefix("dbz"), scratch.relay
     procs: list[subprocess.Popen] = []
     try:
-        migrate_postgres(relay_s)
-        migrate_kafka(relay_s, relay_s.topic_prefix)
-        migrate_kafka(relay_s, dbz_prefix)
-        with psycopg.connect(relay_s.pg_dsn, autocommit=True) as conn:
-            conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE " + ", ".join(CAPTURED_TABLES))
         _seed(relay_s)
-        env = {**os.environ, "FEED_PG_DATABASE": db, "FEED_TOPIC_PREFIX": relay_s.topic_prefix,
-               "FEED_CDC_METRICS_PORT": "0"}
-        procs.append(subprocess.Popen([sys.executable, "-m", "services.cdc"], cwd=REPO, env=env,
-                                      stdout=open(work / "relay.log", "w"),
-                                      stderr=subprocess.STDOUT))
-        values = {"bootstrap": base.kafka_bootstrap, "offsets": str(work / "offsets.dat"),
-                  "rest_port": str(_free_port()), "host": base.pg_host, "port": str(base.pg_port),
-                  "user": base.pg_user, "password": base.pg_password, "db": db,
-                  "prefix": dbz_prefix, "slot": f"dbz_{db}",
-                  "tables": ",".join(f"public.{t}" for t in CAPTURED_TABLES)}
-        for template in (WORKER_PROPERTIES, CONNECTOR_PROPERTIES):
-            (work / template.name).write_text(template.read_text().format(**values))
-        lib = jars(layout, "connect")
-        procs.append(subprocess.Popen(
-            [java17(layout), "-Xmx512m", f"-Dlog4j2.configurationFile={LOG4J}", "-cp", f"{lib}/*",
-             "org.apache.kafka.connect.cli.ConnectStandalone", str(work / "worker.properties"),
-             str(work / "connector.properties")],
-            stdout=open(work / "connect.log", "w"), stderr=subprocess.STDOUT))
+        procs.append(scratch.start_relay())
+        procs.append(scratch.start_connect(scratch.connect_files("dbz", dbz_prefix)))
         seeded = 5
         _wait_records(relay_s, relay_s.topic_prefix, seeded, 120)
         _wait_records(relay_s, dbz_prefix, seeded, 240)
@@ -146,22 +192,12 @@ def run_check() -> list[Difference]:
         relay_records = _consume(relay_s, relay_s.topic_prefix, 30, 120)
         dbz_records = _consume(relay_s, dbz_prefix, 30, 120)
         print(f"debezium-check: relay {len(relay_records)} records, debezium "
-              f"{len(dbz_records)} records (logs in {work})")
+              f"{len(dbz_records)} records (logs in {scratch.work})")
         return compare_streams(relay_records, dbz_records)
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
-        with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
-            for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots "
-                                        "WHERE database = %s", (db,)).fetchall():
-                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+            stop(proc)
+        scratch.drop()
 
 
 def main() -> int:
