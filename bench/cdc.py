@@ -41,17 +41,17 @@ from services.common.topics import cdc_topic  # noqa: E402
 
 # Rows per insert transaction when building the backlog: like an API writing a post.
 BACKLOG_TX_ROWS = 10
+POST_BODY = "benchmark post body of typical length, a sentence or two about the day"
 
 
-def _insert_backlog(s: Settings, count: int, first_id: int) -> None:
+def _insert_backlog(s: Settings, count: int, first_id: int, tx_rows: int = BACKLOG_TX_ROWS) -> None:
+    """``count`` posts by user 1 from ``first_id`` on, ``tx_rows`` to a transaction."""
     with psycopg.connect(s.pg_dsn) as conn:
-        for start in range(first_id, first_id + count, BACKLOG_TX_ROWS):
+        for start in range(first_id, first_id + count, tx_rows):
             with conn.transaction():
                 conn.cursor().executemany(
-                    "INSERT INTO posts (post_id, author_id, created_at, text) "
-                    "VALUES (%s, 1, now(), 'benchmark post body of typical length, "
-                    "a sentence or two about the day')",
-                    [(i,) for i in range(start, min(start + BACKLOG_TX_ROWS, first_id + count))])
+                    "INSERT INTO posts (post_id, author_id, created_at, text) VALUES (%s, 1, now(), %s)",
+                    [(i, POST_BODY) for i in range(start, min(start + tx_rows, first_id + count))])
 
 
 def raw_decode_rate(s: Settings, count: int) -> float:

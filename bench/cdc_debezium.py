@@ -37,6 +37,7 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from bench import report
+from bench.cdc import POST_BODY, _insert_backlog
 from bench.wrk_load import tree_cpu_s
 from deploy.debezium.check import Scratch, stop
 from deploy.stack.toolchain import PG_BIN
@@ -44,7 +45,6 @@ from services.common.settings import Settings
 from services.common.topics import cdc_topic
 
 TX_ROWS = 100
-BODY = "benchmark post body of typical length, a sentence or two about the day"
 
 
 def quantile(values: list[float], q: float) -> float | None:
@@ -90,15 +90,6 @@ def wait_for(consumer: Consumer, topic: str, count: int, timeout: float) -> floa
     return time.perf_counter() - started
 
 
-def insert_backlog(s: Settings, count: int, first_id: int) -> None:
-    with psycopg.connect(s.pg_dsn) as conn:
-        for start in range(first_id, first_id + count, TX_ROWS):
-            with conn.transaction():
-                conn.cursor().executemany(
-                    "INSERT INTO posts (post_id, author_id, created_at, text) VALUES (%s, 1, now(), %s)",
-                    [(i, BODY) for i in range(start, min(start + TX_ROWS, first_id + count))])
-
-
 def steady(s: Settings, cap: Capturer, rate: float, seconds: float, first_id: int) -> dict[str, Any]:
     """Single-row inserts at ``rate``/s; commit → topic (receive time − source.ts_ms)."""
     topic = cdc_topic("posts", cap.prefix)
@@ -118,7 +109,7 @@ def steady(s: Settings, cap: Capturer, rate: float, seconds: float, first_id: in
                 for m in consumer.consume(100, max(0.0, min(0.01, t0 + i / rate - time.perf_counter()))):
                     _record(m, lat)
             conn.execute("INSERT INTO posts (post_id, author_id, created_at, text) VALUES (%s, 1, now(), %s)",
-                         (post_id, BODY))
+                         (post_id, POST_BODY))
     deadline = time.monotonic() + 30
     while not wanted <= lat.keys() and time.monotonic() < deadline:
         for m in consumer.consume(100, 0.1):
@@ -187,7 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cap.stop()
         with psycopg.connect(relay_s.pg_dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"ceiling_{db}",))
-        insert_backlog(relay_s, args.backlog, 1_000_000)
+        _insert_backlog(relay_s, args.backlog, 1_000_000, TX_ROWS)
         out["pg_recvlogical ceiling"] = {"seconds": round(s := recvlogical_ceiling(
             relay_s, f"ceiling_{db}", "dbz_pub"), 2), "events_per_s (computed)": round(args.backlog / s)}
         earlier = 0  # posts inserted by an earlier capturer's steady phase: in this one's slot too

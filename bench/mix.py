@@ -55,7 +55,7 @@ async def _first_page_arrivals(client: httpx.AsyncClient, settings: Settings, wa
         await asyncio.sleep(POLL_S)
 
 
-def _wrk_entries(base_url: str, settings: Settings, readers: list[int]) -> list[tuple[str, str]]:
+def _wrk_entries(settings: Settings, readers: list[int]) -> list[tuple[str, str]]:
     tokens = _tokens(settings, readers)
     return [("/v1/feed?limit=20", f"Bearer {t}") for t in tokens]
 
@@ -90,7 +90,7 @@ async def seed_mix_open(base_url: str, settings: Settings, graph: Graph, readers
     """The open-loop mix; see the module docstring. A first, unrecorded run of the whole
     mix (posts, streams and first-page polls share the machine with the reads) measures
     the pages/s the recorded run's post rate is set from."""
-    entries = _wrk_entries(base_url, settings, readers)
+    entries = _wrk_entries(settings, readers)
     probe = await asyncio.to_thread(run_wrk, base_url, entries, connections, PROBE_S, api_pid, {})
     calibration, *_ = await _mix(base_url, settings, graph, entries, connections, CALIBRATE_S,
                                  api_pid, max(0.2, probe.pages_per_s / reads_per_post), "calibrate")
