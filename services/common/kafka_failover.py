@@ -10,12 +10,19 @@ time out, a coordinator lookup, a produce on stale metadata) and applied nothing
 26 s, though the broker was fenced and its partitions led elsewhere after 5 s.
 
 ``install()`` makes every aiokafka client in the process remember, for ``SUSPECT_S``,
-the brokers it failed to connect to or whose connection broke or timed out, and try
-them last: a metadata refresh asks the others first, a coordinator lookup asks one of
-the others. A broker that answers a new connection is trusted again at once; when every
-broker is suspect, all are tried as before. Nothing else changes: requests that must go
-to one broker (a partition's leader, the group's coordinator) still go there, and a
-metadata refresh from a live broker moves them off a fenced one.
+the brokers it failed to connect to or whose connection broke or timed out, and:
+
+* try them last: a metadata refresh asks the others first, a coordinator lookup asks
+  one of the others (when every broker is suspect, all are tried as before);
+* refresh its metadata every ``REFRESH_EVERY_S`` while a suspect broker is still listed,
+  so that the controller's fencing (its partitions get new leaders) is seen at once;
+* close its connections to a suspect broker that the metadata no longer lists, so that
+  requests in flight there fail now and go to the new leaders, instead of each waiting
+  out its timeout first.
+
+A broker that answers a new connection is trusted again at once. Requests that must go
+to one broker (a partition's leader, the group's coordinator) still go there until the
+metadata says otherwise.
 
 The hook is the ``random`` that aiokafka.client uses for exactly those two choices
 (``get_random_node`` and ``_metadata_update``), plus wrappers of ``_get_conn`` and
@@ -23,6 +30,7 @@ The hook is the ``random`` that aiokafka.client uses for exactly those two choic
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -39,6 +47,10 @@ T = TypeVar("T")
 # fenced after broker.session.timeout.ms (5 s) and its partitions move; by then clients
 # have learned the new layout from the others. Failures while it stays dark renew it.
 SUSPECT_S = 10.0
+# While a suspect broker is still in a client's metadata, the metadata is refreshed this
+# often (from the other brokers): the controller fences it after 5 s, and a refresh sees
+# that its partitions moved.
+REFRESH_EVERY_S = 1.0
 
 
 class SuspectBrokers:
@@ -101,6 +113,47 @@ def _node_of(client: Any, conn: Any) -> Any:
     return None
 
 
+def _drop_fenced(client: Any) -> None:
+    """Close the client's connections to a suspect broker the cluster no longer lists
+    (fenced): requests in flight to it fail now instead of at their timeout, and are
+    sent again to the partitions' new leaders."""
+    listed = {b.nodeId for b in client.cluster.brokers()}
+    if not listed:
+        return
+    for (node_id, _group), conn in list(client._conns.items()):
+        if isinstance(node_id, int) and node_id not in listed and SUSPECTS.suspect(node_id):
+            log.warning("kafka broker %s left the cluster's metadata: its connection closed", node_id)
+            conn.close(reason=CloseReason.CONNECTION_BROKEN)
+
+
+def _watch(client: Any) -> None:
+    """Refresh ``client``'s metadata every ``REFRESH_EVERY_S`` while a suspect broker is
+    still listed in it (for at most the hold): the fencing that moves its partitions is
+    seen within a second, not at the next request timeout."""
+    task = getattr(client, "_feed_failover_watch", None)
+    if task is not None and not task.done():
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    client._feed_failover_watch = loop.create_task(_refresh_while_suspect(client))
+
+
+async def _refresh_while_suspect(client: Any) -> None:
+    deadline = time.monotonic() + SUSPECTS.hold_s
+    while time.monotonic() < deadline:
+        await asyncio.sleep(REFRESH_EVERY_S)
+        if client._sync_task is None:  # closed
+            return
+        if not any(SUSPECTS.suspect(b.nodeId) for b in client.cluster.brokers()):
+            return
+        try:
+            await client.force_metadata_update()
+        except Exception:  # noqa: BLE001 - the client's own refresh logs and retries
+            return
+
+
 _installed = False
 
 
@@ -127,6 +180,7 @@ def install(hold_s: float = SUSPECT_S) -> None:
         conn = await get_conn(self, node_id, *args, **kwargs)
         if conn is None:
             SUSPECTS.failed(node_id)
+            _watch(self)
         elif not known:
             SUSPECTS.answered(node_id)  # a new connection was made: it answers
         return conn
@@ -134,9 +188,19 @@ def install(hold_s: float = SUSPECT_S) -> None:
     def _on_connection_closed(self: Any, conn: Any, reason: Any) -> None:
         if reason in (CloseReason.CONNECTION_BROKEN, CloseReason.CONNECTION_TIMEOUT):
             SUSPECTS.failed(_node_of(self, conn))
+            _watch(self)
         on_closed(self, conn, reason)
+
+    metadata_update = client_cls._metadata_update
+
+    async def _metadata_update(self: Any, cluster_metadata: Any, topics: Any) -> Any:
+        updated = await metadata_update(self, cluster_metadata, topics)
+        if updated and cluster_metadata is self.cluster:
+            _drop_fenced(self)
+        return updated
 
     client_cls._get_conn = _get_conn  # type: ignore[method-assign]
     client_cls._on_connection_closed = _on_connection_closed  # type: ignore[method-assign]
+    client_cls._metadata_update = _metadata_update  # type: ignore[method-assign]
     aioclient.random = _Random()  # type: ignore[assignment]
     _installed = True

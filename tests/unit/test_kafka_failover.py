@@ -67,3 +67,56 @@ def test_the_installed_client_avoids_a_broker_whose_connection_timed_out():
         await client.close()
 
     asyncio.run(main())
+
+
+def test_connections_to_a_suspect_broker_the_cluster_dropped_are_closed():
+    closed: list[tuple[int, object]] = []
+
+    class Conn:
+        def __init__(self, node: int) -> None:
+            self.node = node
+
+        def close(self, reason=None):
+            closed.append((self.node, reason))
+
+    client = SimpleNamespace(
+        cluster=SimpleNamespace(brokers=lambda: [SimpleNamespace(nodeId=1), SimpleNamespace(nodeId=2)]),
+        _conns={(1, 0): Conn(1), (3, 0): Conn(3), (3, 1): Conn(3), (4, 0): Conn(4),
+                ("bootstrap", 0): Conn(0)})
+    kafka_failover.SUSPECTS.failed(3)
+    try:
+        kafka_failover._drop_fenced(client)
+    finally:
+        kafka_failover.SUSPECTS.answered(3)
+    # Broker 3 failed and is gone from the metadata: both its connections (data and
+    # coordination) close. Broker 4 is gone too but never failed here: left alone.
+    assert closed == [(3, CloseReason.CONNECTION_BROKEN), (3, CloseReason.CONNECTION_BROKEN)]
+
+
+def test_metadata_is_refreshed_while_a_suspect_broker_is_listed():
+    refreshed: list[float] = []
+    brokers = [SimpleNamespace(nodeId=1), SimpleNamespace(nodeId=3)]
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        async def force() -> None:
+            refreshed.append(loop.time())
+            if len(refreshed) == 2:
+                brokers.pop()  # the controller fenced broker 3: the next look ends the watch
+
+        client = SimpleNamespace(cluster=SimpleNamespace(brokers=lambda: list(brokers)),
+                                 _sync_task=object(), force_metadata_update=force)
+        kafka_failover.SUSPECTS.failed(3)
+        old = kafka_failover.REFRESH_EVERY_S
+        kafka_failover.REFRESH_EVERY_S = 0.01
+        try:
+            kafka_failover._watch(client)
+            kafka_failover._watch(client)  # one watch per client
+            await asyncio.wait_for(client._feed_failover_watch, 2)
+        finally:
+            kafka_failover.REFRESH_EVERY_S = old
+            kafka_failover.SUSPECTS.answered(3)
+
+    asyncio.run(main())
+    assert len(refreshed) == 2

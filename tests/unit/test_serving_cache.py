@@ -224,6 +224,20 @@ def test_a_failed_post_read_gets_the_last_known_state_for_a_while_after_the_cach
     assert run(copies2.fetch([POST])).stale == 1
     clock.t += 31
     assert run(copies2.fetch([POST])).failed == {POST}
+    # Silent, not stopped: the consumer heard nothing for max_silence_s, the entries stay
+    # in place unused, and answer failed reads until stale_if_error_s after the last word.
+    cache3 = ServingCache(posts=100, follows=100, timelines=100, inboxes=100, ttl_s=60,
+                          max_silence_s=2, stale_if_error_s=30, monotonic=clock)
+    cache3.go_live({0: 0})
+    store3 = FakeStore()
+    copies3 = views(cache3, store3)
+    run(copies3.fetch([POST]))
+    clock.t += 3
+    assert not cache3.usable
+    store3.posts = failing  # type: ignore[method-assign]
+    assert run(copies3.fetch([POST])).stale == 1
+    clock.t += 28
+    assert run(copies3.fetch([POST])).failed == {POST}
 
 
 def test_entries_expire_after_the_ttl():

@@ -208,12 +208,19 @@ class ServingCache:
         self._drop_entries()
 
     def stale_post(self, post_id: int) -> Any:
-        """The state of ``post_id`` this process knew when the cache stood aside, if that
-        was at most ``stale_if_error_s`` ago (None otherwise): for a read that failed."""
+        """The state of ``post_id`` this process knew when the cache stopped answering,
+        if that was at most ``stale_if_error_s`` ago (None otherwise): for a read that
+        failed. Silent notices (no answer from a partition for ``max_silence_s``) leave
+        the entries in place, unused; a stopped consumer has them kept apart."""
+        now = self._monotonic()
+        heard = self._heard_at
+        if heard is not None:  # live but silent: what it holds was current at ``heard``
+            if now - heard > self._stale_if_error_s or self._stale_if_error_s <= 0:
+                return None
+            return self.posts.get(post_id, now)
         stale = self._stale_posts
         if stale is None:
             return None
-        now = self._monotonic()
         if now - self._stale_as_of > self._stale_if_error_s:
             self._stale_posts = None
             return None
