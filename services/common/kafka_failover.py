@@ -114,15 +114,19 @@ def _node_of(client: Any, conn: Any) -> Any:
 
 
 def _drop_fenced(client: Any) -> None:
-    """Close the client's connections to a suspect broker the cluster no longer lists
-    (fenced): requests in flight to it fail now instead of at their timeout, and are
-    sent again to the partitions' new leaders."""
-    listed = {b.nodeId for b in client.cluster.brokers()}
+    """Close the client's connections to a suspect broker that the cluster no longer
+    lists, or that leads none of the partitions the client knows (fenced: its partitions
+    have new leaders): requests in flight to it fail now instead of at their timeout,
+    and are sent again to the new leaders (a coordinator there is looked up again)."""
+    cluster = client.cluster
+    listed = {b.nodeId for b in cluster.brokers()}
     if not listed:
         return
     for (node_id, _group), conn in list(client._conns.items()):
-        if isinstance(node_id, int) and node_id not in listed and SUSPECTS.suspect(node_id):
-            log.warning("kafka broker %s left the cluster's metadata: its connection closed", node_id)
+        if not isinstance(node_id, int) or not SUSPECTS.suspect(node_id):
+            continue
+        if node_id not in listed or not cluster.partitions_for_broker(node_id):
+            log.warning("kafka broker %s leads nothing in the metadata: its connection closed", node_id)
             conn.close(reason=CloseReason.CONNECTION_BROKEN)
 
 

@@ -79,18 +79,24 @@ def test_connections_to_a_suspect_broker_the_cluster_dropped_are_closed():
         def close(self, reason=None):
             closed.append((self.node, reason))
 
+    leads = {1: {"t-0"}, 2: {"t-1"}, 5: set()}
     client = SimpleNamespace(
-        cluster=SimpleNamespace(brokers=lambda: [SimpleNamespace(nodeId=1), SimpleNamespace(nodeId=2)]),
+        cluster=SimpleNamespace(brokers=lambda: [SimpleNamespace(nodeId=n) for n in (1, 2, 5)],
+                                partitions_for_broker=lambda n: leads.get(n) or None),
         _conns={(1, 0): Conn(1), (3, 0): Conn(3), (3, 1): Conn(3), (4, 0): Conn(4),
-                ("bootstrap", 0): Conn(0)})
-    kafka_failover.SUSPECTS.failed(3)
+                (2, 0): Conn(2), (5, 1): Conn(5), ("bootstrap", 0): Conn(0)})
+    for n in (2, 3, 5):
+        kafka_failover.SUSPECTS.failed(n)
     try:
         kafka_failover._drop_fenced(client)
     finally:
-        kafka_failover.SUSPECTS.answered(3)
+        for n in (2, 3, 5):
+            kafka_failover.SUSPECTS.answered(n)
     # Broker 3 failed and is gone from the metadata: both its connections (data and
-    # coordination) close. Broker 4 is gone too but never failed here: left alone.
-    assert closed == [(3, CloseReason.CONNECTION_BROKEN), (3, CloseReason.CONNECTION_BROKEN)]
+    # coordination) close; broker 5 failed and is listed but leads nothing: closed too.
+    # Broker 2 failed but still leads a partition; broker 4 is gone but never failed here.
+    assert sorted(n for n, _ in closed) == [3, 3, 5]
+    assert {r for _, r in closed} == {CloseReason.CONNECTION_BROKEN}
 
 
 def test_metadata_is_refreshed_while_a_suspect_broker_is_listed():
