@@ -45,18 +45,21 @@ def markdown(r: dict[str, Any]) -> str:
     for row in r["headline"]:
         lines.append(f"| {row['figure']} | {row['ours']} | {row['baseline']} | {row['ratio']} | "
                      f"{row['target']} | {row.get('verdict', 'n/a')} |")
-    lines += ["", "## Feed reads (client-side latency, ms)", "",
-              "| readers (avg follows) | page | concurrency | pages/s | p50 | p95 | p99 | errors |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    cpu = "server CPU-s per 1,000 pages (computed)"
+    lines += ["", "## Feed reads (latency as the load generator measured it, ms)", "",
+              "| readers (avg follows) | page | connections | pages/s | p50 | p95 | p99 | errors | "
+              "server CPU-s / 1,000 pages (computed) | load generator |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row in r["reads"]:
         lines.append(f"| {row['group']} ({row['avg_follows']}) | {row['page']} | {row['concurrency']} | "
                      f"{row['per_s']} | {row['p50_ms']} | {row['p95_ms']} | {row['p99_ms']} | "
-                     f"{row['errors']} |")
-    lines += ["", "## Baselines at the same concurrency (ms)", "",
-              "| baseline | concurrency | req/s | p50 | p95 | p99 |", "| --- | --- | --- | --- | --- | --- |"]
+                     f"{row['errors']} | {row.get(cpu, 'n/a')} | {row.get('load generator', 'python')} |")
+    lines += ["", "## Baselines at the same connections (ms)", "",
+              "| baseline | connections | req/s | p50 | p95 | p99 | server CPU-s / 1,000 (computed) |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
     for row in r["baselines"]:
         lines.append(f"| {row['name']} | {row['concurrency']} | {row['per_s']} | {row['p50_ms']} | "
-                     f"{row['p95_ms']} | {row['p99_ms']} |")
+                     f"{row['p95_ms']} | {row['p99_ms']} | {row.get(cpu, 'n/a')} |")
     f = r["freshness"]
     lines += ["", "## Freshness (commit → `new_item` on a follower's open stream, via the API)", "",
               f"{f['posts']} posts at {r['meta']['post_rate']}/s; observed {f['observed']}, "

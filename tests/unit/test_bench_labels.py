@@ -74,3 +74,31 @@ def test_the_raw_writer_sends_every_row_once_whatever_the_grouping(monkeypatch: 
                 sent += request.entries
         assert sorted((p[0], p[2]) for p in sent) == sorted(pairs), strategy
         assert all(p[4] == 604800 for p in sent)
+
+
+def test_read_headline_rows_are_verdicts_against_pull_and_healthz_at_each_level() -> None:
+    from bench.run import headline
+
+    def wrk(per_s: float, p95: float, **labels: object) -> dict[str, object]:
+        return {**labels, "concurrency": 16, "per_s": per_s, "p95_ms": p95}
+
+    r = {"reads": [wrk(900, 12, group="large", page="first"), wrk(500, 20, group="large", page="next")],
+         "baselines": [wrk(800, 30, name="pull from Postgres (seed 003, lateral, 2 workers), "
+                                        "large readers, first pages", page="first"),
+                       wrk(400, 25, name="pull from Postgres (seed 003, lateral, 2 workers), "
+                                        "large readers, next pages", page="next"),
+                       wrk(3000, 2, name="noop HTTP endpoint (/healthz, ours)", page="healthz")],
+         "freshness": {"p95_s": 1.0},
+         "fanout": {"history posts → inbox rows written (hybrid, inactive readers skipped)": 10,
+                    "same posts under pure fan-out-on-write (rows, computed: followers × posts)": 400,
+                    "history fan-out rows/s over its write window (computed from 1 s samples)": 900},
+         "raw": {"cassandra": {"rows_per_s": 1000, "best": {"strategy": "partition",
+                                                           "rows per request (at most)": 50,
+                                                           "in flight": 32}}}}
+    rows = {row["figure"]: row for row in headline(r)}
+    first = rows["first pages, large readers, wrk c16: pages/s, p95"]
+    nxt = rows["next pages, large readers, wrk c16: pages/s, p95"]
+    assert first["verdict"] == "met" and first["ratio"] == "1.125x pull, 0.300x /healthz"
+    # 1.25x pull and p95 within 15 ms would pass; 500/3000 is under a quarter of /healthz,
+    # and p95 20 ms is over 15 ms: missed, by code.
+    assert nxt["verdict"] == "**missed**"
