@@ -19,10 +19,14 @@ import json
 import sys
 import time
 import urllib.request
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, TypeVarTuple
 
 from services.common import pg
 from services.common.settings import Settings, get_settings
+
+_T = TypeVar("_T")
+_Args = TypeVarTuple("_Args")
 
 
 def kafka_lag(settings: Settings) -> list[dict[str, Any]]:
@@ -125,7 +129,7 @@ def cdc_seconds(settings: Settings) -> float | None:
     return values[0][1] if values else None
 
 
-def _attempt(fn, *args) -> Any:
+def _attempt(fn: Callable[[*_Args], _T], *args: *_Args) -> _T | dict[str, str]:
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - a part that is down is reported, not raised
