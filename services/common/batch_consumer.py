@@ -11,13 +11,16 @@ import asyncio
 import logging
 import os
 from collections import deque
-from typing import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, cast
 
 import faust
 from prometheus_client import Gauge, Histogram
 
 from .faust_app import RawMessage, raw_message
 from .poison_guard import GuardedProcessing, Handler, expect_topic
+
+if TYPE_CHECKING:
+    from faust.transport.consumer import Consumer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,7 +46,8 @@ class ConsumerLag:
         self._processed[(msg.topic, msg.partition)] = msg.offset
 
     def refresh(self, app: faust.App) -> None:
-        consumer = app.consumer
+        # The transport's Consumer (what ConsumerT always is here) keeps the committed offsets.
+        consumer = cast("Consumer", app.consumer)
         for tp in consumer.assignment():
             high = consumer.highwater(tp)
             if high is None:
@@ -153,7 +157,7 @@ async def batches(events: AsyncIterable[T], max_batch: int, within_s: float) -> 
         reader.cancel()
 
 
-async def consume_in_batches(app: faust.App, stream: faust.StreamT, guard: GuardedProcessing,
+async def consume_in_batches(app: faust.App, stream: faust.StreamT[bytes], guard: GuardedProcessing,
                              lag: ConsumerLag, handle: Handler, *, max_batch: int, within_s: float,
                              keys_in_flight: int,
                              finish_batch: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -165,7 +169,8 @@ async def consume_in_batches(app: faust.App, stream: faust.StreamT, guard: Guard
     replayed batch is idempotent)."""
     for topic in getattr(stream.channel, "topics", ()):
         expect_topic(topic)
-    manual = stream.noack()
+    # An agent is always handed a faust.Stream; noack is not part of StreamT.
+    manual = cast("faust.Stream[bytes]", stream).noack()
     async for events in batches(manual.events(), max_batch, within_s):
         msgs = [raw_message(e) for e in events]
         try:
