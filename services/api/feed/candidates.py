@@ -253,7 +253,7 @@ def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
-async def _settled(reads: list[Awaitable[list[Row]]], in_turn: bool) -> list[list[Row] | BaseException]:
+async def _settled(reads: Sequence[Awaitable[list[Row]]], in_turn: bool) -> list[list[Row] | BaseException]:
     return await settled(reads, in_turn)
 
 

@@ -11,7 +11,7 @@ never cached: an unfollow or a block takes effect on the next page. A failed rea
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Awaitable, Iterable
 
 from .awaiting import settled
 from .eligibility import ReaderGraph
@@ -42,7 +42,8 @@ class PageGraph:
         new = sorted({a for a in authors if a is not None} - self._asked)
         if not new and self._blocked is not None:
             return
-        reads = [self._store.following_among(self._reader_id, new)]
+        reads: list[Awaitable[dict[int, int] | frozenset[int]]] = [
+            self._store.following_among(self._reader_id, new)]
         if self._blocked is None:
             reads.append(self._store.blocked(self._reader_id))
         results = await settled(reads, self._store.from_memory)

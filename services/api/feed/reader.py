@@ -339,6 +339,7 @@ class FeedReader:
                 raise FeedUnavailable(str(covered)) from covered
             if isinstance(fetched, BaseException):
                 raise fetched
+            assert fetched is not None  # the fetch's result (None is cover's)
             known.update(fetched.views)
             usable = paging.until_unknown(win, fetched.failed)
             current, made_us = graph.graph, walk.generated_us

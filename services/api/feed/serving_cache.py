@@ -37,17 +37,23 @@ import struct
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeAlias, TypeVar
 
 from services.common import ids
 from services.common.serving_changes import ServingChange
 
 from .store import FeedStore
 
+if TYPE_CHECKING:
+    from .bodies import PostView
+
 Row = tuple[float, int, int]  # (rank_key, post_id, author_id), as FeedStore returns them
 # Notices remembered for fills that overlapped them (a fill takes a few ms; at a few
 # hundred notices a second, this covers seconds).
 RECENT_NOTICES = 4096
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,20 +105,20 @@ class InboxTop:
         return list(_ROW.iter_unpack(self.packed[:min(wanted, count) * _ROW.size]))
 
 
-class _Lru:
+class _Lru(Generic[K, V]):
     """``key -> (expires_at, value)`` bounded by the sum of ``weight(value)``, evicting
     the oldest fill first. Not a true LRU: a hit does not move the entry (``move_to_end``
     on every lookup was ~5 % of a warm first page's CPU); entries live ``ttl_s`` at most
     anyway, and a hot entry evicted early is one read to fill again."""
 
-    def __init__(self, kind: str, capacity: int, weight: Callable[[Any], int] = lambda _v: 1) -> None:
+    def __init__(self, kind: str, capacity: int, weight: Callable[[V], int] = lambda _v: 1) -> None:
         self.kind = kind
         self.capacity = max(0, capacity)
         self._weight = weight
-        self._items: OrderedDict[Any, tuple[float, Any]] = OrderedDict()
+        self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
         self.load = 0
 
-    def get(self, key: Any, now: float) -> Any:
+    def get(self, key: K, now: float) -> V | None:
         item = self._items.get(key)
         if item is None:
             return None
@@ -121,7 +127,7 @@ class _Lru:
             return None
         return item[1]
 
-    def put(self, key: Any, value: Any, expires_at: float) -> None:
+    def put(self, key: K, value: V, expires_at: float) -> None:
         weight = self._weight(value)
         if weight > self.capacity:
             return
@@ -132,7 +138,7 @@ class _Lru:
             _, (_, old) = self._items.popitem(last=False)
             self.load -= self._weight(old)
 
-    def pop(self, key: Any) -> None:
+    def pop(self, key: K) -> None:
         item = self._items.pop(key, None)
         if item is not None:
             self.load -= self._weight(item[1])
@@ -145,6 +151,12 @@ class _Lru:
         return len(self._items)
 
 
+# An entry's name (one of the cache's lrus and a key in it), and an entry as ``pin``
+# returns it (its expiry and value).
+CacheName: TypeAlias = tuple[_Lru[Any, Any], Any]
+Pinned: TypeAlias = tuple[float, Any]
+
+
 class ServingCache:
     """Post views (``bodies.PostView``), graphs, timeline partitions and inbox tops,
     with the rules above."""
@@ -155,11 +167,13 @@ class ServingCache:
         self._monotonic = monotonic
         self._ttl_s = ttl_s
         self._max_silence_s = max_silence_s
-        self.posts = _Lru("post", posts)
-        self.graphs = _Lru("graph", follows, lambda g: g.size)
-        self.timelines = _Lru("timeline", timelines)
-        self.inboxes = _Lru("inbox", inboxes)
-        self.preferences = _Lru("preferences", preferences)  # reader -> (feed_order or None,)
+        self.posts: _Lru[int, PostView] = _Lru("post", posts)
+        self.graphs: _Lru[int, Graph] = _Lru("graph", follows, lambda g: g.size)
+        # (author, day bucket) -> its top rows
+        self.timelines: _Lru[tuple[int, int], Partition] = _Lru("timeline", timelines)
+        self.inboxes: _Lru[int, InboxTop] = _Lru("inbox", inboxes)
+        # reader -> (feed_order or None,)
+        self.preferences: _Lru[int, tuple[str | None]] = _Lru("preferences", preferences)
         self.epoch = 0
         # What the last RECENT_NOTICES notices dropped, by epoch: a fill that overlapped
         # notices is kept unless one of them named its key. A clear is recorded as None
@@ -224,7 +238,7 @@ class ServingCache:
     def now(self) -> float:
         return self._monotonic()
 
-    def fill(self, lru: _Lru, epoch: int, key: Any, value: Any) -> None:
+    def fill(self, lru: _Lru[K, V], epoch: int, key: K, value: V) -> None:
         """Store what a read that started in ``epoch`` returned, unless a notice since
         then named ``key`` (or cleared the cache, or is too old to tell)."""
         if not self.usable or not self._untouched_since(epoch, (lru.kind, key)):
@@ -232,7 +246,8 @@ class ServingCache:
             return
         lru.put(key, value, self._monotonic() + self._ttl_s)
 
-    def pin(self, epoch: int, names: Sequence[tuple[_Lru, Any]]) -> tuple[Any, ...] | None:
+    def pin(self, epoch: int,
+            names: Sequence[CacheName]) -> tuple[Pinned, ...] | None:
         """The entries held now under ``names`` (an lru and its key each), if every one
         is held and no notice since ``epoch`` named it: then they are what reads started
         in ``epoch`` returned, or equal to it. None otherwise (reuse.py)."""
@@ -246,7 +261,7 @@ class ServingCache:
             held.append(item)
         return tuple(held)
 
-    def still(self, names: Sequence[tuple[_Lru, Any]], pinned: Sequence[Any]) -> bool:
+    def still(self, names: Sequence[CacheName], pinned: Sequence[Pinned]) -> bool:
         """True while every entry ``pin`` returned is held: none was dropped by a notice
         or a clear, evicted, refilled or expired since, and the cache is usable."""
         if not self.usable:
@@ -407,7 +422,7 @@ class CachedFeedStore:
         held = cache.preferences.get(reader_id, cache.now())
         if held is not None:
             cache.hits["preferences"] += 1
-            return held[0]  # type: ignore[no-any-return]
+            return held[0]
         cache.misses["preferences"] += 1
         epoch = cache.epoch
         order = await self._store.feed_order(reader_id)

@@ -124,16 +124,16 @@ class FeedStore:
         return False
 
     async def run(self, statement: PreparedStatement, params: Sequence[Any],
-                  hedge: bool = False) -> list[tuple]:
+                  hedge: bool = False) -> list[tuple[Any, ...]]:
         """Run a statement prepared by another read-path module (same profile, timeout);
         ``hedge`` only for a statement safe to run twice."""
         return await self._rows(statement, params, hedge=hedge)
 
     def _send(self, statement: Any, params: Sequence[Any] | None, timeout: float,
-              host: Host | None = None) -> tuple[asyncio.Future[list[tuple]], Host | None]:
+              host: Host | None = None) -> tuple[asyncio.Future[list[tuple[Any, ...]]], Host | None]:
         """One request; its future (on this loop) and the node it went to."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[list[tuple]] = loop.create_future()
+        done: asyncio.Future[list[tuple[Any, ...]]] = loop.create_future()
         response = self._session.execute_async(statement, params, timeout=timeout,
                                                execution_profile=PROFILE, host=host)
 
@@ -155,7 +155,7 @@ class FeedStore:
         return done, getattr(response, "_current_host", None)
 
     async def _rows(self, statement: Any, params: Sequence[Any] | None,
-                    hedge: bool = True, timeout: float | None = None) -> list[tuple]:
+                    hedge: bool = True, timeout: float | None = None) -> list[tuple[Any, ...]]:
         """The statement's rows within ``timeout`` (the store's by default). A read
         (``hedge``) not answered within ``hedge_after_s``, or failed before it, is sent
         once more to another node, and the first answer wins: a node that died or hangs
@@ -263,7 +263,7 @@ class FeedStore:
                                                       after[1], per_partition))
 
     # -- post copies ------------------------------------------------------------------------
-    async def posts(self, post_ids: Sequence[int], *, with_text: bool) -> list[tuple]:
+    async def posts(self, post_ids: Sequence[int], *, with_text: bool) -> list[tuple[Any, ...]]:
         """Copies of ``post_ids`` (one IN query; the caller chunks): ``(post_id, author_id,
         created_at_ms, visibility, deleted, rank_key, rank_key_next, key_ts[, text])``."""
         statement = self._posts_full if with_text else self._posts_state

@@ -63,13 +63,16 @@ def _build(app: FastAPI, settings: Settings) -> None:
     activity = None
     if settings.inactive_after.total_seconds() > 0:
         rebuilder = InboxRebuilder(session, settings, notices)
+
+        def on_returned(seconds: float) -> None:
+            metrics.readers_returned.inc()
+            metrics.regeneration_seconds.observe(seconds)
+
         activity = ReaderActivity(
             ActivityStore(session, CqlRunner(session)),
             Window(settings.inactive_after, settings.activity_resolution), rebuilder,
             settings.feed_regenerating_stale_s, timeout_s=2 * settings.feed_store_timeout_s,
-            on_returned=lambda s: (metrics.readers_returned.inc(),
-                                   metrics.regeneration_seconds.observe(s)),
-            on_failure=metrics.activity_failures.inc)
+            on_returned=on_returned, on_failure=metrics.activity_failures.inc)
     reuse = None
     if cache is not None and settings.feed_snapshot_reuse_s > 0:
         # At most half the snapshot's TTL: a reused snapshot's next pages still have time.

@@ -1,6 +1,8 @@
 """Internal moderation: remove or restore a post (tokens with the moderator role only)."""
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter
 
 from ..auth import Moderator
@@ -12,7 +14,8 @@ from ..store import moderation
 router = APIRouter(prefix="/internal/moderation", tags=["moderation"])
 
 # action -> (posts.visibility, moderation_actions.state)
-EFFECTS = {"remove": (0, "removed"), "restore": (1, "restored")}
+EFFECTS: dict[str, tuple[int, Literal["removed", "restored"]]] = {
+    "remove": (0, "removed"), "restore": (1, "restored")}
 
 
 @router.post("/posts/{post_id}", response_model=ModerationOut,

@@ -37,7 +37,9 @@ async def follow(conn: AsyncConnection, follower_id: int, followed_id: int) -> d
         row = await (await conn.execute(
             "SELECT following_since FROM follows WHERE follower_id = %s AND followed_id = %s",
             (follower_id, followed_id))).fetchone()
-    return row[0]
+    assert row is not None  # the conflicting row (an unfollow between the two could remove it)
+    since: datetime = row[0]
+    return since
 
 
 async def unfollow(conn: AsyncConnection, follower_id: int, followed_id: int) -> None:

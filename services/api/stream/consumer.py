@@ -55,7 +55,8 @@ MAX_REPLAY_EVENTS = 20_000
 
 def restart_delay(failures: int) -> float:
     """Seconds before restarting a consumer after its ``failures``-th failure in a row."""
-    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
+    delay: float = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
+    return delay
 
 
 async def wait_for_assignment(consumer: AIOKafkaConsumer,
