@@ -92,7 +92,7 @@ class CopyStore:
 
     async def write_post(self, post: PostFields, lsn: int) -> None:
         with_text, with_media = post.text is not None, post.media_ids is not None
-        params: list = [lsn, post.author_id, post.created_at]
+        params: list[object] = [lsn, post.author_id, post.created_at]
         params += ([post.text] if with_text else []) + ([post.media_ids] if with_media else [])
         params += [post.visibility if not post.deleted else 0, post.deleted, post.post_id]
         await self._run.execute(self._post_writer(with_text, with_media), params)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
 
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -34,6 +34,9 @@ from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChang
 
 from .audience import should_check_cap, trim_boundary
 from .cleanup import rows_to_purge
+
+if TYPE_CHECKING:
+    from cassandra.pool import Host
 
 
 # Rows per batch (one partition, or one replica set): 50 inbox rows are ~2 KB, under
@@ -90,7 +93,8 @@ class InboxStore:
         return self._push_permits
 
     async def _send_grouped(self, reader_ids: Iterable[int],
-                            rows_of: Callable[[int], list[tuple[PreparedStatement, tuple]]]) -> int:
+                            rows_of: Callable[[int], list[tuple[PreparedStatement, tuple[object, ...]]]],
+                            ) -> int:
         """Each reader's statements, in unlogged batches of readers sharing replicas (a
         reader's statements never split across batches); returns the readers written."""
         batches: list[tuple[BatchStatement, int]] = []
@@ -166,7 +170,7 @@ class InboxStore:
         if len(metadata.all_hosts()) <= 1:
             return [readers] if readers else []
         keyspace = self._session.keyspace
-        groups: dict[frozenset, list[int]] = {}
+        groups: dict[frozenset[Host], list[int]] = {}
         for reader in readers:
             replicas = frozenset(metadata.get_replicas(keyspace, _BIGINT.pack(reader)))
             groups.setdefault(replicas, []).append(reader)

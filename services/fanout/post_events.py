@@ -98,6 +98,7 @@ class PostFanout:
         keys = copy.row_keys if copy is not None else []
         if not keys:
             return  # never materialized: no rows anywhere
+        assert copy is not None  # the keys are the copy's
         removed_at = key_write_ts(copy.key_ts, copy.created_at or EPOCH, self._now_us())
         await asyncio.gather(self._copies.remove_author_post(author_id, post_id, keys, removed_at),
                              self._copies.set_rank_key(post_id, keys[0], removed_at))
