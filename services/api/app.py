@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.telemetry import TelemetryConfig
 from starlette.types import ASGIApp
 
-from services.common import pg
+from services.common import kafka_failover, pg
 from services.api.idgen import NodeLease, SnowflakeGenerator
 from services.common.secret_policy import require_safe_secrets
 from services.common.settings import Settings, get_settings
@@ -119,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   openapi_url="/openapi.json", docs_url="/docs", redoc_url=None,
                   telemetry=NO_OTEL)
     app.state.settings = settings or get_settings()
+    kafka_failover.install(app.state.settings.kafka_failed_broker_hold_s)
     app.state.metrics = ApiMetrics()
     app.state.readiness = ReadinessChecks()
     install_problem_handlers(app)

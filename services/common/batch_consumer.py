@@ -11,11 +11,12 @@ import asyncio
 import logging
 import os
 from collections import deque
-from typing import TYPE_CHECKING, AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, cast
 
 import faust
 from prometheus_client import Gauge, Histogram
 
+from .event_publisher import deferred_deliveries, settle
 from .faust_app import RawMessage, raw_message
 from .poison_guard import GuardedProcessing, Handler, expect_topic
 
@@ -160,25 +161,100 @@ async def batches(events: AsyncIterable[T], max_batch: int, within_s: float) -> 
 async def consume_in_batches(app: faust.App, stream: faust.StreamT[bytes], guard: GuardedProcessing,
                              lag: ConsumerLag, handle: Handler, *, max_batch: int, within_s: float,
                              keys_in_flight: int,
-                             finish_batch: Callable[[], Awaitable[None]] | None = None) -> None:
+                             finish_batch: Callable[[], Awaitable[None]] | None = None,
+                             max_unacked: int = 5000) -> None:
     """An agent's loop: batches of messages applied by ``apply_batch`` (order per key,
     keys concurrent), then ``finish_batch`` (work shared by the batch, e.g. one rescore
     per post), then every message of the batch is acked in offset order. Nothing of a
     batch is acked before all of it is done: ``WorkerMustStop``, or any error outside
     the per-message guard, stops the process without committing it (at-least-once; a
-    replayed batch is idempotent)."""
+    replayed batch is idempotent). The acks of a batch wait for the events it sent
+    (``InOrderAcks``) while the next batches apply, up to ``max_unacked`` messages."""
     for topic in getattr(stream.channel, "topics", ()):
         expect_topic(topic)
     # An agent is always handed a faust.Stream; noack is not part of StreamT.
     manual = cast("faust.Stream[bytes]", stream).noack()
-    async for events in batches(manual.events(), max_batch, within_s):
-        msgs = [raw_message(e) for e in events]
-        try:
-            await apply_batch(msgs, guard, handle, keys_in_flight)
-            if finish_batch is not None:
-                await guard.with_store_retries(finish_batch)
-        except Exception as exc:  # noqa: BLE001 - WorkerMustStop or a bug: never ack past it
-            await stop_worker_without_commit(app, exc)
+
+    async def ack(events: list[Any], msgs: list[RawMessage]) -> None:
         for event, msg in zip(events, msgs):
             lag.processed(msg)
             await manual.ack(event)
+
+    acks = InOrderAcks(ack, lambda exc: stop_worker_without_commit(app, exc), max_unacked)
+    try:
+        async for events in batches(manual.events(), max_batch, within_s):
+            msgs = [raw_message(e) for e in events]
+            with deferred_deliveries() as sent:
+                try:
+                    await apply_batch(msgs, guard, handle, keys_in_flight)
+                    if finish_batch is not None:
+                        await guard.with_store_retries(finish_batch)
+                except Exception as exc:  # noqa: BLE001 - WorkerMustStop or a bug: never ack past it
+                    await stop_worker_without_commit(app, exc)
+            await acks.put(list(events), msgs, sent)
+    finally:
+        acks.close()
+
+
+class InOrderAcks:
+    """Acks applied batches in the order they were applied, each once the events it sent
+    are acknowledged (``event_publisher.delivered``), so that a committed offset never
+    passes an event not yet in its topic. ``put`` waits while ``max_unacked`` messages
+    are already waiting; a failed delivery calls ``on_failure`` (the worker stops without
+    committing it) and acks nothing after it."""
+
+    def __init__(self, ack: Callable[[list[Any], list[RawMessage]], Awaitable[None]],
+                 on_failure: Callable[[BaseException], Awaitable[None]], max_unacked: int) -> None:
+        self._ack = ack
+        self._on_failure = on_failure
+        self._max = max(1, max_unacked)
+        self._queue: deque[tuple[list[Any], list[RawMessage], list[asyncio.Future[Any]]]] = deque()
+        self.unacked = 0
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.failed: BaseException | None = None
+
+    async def put(self, events: list[Any], msgs: list[RawMessage],
+                  sent: list[asyncio.Future[Any]]) -> None:
+        if self.failed is not None:
+            raise self.failed
+        if not self._queue and all(f.done() for f in sent):
+            await self._settle_and_ack(events, msgs, sent)  # nothing to wait for: no hand-off
+            return
+        while self.unacked and self.unacked + len(msgs) > self._max:
+            self._changed.clear()
+            await self._changed.wait()
+            if self.failed is not None:
+                raise self.failed
+        self._queue.append((events, msgs, sent))
+        self.unacked += len(msgs)
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        while self._queue:
+            events, msgs, sent = self._queue[0]
+            await self._settle_and_ack(events, msgs, sent)
+            self._queue.popleft()
+            self.unacked -= len(msgs)
+            self._changed.set()
+
+    async def _settle_and_ack(self, events: list[Any], msgs: list[RawMessage],
+                              sent: list[asyncio.Future[Any]]) -> None:
+        try:
+            await settle(sent)
+        except Exception as exc:  # noqa: BLE001 - never ack past an event not delivered
+            self.failed = exc
+            self._changed.set()
+            await self._on_failure(exc)
+            raise
+        await self._ack(events, msgs)
+
+    async def join(self) -> None:
+        """Until every batch put so far is acked (or its delivery failed)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.shield(self._task)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
 import faust
 from prometheus_client import start_http_server
 
+from . import kafka_failover
 from .settings import Settings, get_settings
 
 T = TypeVar("T")
@@ -35,6 +36,7 @@ class RawMessage:
 
 def build_faust_app(settings: Settings, app_id: str) -> faust.App:
     """A faust app for one worker role. Offsets are acked manually by the agents."""
+    kafka_failover.install(settings.kafka_failed_broker_hold_s)
     return faust.App(
         app_id,
         broker=[f"kafka://{h}" for h in settings.kafka_bootstrap.split(",")],

@@ -1,6 +1,7 @@
 """``GuardedProcessing``: one message through a handler with the project's failure rules.
 
-Transient store errors are retried with backoff and then stop the worker without
+Transient store errors (and Kafka errors that say "try again": an event the handler
+sent found no reachable leader) are retried with backoff and then stop the worker without
 committing; any other error is retried a bounded number of times and the message goes
 to ``<topic>.dlq`` with the error in headers, so the partition keeps flowing; a cap on
 the recent failure share stops the worker (``WorkerMustStop``).
@@ -16,7 +17,7 @@ from typing import Awaitable, Callable
 from prometheus_client import Counter
 
 from .cql_async import StoreRetry, backoff_delays
-from .event_publisher import EventPublisher
+from .event_publisher import EventPublisher, retriable_kafka_error
 from .faust_app import RawMessage
 from .settings import Settings
 from .topics import dlq_topic
@@ -104,25 +105,34 @@ class GuardedProcessing:
                 self.budget.record(False)
                 MESSAGES.labels(msg.topic, "ok").inc()
                 return "ok"
-            except self._transient as exc:
-                delay = next(transient_delays, None)
-                if delay is None:
-                    MESSAGES.labels(msg.topic, "stopped").inc()
-                    raise WorkerMustStop(f"store still failing after retries: {exc!r}") from exc
-                log.warning("transient store error on %s[%d]@%d, retry in %.1fs: %r",
-                            msg.topic, msg.partition, msg.offset, delay, exc)
-                await self._sleep(delay)
-            except Exception as exc:  # noqa: BLE001 - anything else is treated as poison
-                poison_attempts += 1
-                if poison_attempts < self._s.consumer_max_attempts:
+            except Exception as exc:  # noqa: BLE001 - transient, or else treated as poison
+                if not self._is_transient(exc):
+                    poison = exc
+                else:
+                    delay = next(transient_delays, None)
+                    if delay is None:
+                        MESSAGES.labels(msg.topic, "stopped").inc()
+                        raise WorkerMustStop(f"store still failing after retries: {exc!r}") from exc
+                    log.warning("transient store error on %s[%d]@%d, retry in %.1fs: %r",
+                                msg.topic, msg.partition, msg.offset, delay, exc)
+                    await self._sleep(delay)
                     continue
-                await self._dead_letter(msg, exc, poison_attempts)
-                self.budget.record(True)
-                if self.budget.exhausted:
-                    raise WorkerMustStop(
-                        f"failure share over {self._s.consumer_max_failure_share:.0%} "
-                        f"of the last {self._s.consumer_failure_window} messages") from exc
-                return "dead_letter"
+            poison_attempts += 1
+            if poison_attempts < self._s.consumer_max_attempts:
+                continue
+            await self._dead_letter(msg, poison, poison_attempts)
+            self.budget.record(True)
+            if self.budget.exhausted:
+                raise WorkerMustStop(
+                    f"failure share over {self._s.consumer_max_failure_share:.0%} "
+                    f"of the last {self._s.consumer_failure_window} messages") from poison
+            return "dead_letter"
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        """A store that did not answer, or a Kafka cluster that did not (an event the
+        handler sent had no reachable leader): the message is fine, retry it; only what
+        is left is poison and may be dead-lettered."""
+        return isinstance(exc, self._transient) or retriable_kafka_error(exc)
 
     async def with_store_retries(self, work: Callable[[], Awaitable[None]]) -> None:
         """Run work that belongs to no single message (a batch's shared step): transient

@@ -15,11 +15,13 @@ they cannot drift.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Any, Iterable, Protocol
 
 from .envelope import MalformedEnvelope, json_object
+from .event_publisher import delivered
 
 # Ids per notice: a block names two users, a move one post and one partition; an
 # unusually wide change is split so no notice approaches the broker's record limit.
@@ -110,7 +112,9 @@ NO_NOTICES = NoNotices()
 @dataclass
 class Notices:
     """Publishes notices through an ``EventPublisher``-like sender and waits for the
-    broker's acknowledgement: when ``changed`` returns, every API process will see it."""
+    broker's acknowledgement: when ``changed`` returns, every API process will see it.
+    In a worker's batch the wait is the batch's (``event_publisher.delivered``): its
+    offsets are committed only after every notice it sent is acknowledged."""
 
     publisher: object  # services.common.event_publisher.EventPublisher (no import cycle)
     topic: str
@@ -125,11 +129,18 @@ class Notices:
         futures = [await self.publisher.send(self.topic, *encode(part))  # type: ignore[attr-defined]
                    for part in split(change)]
         for fut in futures:
-            meta = await fut
-            if meta is not None and hasattr(meta, "partition"):
-                self.delivered[meta.partition] = max(self.delivered.get(meta.partition, 0),
-                                                     meta.offset + 1)
+            fut.add_done_callback(self._acknowledged)
         self.sent += len(futures)
+        # Awaited here, or by the worker's batch before it acks (event_publisher.py).
+        await delivered(futures)
+
+    def _acknowledged(self, fut: "asyncio.Future[Any]") -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        meta = fut.result()
+        if meta is not None and hasattr(meta, "partition"):
+            self.delivered[meta.partition] = max(self.delivered.get(meta.partition, 0),
+                                                 meta.offset + 1)
 
 
 def split(change: ServingChange) -> Iterable[ServingChange]:

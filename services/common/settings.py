@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     # delivery 16 s at 15 s, 5 s at 4 s (librdkafka and aiokafka alike). Retries are
     # safe: every producer is idempotent and every consumer applies by LSN.
     kafka_request_timeout_s: float = 4.0
+    # A broker an aiokafka client failed to reach is asked last (metadata refreshes,
+    # coordinator lookups) for this long (services/common/kafka_failover.py); 0: off.
+    kafka_failed_broker_hold_s: float = 10.0
     kafka_commit_interval_s: float = 1.0
     # Batches (services/common/batch_consumer.py consume_in_batches): up to this many messages
     # are taken at once and their keys applied concurrently. 1000 keeps a batch's replay
@@ -145,6 +148,11 @@ class Settings(BaseSettings):
     # How long a short batch waits for more messages: at low load a change waits at most
     # this (5 ms against a 1.5 s freshness target); under load batches are full anyway.
     consumer_batch_within_s: float = 0.005
+    # Messages applied but not yet acked because the events they sent are not yet
+    # acknowledged (event_publisher.delivered): the agent goes on applying batches while
+    # a broker's partitions have no reachable leader, up to this many (a replay after a
+    # crash redoes them; every effect is idempotent).
+    consumer_max_unacked: int = 5000
     # Keys the ranker applies at once (each does 2-3 round trips): as for the fan-out.
     ranker_keys_in_flight: int = 64
     # Cassandra statements in flight per worker process, across all keys and fan-outs:
@@ -300,6 +308,10 @@ class Settings(BaseSettings):
     # Notices older than this (the consumer's last fetch response) make the cache stand
     # aside: reads go to Cassandra until the consumer is current again.
     feed_cache_max_silence_s: float = 2.0
+    # When the cache stands aside, the post states it held answer for post-state reads
+    # that fail, for this long (a page marked stale_post_states instead of a 503): a
+    # broker's failover (fenced after 5 s, clients moved within ~15 s) fits. 0: never.
+    feed_cache_stale_if_error_s: float = 30.0
     # Celebrity list cache: re-read after this long. Bounded staleness well under the
     # freshness target, so a promotion is merged by readers within a second.
     feed_celebrities_cache_s: float = 1.0

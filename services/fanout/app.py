@@ -134,7 +134,8 @@ def create_app(settings: Settings) -> faust.App:
         await consume_in_batches(app, stream, p.guard, p.lag, handle,
                                  max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
-                                 keys_in_flight=settings.fanout_max_in_flight)
+                                 keys_in_flight=settings.fanout_max_in_flight,
+                                 max_unacked=settings.consumer_max_unacked)
 
     @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
     async def posts(stream: faust.StreamT[bytes]) -> None:
@@ -160,7 +161,8 @@ def create_app(settings: Settings) -> faust.App:
         await consume_in_batches(app, stream, p.guard, p.lag, handle,
                                  max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
-                                 keys_in_flight=settings.fanout_max_in_flight)
+                                 keys_in_flight=settings.fanout_max_in_flight,
+                                 max_unacked=settings.consumer_max_unacked)
 
     refresh_lag_periodically(app, lambda: ports.opened.lag if ports.opened is not None else None)
 

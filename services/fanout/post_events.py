@@ -20,7 +20,7 @@ from typing import Awaitable, Callable
 
 from services.common.cql_async import StoreRetry
 from services.common.envelope import ChangeRecord
-from services.common.event_publisher import EventPublisher
+from services.common.event_publisher import EventPublisher, delivered
 from services.common.topics import author_events_topic, inbox_events_topic
 
 from services.common.ids import EPOCH
@@ -131,7 +131,7 @@ class PostFanout:
         if decision.tier is Tier.CELEBRITY:
             await self._copies.mark_fanned_out(post_id, False, lsn)
             event_key, value = celebrity_posted(copy.author_id, post_id, copy.created_at)
-            await (await self._publisher.send(self._author_topic, event_key, value))
+            await delivered([await self._publisher.send(self._author_topic, event_key, value)])
             CELEBRITY_POSTS.inc()
             return
         ttl_s = inbox_ttl_s(copy.created_at, datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc))
@@ -187,8 +187,7 @@ class PostFanout:
         FANOUT_SECONDS.observe(elapsed)
         if rows and change.commit_ts_ms and not change.snapshot:
             EVENT_TO_INBOX.observe(max(0, self._now_ms() - change.commit_ts_ms) / 1000)
-        for future in pending:
-            await future
+        await delivered(pending)
         await self._follow_a_move(post_id, copy.author_id, copy.created_at, key)
 
     async def _follow_a_move(self, post_id: int, author_id: int, created_at: datetime,

@@ -26,7 +26,7 @@ from typing import Awaitable, Callable, Sequence
 from services.common import ids
 from services.common.envelope import ChangeRecord, parse_timestamp, require_int
 from services.common.rules import CLOCK_SKEW, INBOX_TTL
-from services.common.event_publisher import EventPublisher
+from services.common.event_publisher import EventPublisher, delivered
 from services.common.topics import inbox_events_topic
 
 from .audience import PostCopy, backfill_posts, inbox_ttl_s, key_write_ts
@@ -135,7 +135,7 @@ class RelationChanges:
                   for c, _ in landing]
         futures = [await self._publisher.send(self._inbox_topic, k, v) for k, v in events]
         INBOX_ROWS.inc(len(landing))
-        await _all(futures)
+        await delivered(futures)
 
 
 def _created_at(copy: PostCopy) -> datetime:

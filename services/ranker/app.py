@@ -18,7 +18,7 @@ from services.common import cql
 from services.common.batch_consumer import ConsumerLag, consume_in_batches, refresh_lag_periodically
 from services.common.cql_async import TRANSIENT_STORE_ERRORS, use_plain_tuples
 from services.common.envelope import parse_change
-from services.common.event_publisher import EventPublisher
+from services.common.event_publisher import EventPublisher, delivered
 from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
 from services.common.poison_guard import GuardedProcessing, Handler
 from services.common.settings import Settings
@@ -63,7 +63,7 @@ def create_app(settings: Settings) -> faust.App:
     def rank_keys(p: RankerPorts) -> RankKeys:
         async def publish_move(move: RankKeyMoved) -> None:
             key, value = encode_move(move)
-            await (await p.publisher.send(moves_topic, key, value))
+            await delivered([await p.publisher.send(moves_topic, key, value)])
         return RankKeys(p.store, publish_move)
 
     async def consume(stream: faust.StreamT[bytes], p: RankerPorts, keys: RankKeys, handle: Handler) -> None:
@@ -71,6 +71,7 @@ def create_app(settings: Settings) -> faust.App:
                                  max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
                                  keys_in_flight=settings.ranker_keys_in_flight,
+                                 max_unacked=settings.consumer_max_unacked,
                                  finish_batch=keys.rescore_pending)
 
     @app.agent(raw_topic(app, cdc_topic("likes", settings.topic_prefix)), name="likes")

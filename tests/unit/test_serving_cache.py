@@ -183,6 +183,49 @@ def test_the_cache_stands_aside_until_live_and_when_notices_go_quiet():
     assert not cache.usable and len(cache.graphs) == 0
 
 
+def test_a_failed_post_read_gets_the_last_known_state_for_a_while_after_the_cache_stood_aside():
+    clock = Clock()
+    cache = ServingCache(posts=100, follows=100, timelines=100, inboxes=100, ttl_s=60,
+                         max_silence_s=2, stale_if_error_s=30, monotonic=clock)
+    cache.go_live({0: 0})
+    store = FakeStore()
+    copies = views(cache, store)
+    assert POST in run(copies.fetch([POST])).views  # cached while live
+    cache.stand_aside()  # the notice consumer went quiet
+    assert not cache.usable and len(cache.posts) == 0
+
+    async def failing(post_ids, *, with_text):
+        raise TimeoutError("no node answered the read in time")
+
+    good = store.posts
+    store.posts = failing  # type: ignore[method-assign]
+    got = run(copies.fetch([POST, POST - 1]))
+    assert set(got.views) == {POST} and got.failed == {POST - 1} and got.stale == 1
+    assert cache.stale_served == 1
+    store.posts = good  # type: ignore[method-assign]
+    fresh = run(copies.fetch([POST]))
+    assert POST in fresh.views and fresh.stale == 0  # a read that works never sees them
+    store.posts = failing  # type: ignore[method-assign]
+    _apply(cache, NoticeStats(), encode(ServingChange(posts=(POST,)))[1])  # a notice still drops it
+    assert run(copies.fetch([POST])).failed == {POST}
+    cache.go_live({0: 0})  # a live consumer starts empty, and nothing stale is kept
+    cache.stand_aside()
+    assert run(copies.fetch([POST])).failed == {POST}
+    # Too old: after stale_if_error_s, a failed read is a failed read.
+    cache2 = ServingCache(posts=100, follows=100, timelines=100, inboxes=100, ttl_s=60,
+                          max_silence_s=2, stale_if_error_s=30, monotonic=clock)
+    cache2.go_live({0: 0})
+    store2 = FakeStore()
+    copies2 = views(cache2, store2)
+    run(copies2.fetch([POST]))
+    cache2.stand_aside()
+    cache2.stand_aside()  # a restart loop stands aside again: what was kept stays kept
+    store2.posts = failing  # type: ignore[method-assign]
+    assert run(copies2.fetch([POST])).stale == 1
+    clock.t += 31
+    assert run(copies2.fetch([POST])).failed == {POST}
+
+
 def test_entries_expire_after_the_ttl():
     _, store, cache, clock = make()
     copies = views(cache, store)

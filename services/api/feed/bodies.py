@@ -102,6 +102,9 @@ class BodyCache:
 class FetchResult:
     views: dict[int, PostView]
     failed: set[int]
+    # Views of posts whose read failed, as this process last knew them
+    # (``ServingCache.stale_post``): how many of ``views`` are such.
+    stale: int = 0
 
 
 def _chunks(ids: list[int], size: int) -> Iterable[list[int]]:
@@ -121,8 +124,18 @@ class PostCopies:
         """Current copies of ``post_ids``; ids with no copy are simply absent from ``views``."""
         wanted = list(dict.fromkeys(post_ids))
         serving = self._serving
-        if serving is None or not serving.usable:
+        if serving is None:
             return await self._read(wanted)
+        if not serving.usable:
+            read = await self._read(wanted)
+            for post_id in list(read.failed):
+                view = serving.stale_post(post_id)
+                if view is not None:
+                    read.views[post_id] = view
+                    read.failed.discard(post_id)
+                    read.stale += 1
+            serving.stale_served += read.stale
+            return read
         now, views = serving.now(), serving.posts
         out = FetchResult({}, set())
         missing: list[int] = []

@@ -134,6 +134,9 @@ class CacheCollector:
         yield lookups
         yield CounterMetricFamily("feed_cache_stale_fills", "Reads not cached because a notice "
                                   "arrived while they ran", value=cache.stale_fills)
+        yield CounterMetricFamily("feed_cache_stale_served", "Post states served from the "
+                                  "stood-aside cache because their read failed",
+                                  value=cache.stale_served)
         notices = CounterMetricFamily("feed_cache_notices", "serving-changes notices by outcome",
                                       labels=("outcome",))
         notices.add_metric(("applied",), self._stats.applied)

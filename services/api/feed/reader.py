@@ -323,7 +323,7 @@ class FeedReader:
         known: dict[int, PostView] = {}
         items: list[PageItem] = []
         index = start
-        stalled = False
+        stalled = stale = False
         while len(items) < limit:
             if index >= len(entries):
                 extended = await self._extend(walk)
@@ -341,6 +341,7 @@ class FeedReader:
                 raise fetched
             assert fetched is not None  # the fetch's result (None is cover's)
             known.update(fetched.views)
+            stale = stale or fetched.stale > 0
             usable = paging.until_unknown(win, fetched.failed)
             current, made_us = graph.graph, walk.generated_us
             got = paging.fill(usable, limit - len(items),
@@ -357,6 +358,8 @@ class FeedReader:
             if not items:
                 raise FeedUnavailable("post copies could not be read")
             warnings.append("partial_page")
+        if stale:
+            warnings.append("stale_post_states")
         next_cursor = None
         more = paging.has_more(entries, index) or snapshot.PackedEntries(walk.blob).more
         if items and (stalled or more):

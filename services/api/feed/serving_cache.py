@@ -26,6 +26,13 @@ Correctness rests on three rules:
   consumer starts at the end and clears the cache first. Entries also expire after
   ``ttl_s``: a bound on what a notice lost to a bug could cost.
 
+One exception, for errors only (stale-if-error, RFC 5861's idea): when the cache stands
+aside, the post states it held are kept apart for ``stale_if_error_s``. A page whose
+post-state read fails (Cassandra overloaded by every page reading it at once, as when a
+broker cut off the network silences a notice partition) shows the last state this
+process knew instead of failing, and says so (``stale_post_states``); a read that works
+never sees them. Notices that still arrive drop them too; a clear drops them all.
+
 What is cached is exactly what Cassandra returned (rows as ``FeedStore`` gives them), so
 the read path above (eligibility, ``PostView.holds_row``, the merge) is unchanged.
 """
@@ -162,12 +169,18 @@ class ServingCache:
     with the rules above."""
 
     def __init__(self, *, posts: int, follows: int, timelines: int, inboxes: int, ttl_s: float,
-                 max_silence_s: float, preferences: int = 0,
+                 max_silence_s: float, preferences: int = 0, stale_if_error_s: float = 0.0,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._monotonic = monotonic
         self._ttl_s = ttl_s
         self._max_silence_s = max_silence_s
         self.posts: _Lru[int, PostView] = _Lru("post", posts)
+        self._stale_if_error_s = stale_if_error_s
+        # The post states held when the cache last stood aside, and when they were last
+        # known current (monotonic): served only for reads that failed (``stale_post``).
+        self._stale_posts: _Lru[int, PostView] | None = None
+        self._stale_as_of = 0.0
+        self.stale_served = 0
         self.graphs: _Lru[int, Graph] = _Lru("graph", follows, lambda g: g.size)
         # (author, day bucket) -> its top rows
         self.timelines: _Lru[tuple[int, int], Partition] = _Lru("timeline", timelines)
@@ -199,9 +212,26 @@ class ServingCache:
         self.heard()
 
     def stand_aside(self) -> None:
-        """The consumer stopped or failed: answer nothing until it is live again."""
+        """The consumer stopped or failed: answer nothing until it is live again (post
+        states are kept apart for reads that fail, ``stale_post``)."""
+        heard, kept = self._heard_at, self.posts
         self._heard_at = None
-        self.clear()
+        if heard is not None and self._stale_if_error_s > 0:  # was live: keep its states
+            self.posts = _Lru("post", kept.capacity)
+            self._stale_posts, self._stale_as_of = kept, heard
+        self._drop_entries()
+
+    def stale_post(self, post_id: int) -> Any:
+        """The state of ``post_id`` this process knew when the cache stood aside, if that
+        was at most ``stale_if_error_s`` ago (None otherwise): for a read that failed."""
+        stale = self._stale_posts
+        if stale is None:
+            return None
+        now = self._monotonic()
+        if now - self._stale_as_of > self._stale_if_error_s:
+            self._stale_posts = None
+            return None
+        return stale.get(post_id, now)
 
     def apply(self, change: ServingChange) -> None:
         self.epoch += 1
@@ -211,6 +241,8 @@ class ServingCache:
             + [("preferences", r) for r in change.preferences])))
         for post_id in change.posts:
             self.posts.pop(post_id)
+            if self._stale_posts is not None:
+                self._stale_posts.pop(post_id)
         for user_id in change.graphs:
             self.graphs.pop(user_id)
         for key in change.timelines:
@@ -221,6 +253,10 @@ class ServingCache:
             self.preferences.pop(reader_id)
 
     def clear(self) -> None:
+        self._stale_posts = None
+        self._drop_entries()
+
+    def _drop_entries(self) -> None:
         self.epoch += 1
         self._recent.append((self.epoch, None))
         self.posts.clear()

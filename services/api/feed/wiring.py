@@ -46,7 +46,8 @@ def _build(app: FastAPI, settings: Settings) -> None:
                              inboxes=settings.feed_cache_inboxes,
                              preferences=settings.feed_cache_preferences,
                              ttl_s=settings.feed_cache_ttl_s,
-                             max_silence_s=settings.feed_cache_max_silence_s)
+                             max_silence_s=settings.feed_cache_max_silence_s,
+                             stale_if_error_s=settings.feed_cache_stale_if_error_s)
         stats = NoticeStats()
         register_collector(app.state.metrics.registry, cache, stats)
         app.state.serving_cache = cache

@@ -59,7 +59,9 @@ class FeedPageOut(BaseModel):
         description="Present when the page is served degraded or differently, never instead "
                     "of an error: snapshot_expired (a new first page replaced the walk), "
                     "incomplete_candidates (a source could not be read), partial_page (ended "
-                    "before a post whose state could not be read), preferences_unavailable "
+                    "before a post whose state could not be read), stale_post_states (a post's "
+                    "state could not be read; the last state this process knew, at most "
+                    "feed_cache_stale_if_error_s old, is shown), preferences_unavailable "
                     "(ranked used), regenerating (an inactive reader's inbox is being refilled; "
                     "the page is built from the followed authors' partitions meanwhile)")
 
