@@ -23,13 +23,11 @@ import time
 from datetime import datetime
 from typing import Awaitable, Callable, Sequence
 
-from services.common import ids
 from services.common.envelope import ChangeRecord, parse_timestamp, require_int
-from services.common.rules import CLOCK_SKEW, INBOX_TTL
 from services.common.event_publisher import EventPublisher, delivered
 from services.common.topics import inbox_events_topic
 
-from .audience import PostCopy, backfill_posts, inbox_ttl_s, key_write_ts
+from .audience import PostCopy, backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
 from .cleanup import InboxPurge, purges_for_block, purges_for_unfollow
 from .copies import CopyStore
 from .events import post_landed_in_inbox
@@ -98,11 +96,7 @@ class RelationChanges:
 
     async def _window_posts(self, author_id: int, since: datetime | None) -> list[PostCopy]:
         """The author's fanned-out, visible posts made since ``since`` (within the horizon)."""
-        now = self._clock()
-        # A backfill never looks further back than an inbox keeps.
-        start = max(since, now - INBOX_TTL) if since is not None else now - INBOX_TTL
-        lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
-        newest = ids.lowest_id_at(int((now + CLOCK_SKEW).timestamp() * 1000))
+        lowest, newest = backfill_window(since, self._clock())
         candidates = backfill_posts(await self._copies.author_posts_since(author_id, lowest, newest), lowest)
         if not candidates:
             return []
