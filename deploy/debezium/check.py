@@ -31,7 +31,7 @@ from deploy.migrate import migrate_kafka, migrate_postgres
 from deploy.stack.layout import REPO, Layout
 from deploy.stack.toolchain import java17, jars
 from services.common.settings import Settings
-from services.common.topics import CAPTURED_TABLES, cdc_topic
+from services.common.topics import CAPTURED_TABLES, CDC_SCHEMA, cdc_topic
 
 from .compare import Difference, Record, compare_streams
 
@@ -145,7 +145,7 @@ class Scratch:
                   "rest_port": str(_free_port()), "host": self.base.pg_host, "port": str(self.base.pg_port),
                   "user": self.base.pg_user, "password": self.base.pg_password, "db": self.db,
                   "prefix": prefix, "slot": f"{name.replace('-', '_')}_{self.db}",
-                  "tables": ",".join(f"public.{t}" for t in CAPTURED_TABLES)}
+                  "tables": ",".join(f"{CDC_SCHEMA}.{t}" for t in CAPTURED_TABLES)}
         folder = self.work / name
         folder.mkdir(exist_ok=True)
         (folder / WORKER_PROPERTIES.name).write_text(WORKER_PROPERTIES.read_text().format(**values))

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from services.common.topics import cdc_topic
+
 from . import column_rendering
 from .pgoutput import UNCHANGED_TOAST, Column, Row
 
@@ -66,7 +68,7 @@ def to_json(value: Any) -> bytes:
 
 
 def topic_for(table: CapturedTable, options: MappingOptions) -> str:
-    return f"{options.topic_prefix}.{table.schema}.{table.name}"
+    return cdc_topic(table.name, options.topic_prefix, table.schema)
 
 
 def row_as_json(table: CapturedTable, row: Row, options: MappingOptions) -> dict[str, Any]:
