@@ -30,6 +30,7 @@ from confluent_kafka import Consumer
 from deploy.migrate import migrate_kafka, migrate_postgres
 from deploy.stack.layout import REPO, Layout
 from deploy.stack.toolchain import java17, jars
+from services.common.rules import REMOVED
 from services.common.settings import Settings
 from services.common.topics import CAPTURED_TABLES, CDC_SCHEMA, cdc_topic
 
@@ -64,7 +65,7 @@ def _changes(s: Settings) -> None:
             conn.execute("INSERT INTO likes (post_id, user_id) VALUES (100, 2), (101, 3)")
         conn.execute("INSERT INTO follows VALUES (3, 1, now())")
         conn.execute("INSERT INTO blocks (blocker_id, blocked_id) VALUES (3, 2)")
-        conn.execute("UPDATE posts SET visibility = 0 WHERE post_id = 100")
+        conn.execute(f"UPDATE posts SET visibility = {REMOVED} WHERE post_id = 100")
         conn.execute("INSERT INTO moderation_actions (post_id, state, reason, moderator_id) "
                      "VALUES (100, 'removed', 'spam', 3)")
         conn.execute("UPDATE posts SET text = repeat('long text ', 500) WHERE post_id = 101")

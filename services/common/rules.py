@@ -7,8 +7,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-# posts.visibility of a visible post (0: removed by moderation; deleted_at is apart).
+# posts.visibility (and the serving copy's): a post is shown only while it is VISIBLE;
+# moderation sets REMOVED (and a restore VISIBLE again). Deletion is apart (deleted_at).
+# The values are the column's contract (CHECK (visibility IN (0, 1)),
+# deploy/migrations/postgres/0001_core.sql): queries embed these constants, not digits.
 VISIBLE = 1
+REMOVED = 0
 
 # An inbox row lives this long after its post was made: feed_inbox's
 # default_time_to_live (deploy/migrations/cassandra/0004_edge_state.cql). Nothing older

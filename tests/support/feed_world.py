@@ -27,6 +27,7 @@ from confluent_kafka import Producer
 
 from services.common import cql, ids
 from services.common.cql_async import CqlRunner
+from services.common.rules import REMOVED, VISIBLE
 from services.common.settings import Settings
 from services.common.event_publisher import EventPublisher
 from services.common.serving_changes import Notices, ServingChange
@@ -174,8 +175,8 @@ class FeedWorld:
         self._settled()
 
     def remove(self, post: Post) -> None:
-        """Moderation removal: visibility 0 on the copy."""
-        self.run(self.copies.write_post(self._fields(post, visibility=0), next(_TS)))
+        """Moderation removal: visibility REMOVED on the copy."""
+        self.run(self.copies.write_post(self._fields(post, visibility=REMOVED), next(_TS)))
         self._settled()
 
     def set_score(self, post_id: int, score: float) -> None:
@@ -190,7 +191,7 @@ class FeedWorld:
         self._settled()
 
     @staticmethod
-    def _fields(post: Post, *, deleted: bool = False, visibility: int = 1) -> PostFields:
+    def _fields(post: Post, *, deleted: bool = False, visibility: int = VISIBLE) -> PostFields:
         return PostFields(post.post_id, post.author_id, post.created_at, post.text, [],
                           visibility, deleted)
 

@@ -5,6 +5,8 @@ from typing import Literal
 
 from fastapi import APIRouter
 
+from services.common.rules import REMOVED, VISIBLE
+
 from ..auth import Moderator
 from ..deps import Pg
 from ..models import ModerationOut, ModerationRequest, PostIdPath
@@ -15,7 +17,7 @@ router = APIRouter(prefix="/internal/moderation", tags=["moderation"])
 
 # action -> (posts.visibility, moderation_actions.state)
 EFFECTS: dict[str, tuple[int, Literal["removed", "restored"]]] = {
-    "remove": (0, "removed"), "restore": (1, "restored")}
+    "remove": (REMOVED, "removed"), "restore": (VISIBLE, "restored")}
 
 
 @router.post("/posts/{post_id}", response_model=ModerationOut,
