@@ -51,7 +51,7 @@ from services.common import cql, ids
 from services.common.cql_async import CqlRunner, StoreRetry, use_cached_rows
 from services.common.envelope import ChangeRecord
 from services.common.rank_moves import RankKeyMoved
-from services.common.rules import VISIBLE
+from services.common.rules import INBOX_TTL, VISIBLE
 from services.common.settings import Settings
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
@@ -135,7 +135,7 @@ class Month:
         authors = [base + i for i in range(a.authors)]
         readers = [base + 100_000 + i for i in range(a.readers)]
         now = datetime.now(timezone.utc)
-        start = now - timedelta(days=7) + timedelta(minutes=5)
+        start = now - INBOX_TTL + timedelta(minutes=5)
         since = start - timedelta(days=1)
         follows = [(r, au) for r in readers for au in self.rng.sample(authors, a.follows)]
         counts = {"follows": len(follows), "posts": 0, "likes": 0, "features": 0,

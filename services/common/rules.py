@@ -14,14 +14,18 @@ from datetime import datetime, timedelta, timezone
 VISIBLE = 1
 REMOVED = 0
 
-# An inbox row lives this long after its post was made: feed_inbox's
-# default_time_to_live (deploy/migrations/cassandra/0004_edge_state.cql). Nothing older
-# is pushed, backfilled or rebuilt.
+# An inbox row lives this long after its post was made (docs/fanout.md, "Inbox age"):
+# by then a post has lost 28 units of rank to decay (ranking.HALF_LIFE_S, 6 h). Every
+# push writes what is left of it (audience.inbox_ttl_s); feed_inbox's
+# default_time_to_live (604800, deploy/migrations/cassandra/0005_rank_keys.cql) is the
+# same week, the data contract's copy. Nothing older is pushed, backfilled or rebuilt.
 INBOX_TTL = timedelta(days=7)
 INBOX_TTL_S = int(INBOX_TTL.total_seconds())
 
-# Posts stamped up to this far ahead of a worker's clock (id generators' skew) count as
-# made now when a worker reads "everything up to now" from the author timelines.
+# Posts stamped up to this far ahead of a worker's clock count as made now when a worker
+# reads "everything up to now" from the author timelines (audience.backfill_window): an
+# id may run ahead of its API host's clock (ids.MAX_LOGICAL_DRIFT_MS, drift level 2), and
+# hosts' clocks differ; a minute covers both with room.
 CLOCK_SKEW = timedelta(minutes=1)
 
 # A demoted author's celebrity-period posts were never fanned out: readers merge their
