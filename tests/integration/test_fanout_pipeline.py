@@ -5,6 +5,7 @@ import collections
 import json
 from datetime import datetime, timedelta, timezone
 
+from services.common.rules import CELEBRITY_SHARD
 from services.common.topics import cdc_topic, dlq_topic, inbox_events_topic
 
 from tests.support.cdc_events import CdcMessage, post_id_at
@@ -117,18 +118,21 @@ def test_tier_transitions_never_lose_or_duplicate_a_post(worker_env):
     p2 = post(2)
     tier = env.rows("SELECT tier FROM author_tiers WHERE author_id=%s", author)[0].tier
     assert tier == "celebrity"
-    celeb = env.rows("SELECT until FROM celebrities WHERE shard=0 AND author_id=%s", author)
+    celeb = env.rows("SELECT until FROM celebrities WHERE shard=%s AND author_id=%s",
+                     CELEBRITY_SHARD, author)
     assert celeb and celeb[0].until is None
     env.send([m for r in crowd for m in e.unfollowed(r, author, since)])
     followers_are(3)
     p3 = post(3)
     assert env.rows("SELECT tier FROM author_tiers WHERE author_id=%s", author)[0].tier == "ordinary"
-    celeb = env.rows("SELECT until FROM celebrities WHERE shard=0 AND author_id=%s", author)
+    celeb = env.rows("SELECT until FROM celebrities WHERE shard=%s AND author_id=%s",
+                     CELEBRITY_SHARD, author)
     assert celeb and celeb[0].until is not None  # still merged by readers while p2 is fresh
 
     # The read path: inbox ∪ partitions of listed (current or recently demoted) celebrities,
     # deduplicated by post_id.
-    merged_authors = [r.author_id for r in env.rows("SELECT author_id FROM celebrities WHERE shard=0")]
+    merged_authors = [r.author_id for r in env.rows("SELECT author_id FROM celebrities WHERE shard=%s",
+                                                    CELEBRITY_SHARD)]
     assert merged_authors == [author]
     for reader in steady:
         assert env.inbox(reader) == [p3, p1]  # p2 lives only in the author partition
