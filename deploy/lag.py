@@ -20,9 +20,11 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any, TypeVar, TypeVarTuple
 
 from services.common import pg
+from services.common.rules import iso_utc
 from services.common.settings import Settings, get_settings
 
 _T = TypeVar("_T")
@@ -154,7 +156,7 @@ def report(settings: Settings, everything: bool = True) -> dict[str, Any]:
 
 
 def _report(settings: Settings) -> dict[str, Any]:
-    return {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    return {"at": iso_utc(datetime.now(timezone.utc), "seconds"),
             "kafka": _attempt(kafka_lag, settings),
             "cdc_slots": _attempt(slot_lag, settings),
             "cdc_lag_seconds": _attempt(cdc_seconds, settings),

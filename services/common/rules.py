@@ -38,6 +38,8 @@ DEMOTED_MERGE_S = int(DEMOTED_MERGE.total_seconds())
 CELEBRITY_SHARD = 0
 
 
-def iso_utc(ts: datetime) -> str:
-    """A timestamp as every event and page writes one: UTC, milliseconds, ``Z``."""
-    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def iso_utc(ts: datetime, timespec: str = "milliseconds") -> str:
+    """A timestamp as every event, page and report writes one: ISO 8601 in UTC with ``Z``,
+    to the millisecond (events and pages: what the JSON schemas expect) or to
+    ``timespec`` ("seconds": the operators' reports)."""
+    return ts.astimezone(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")
