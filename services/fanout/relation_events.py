@@ -25,12 +25,13 @@ from typing import Awaitable, Callable, Sequence
 
 from services.common.envelope import ChangeRecord, parse_timestamp, require_int
 from services.common.event_publisher import EventPublisher, delivered
+from services.common.feed_events import PostLandedInInbox
+from services.common.feed_events import encode as encode_event
 from services.common.topics import inbox_events_topic
 
 from .audience import PostCopy, backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
 from .cleanup import InboxPurge, purges_for_block, purges_for_unfollow
 from .copies import CopyStore
-from .events import post_landed_in_inbox
 from .inbox import InboxRow, InboxStore
 from .metrics import CLEANUP_ROWS, INBOX_ROWS
 
@@ -125,7 +126,7 @@ class RelationChanges:
         await self._inbox.push_posts(reader_id, [
             InboxRow(c.post_id, author_id, c.rank_key, key_write_ts(c.key_ts, _created_at(c), at), ttl)
             for c, ttl in landing if c.rank_key is not None])
-        events = [post_landed_in_inbox(reader_id, c.post_id, author_id, _created_at(c))
+        events = [encode_event(PostLandedInInbox(reader_id, c.post_id, author_id, _created_at(c)))
                   for c, _ in landing]
         futures = [await self._publisher.send(self._inbox_topic, k, v) for k, v in events]
         INBOX_ROWS.inc(len(landing))

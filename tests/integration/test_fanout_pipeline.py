@@ -5,6 +5,7 @@ import collections
 import json
 from datetime import datetime, timedelta, timezone
 
+from services.common.feed_events import parse_inbox
 from services.common.rules import CELEBRITY_SHARD
 from services.common.topics import cdc_topic, dlq_topic, inbox_events_topic
 
@@ -55,7 +56,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     assert deleted and deleted[0].deleted is True
     assert follower_counts(env) == {author: 3, 99: 1}       # early, late, blocked (a block is not an unfollow)
     events = read_topic(env.settings.kafka_bootstrap, inbox_events_topic(env.settings.topic_prefix))
-    landed = {(json.loads(v)["reader_id"], json.loads(v)["post_id"]) for _, v in events}
+    landed = {(str(e.reader_id), str(e.post_id)) for e in (parse_inbox(v) for _, v in events)}
     assert {(str(early), str(p1)), (str(early), str(p3))} <= landed
     # `leaver` may have been told before its unfollow was applied; the others never.
     assert not {r for r, _ in landed} & {str(late), str(blocked)}
