@@ -3,11 +3,13 @@ the API's stream consumer parses back, ids are deterministic, records from befor
 ``event_id`` still parse, and a malformed record is refused with a clear error."""
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime, timezone
 
 import pytest
 
+from services.api.stream.consumer import _dispatch
 from services.common.envelope import MalformedEnvelope
 from services.common.feed_events import (CelebrityPosted, PostLandedInInbox, author_event_id,
                                          encode, inbox_event_id, parse_author, parse_inbox)
@@ -112,3 +114,36 @@ def test_a_malformed_inbox_event_is_refused_with_a_clear_error(bad, says):
 def test_a_malformed_author_event_is_refused_with_a_clear_error(bad, says):
     with pytest.raises(MalformedEnvelope, match=says):
         parse_author(bad)
+
+
+class _Hub:
+    """What ``_dispatch`` hands the hub, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+
+    async def post_landed(self, reader_id: int, post_id: int, author_id: int) -> int:
+        self.calls.append(("inbox", reader_id, post_id, author_id))
+        return 1
+
+    async def author_posted(self, author_id: int, post_id: int) -> int:
+        self.calls.append(("author", author_id, post_id))
+        return 0
+
+
+def test_the_stream_consumer_dispatches_parsed_events_old_and_new():
+    hub = _Hub()
+    legacy = b'{"reader_id":"7","post_id":"10","author_id":"1","created_at":"2026-11-29T10:01:00.500Z"}'
+
+    async def scenario() -> list[str]:
+        return [await _dispatch(hub, "t.inbox-events", "t.inbox-events",
+                                encode(PostLandedInInbox(7, 10, 1, T))[1]),
+                await _dispatch(hub, "t.inbox-events", "t.inbox-events", legacy),
+                await _dispatch(hub, "t.author-events", "t.inbox-events",
+                                encode(CelebrityPosted(1, 11, T))[1]),
+                await _dispatch(hub, "t.inbox-events", "t.inbox-events", None)]
+
+    assert asyncio.run(scenario()) == ["sent", "sent", "not_routed", "empty"]
+    assert hub.calls == [("inbox", 7, 10, 1), ("inbox", 7, 10, 1), ("author", 1, 11)]
+    with pytest.raises(MalformedEnvelope):
+        asyncio.run(_dispatch(hub, "t.author-events", "t.inbox-events", b'{"post_id":"1"}'))
