@@ -28,8 +28,9 @@ from typing import Sequence
 
 from . import candidates as cand
 from .serving_cache import CacheName, Pinned, ServingCache
+from .store import CelebrityRow
 
-Celebrities = Sequence[tuple[int, int | None]]
+Celebrities = Sequence[CelebrityRow]
 
 
 @dataclass(slots=True)

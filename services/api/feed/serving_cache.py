@@ -49,12 +49,11 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeAlias, T
 from services.common import ids
 from services.common.serving_changes import ServingChange
 
-from .store import FeedStore
+from .store import FeedStore, SourceRow
 
 if TYPE_CHECKING:
     from .bodies import PostView
 
-Row = tuple[float, int, int]  # (rank_key, post_id, author_id), as FeedStore returns them
 # Notices remembered for fills that overlapped them (a fill takes a few ms; at a few
 # hundred notices a second, this covers seconds).
 RECENT_NOTICES = 4096
@@ -81,9 +80,9 @@ class Partition:
     """The top ``limit`` rows of one (author, day bucket) timeline partition."""
 
     limit: int
-    rows: tuple[Row, ...]
+    rows: tuple[SourceRow, ...]
 
-    def top(self, wanted: int) -> tuple[Row, ...] | None:
+    def top(self, wanted: int) -> tuple[SourceRow, ...] | None:
         """The top ``wanted`` rows, or None when this entry cannot say."""
         if wanted <= self.limit or len(self.rows) < self.limit:
             return self.rows[:wanted]
@@ -102,10 +101,10 @@ class InboxTop:
     packed: bytes
 
     @classmethod
-    def of(cls, limit: int, rows: Sequence[Row]) -> "InboxTop":
+    def of(cls, limit: int, rows: Sequence[SourceRow]) -> "InboxTop":
         return cls(limit, b"".join([_ROW.pack(k, p, a) for k, p, a in rows]))
 
-    def top(self, wanted: int) -> list[Row] | None:
+    def top(self, wanted: int) -> list[SourceRow] | None:
         count = len(self.packed) // _ROW.size
         if wanted > self.limit and count >= self.limit:
             return None
@@ -404,7 +403,7 @@ class CachedFeedStore:
 
     # -- inbox tops ----------------------------------------------------------------------
     async def inbox_top(self, reader_id: int, limit: int,
-                        after: tuple[float, int] | None = None) -> list[Row]:
+                        after: tuple[float, int] | None = None) -> list[SourceRow]:
         cache = self.cache
         if after is not None or not cache.usable:
             return await self._store.inbox_top(reader_id, limit, after)
@@ -422,12 +421,12 @@ class CachedFeedStore:
 
     # -- author timelines ----------------------------------------------------------------
     async def authors_top(self, authors: Sequence[int], buckets: Sequence[int], per_partition: int,
-                          after: tuple[float, int] | None = None) -> list[Row]:
+                          after: tuple[float, int] | None = None) -> list[SourceRow]:
         cache = self.cache
         if after is not None or not cache.usable:
             return await self._store.authors_top(authors, buckets, per_partition, after)
         now = cache.now()
-        out: list[Row] = []
+        out: list[SourceRow] = []
         missing: list[int] = []
         for author in authors:
             parts = [cache.timelines.get((author, b), now) for b in buckets]
@@ -442,7 +441,7 @@ class CachedFeedStore:
             cache.misses["timeline"] += len(missing)
             epoch = cache.epoch
             rows = await self._store.authors_top(missing, buckets, per_partition)
-            grouped: dict[tuple[int, int], list[Row]] = {(a, b): [] for a in missing for b in buckets}
+            grouped: dict[tuple[int, int], list[SourceRow]] = {(a, b): [] for a in missing for b in buckets}
             for row in rows:
                 grouped.setdefault((row[2], ids.day_bucket(row[1])), []).append(row)
             for key, part in grouped.items():

@@ -44,7 +44,7 @@ class EligibilityGate:
         rows = await self._store.posts([post_id], with_text=False)
         if not rows:
             return None
-        pid, author_id, created_at_ms, visibility, deleted = rows[0][:5]
+        pid, author_id, created_at_ms, visibility, deleted, *_keys = rows[0]
         return PostState(pid, author_id, created_at_ms, visibility, deleted)
 
     async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
