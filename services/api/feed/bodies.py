@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, cast
 
 from .eligibility import PostState
-from .store import FeedStore, PostTextRow
+from .store import FeedPort, PostTextRow
 
 if TYPE_CHECKING:
     from .serving_cache import ServingCache
@@ -113,7 +113,7 @@ def _chunks(ids: list[int], size: int) -> Iterable[list[int]]:
 
 
 class PostCopies:
-    def __init__(self, store: FeedStore, cache: BodyCache, serving: "ServingCache | None" = None) -> None:
+    def __init__(self, store: FeedPort, cache: BodyCache, serving: "ServingCache | None" = None) -> None:
         self._store = store
         self.cache = cache
         # Whole views, dropped by serving-changes notices (serving_cache.py): a warm page

@@ -48,7 +48,7 @@ from services.common.rules import DEMOTED_MERGE_S
 
 from .awaiting import settled
 from .graph import GraphUnavailable
-from .store import CelebrityRow, FeedStore, SourceRow
+from .store import CelebrityRow, FeedPort, SourceRow
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ _ID_SPACE = 1 << 63
 class CelebrityList:
     """The ``celebrities`` partition, re-read at most every ``max_age_s`` (monotonic clock)."""
 
-    def __init__(self, store: FeedStore, max_age_s: float,
+    def __init__(self, store: FeedPort, max_age_s: float,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._max_age_s = max_age_s
@@ -256,7 +256,7 @@ async def _settled(reads: Sequence[Awaitable[list[SourceRow]]],
     return await settled(reads, in_turn)
 
 
-async def followed_celebrities(store: FeedStore, reader_id: int,
+async def followed_celebrities(store: FeedPort, reader_id: int,
                                celebrities: Sequence[CelebrityRow]) -> dict[int, int]:
     """Which of the listed celebrities the reader follows (author -> since ms)."""
     authors = [a for a, _ in celebrities]
@@ -273,7 +273,7 @@ async def followed_celebrities(store: FeedStore, reader_id: int,
 class SourceReader:
     """Reads and merges the sources of one reader's snapshot."""
 
-    def __init__(self, store: FeedStore, limits: Limits) -> None:
+    def __init__(self, store: FeedPort, limits: Limits) -> None:
         self._store = store
         self._limits = limits
 

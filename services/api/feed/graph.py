@@ -1,4 +1,4 @@
-"""The reader's graph (follows, blocks) as one page needs it. Thin I/O over ``FeedStore``.
+"""The reader's graph (follows, blocks) as one page needs it. Thin I/O over the store (``FeedPort``).
 
 A page only needs the authors of the items it may return: ``PageGraph.cover`` reads
 which of those the reader follows (one single-partition ``followed_id IN ?`` read) and
@@ -15,7 +15,7 @@ from typing import Awaitable, Iterable
 
 from .awaiting import settled
 from .eligibility import ReaderGraph
-from .store import FeedStore
+from .store import FeedPort
 
 
 class GraphUnavailable(RuntimeError):
@@ -25,7 +25,7 @@ class GraphUnavailable(RuntimeError):
 class PageGraph:
     """A ``ReaderGraph`` that is exact for every author passed to ``cover`` so far."""
 
-    def __init__(self, store: FeedStore, reader_id: int, *, following: dict[int, int] | None = None,
+    def __init__(self, store: FeedPort, reader_id: int, *, following: dict[int, int] | None = None,
                  asked: Iterable[int] = (), blocked: frozenset[int] | None = None) -> None:
         self._store = store
         self._reader_id = reader_id

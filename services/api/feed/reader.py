@@ -52,7 +52,7 @@ from .metrics import FeedMetrics
 from .preferences import Preferences
 from .reuse import Reused, SnapshotReuse
 from .snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
-from .store import CelebrityRow, FeedStore, SourceRow
+from .store import CelebrityRow, FeedPort, SourceRow
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class _Walk:
 
 
 class FeedReader:
-    def __init__(self, store: FeedStore, copies: PostCopies, settings: Settings,
+    def __init__(self, store: FeedPort, copies: PostCopies, settings: Settings,
                  metrics: FeedMetrics, clock: Callable[[], datetime],
                  activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None,
                  notices: ChangeSink = NO_NOTICES) -> None:

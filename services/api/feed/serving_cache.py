@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeAlias, T
 from services.common import ids
 from services.common.serving_changes import ServingChange
 
-from .store import FeedStore, SourceRow
+from .store import FeedPort, SourceRow
 
 if TYPE_CHECKING:
     from .bodies import PostView
@@ -321,7 +321,8 @@ class ServingCache:
 
 
 class CachedFeedStore:
-    """``FeedStore`` with the cached reads answered from ``ServingCache`` when usable.
+    """A ``FeedPort`` (``FeedStore`` in the app) with the cached reads answered from
+    ``ServingCache`` when usable; itself a ``FeedPort``.
 
     Uncached calls (reads below a boundary, snapshots, the celebrity list, ``run``) go
     straight to the store; post copies are cached as whole views by ``PostCopies``
@@ -329,7 +330,7 @@ class CachedFeedStore:
     Every answer has the shape and meaning of ``FeedStore``'s.
     """
 
-    def __init__(self, store: FeedStore, cache: ServingCache, max_following: int) -> None:
+    def __init__(self, store: FeedPort, cache: ServingCache, max_following: int) -> None:
         self._store = store
         self.cache = cache
         self._max_following = max_following

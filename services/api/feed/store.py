@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal, Sequence, TypeAlias, overload
+from typing import Any, Callable, Literal, Protocol, Sequence, TypeAlias, overload
 
 from cassandra.cluster import ExecutionProfile, Session
 from cassandra.pool import Host
@@ -79,6 +79,59 @@ def to_ms(ts: datetime | None) -> int | None:
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=timezone.utc)
     return int(ts.timestamp() * 1000)
+
+
+class FeedPort(Protocol):
+    """What the read path (``FeedReader``, ``SourceReader``, ``PageGraph``, ``PostCopies``,
+    ``Preferences``, the stream's ``EligibilityGate``) needs of the serving store, and
+    what ``CachedFeedStore`` wraps. ``FeedStore`` is the Cassandra one, ``CachedFeedStore``
+    (serving_cache.py) answers some reads from memory; the tests' in-memory one
+    (tests/support/memory_stores.py) passes the same contract suite as ``FeedStore``
+    (tests/support/contracts/feed_store_contract.py), so it cannot drift."""
+
+    @property
+    def from_memory(self) -> bool:
+        """Whether reads are answered from memory: await them in turn (awaiting.py)."""
+        ...
+
+    # -- the reader's graph
+    async def following(self, reader_id: int, limit: int) -> dict[int, int]: ...
+    async def following_among(self, reader_id: int, authors: Sequence[int]) -> dict[int, int]: ...
+    async def following_from(self, reader_id: int, start: int, limit: int) -> dict[int, int]: ...
+    async def following_since(self, reader_id: int, author_id: int) -> int | None: ...
+    async def blocked(self, reader_id: int) -> frozenset[int]: ...
+    async def blocked_between(self, reader_id: int, other_id: int) -> bool: ...
+    async def celebrities(self) -> list[CelebrityRow]: ...
+
+    # -- sources, in rank-key order
+    async def inbox_top(self, reader_id: int, limit: int,
+                        after: tuple[float, int] | None = None) -> list[SourceRow]: ...
+    async def authors_top(self, authors: Sequence[int], buckets: Sequence[int], per_partition: int,
+                          after: tuple[float, int] | None = None) -> list[SourceRow]: ...
+
+    # -- post copies
+    @overload
+    async def posts(self, post_ids: Sequence[int], *, with_text: Literal[False]) -> list[PostRow]: ...
+    @overload
+    async def posts(self, post_ids: Sequence[int], *, with_text: Literal[True]) -> list[PostTextRow]: ...
+    @overload
+    async def posts(self, post_ids: Sequence[int], *,
+                    with_text: bool) -> list[PostRow] | list[PostTextRow]: ...
+
+    # -- preferences and snapshots
+    async def feed_order(self, reader_id: int) -> str | None: ...
+    async def save_feed_order(self, reader_id: int, order: str) -> None: ...
+    async def save_snapshot_slot(self, row: SlotRow, timeout_s: float) -> None: ...
+    async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None: ...
+
+
+class StatementRunner(Protocol):
+    """A statement prepared by another read-path module, run on the read path's profile
+    and timeout (``FeedStore.run``; ``CachedFeedStore`` passes it through): the stream's
+    leases. Not part of ``FeedPort``: a store without Cassandra has nothing to run."""
+
+    async def run(self, statement: PreparedStatement, params: Sequence[Any],
+                  hedge: bool = False) -> list[tuple[Any, ...]]: ...
 
 
 class FeedStore:
