@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Protocol, Sequence
 
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -61,6 +61,26 @@ class StoredRow(NamedTuple):
     rank_key: float
     post_id: int
     author_id: int
+
+
+class InboxPort(Protocol):
+    """What the fan-out (``PostFanout``, ``RelationChanges``, ``RankMoves``) and the inbox
+    rebuild need of reader inboxes. ``InboxStore`` is the Cassandra one; the tests'
+    in-memory one (tests/support/memory_stores.py) passes the same contract suite
+    (tests/support/contracts/inbox_store_contract.py), so it cannot drift. Every method
+    returns how many readers (or rows, for ``push_posts`` and ``purge_author``) it wrote,
+    and tells its ``ChangeSink`` which readers' rows changed."""
+
+    async def push(self, reader_ids: Iterable[int], post_id: int, author_id: int,
+                   rank_key: float, key_ts: int, ttl_s: int = INBOX_TTL_S) -> int: ...
+    async def move(self, reader_ids: Iterable[int], post_id: int, author_id: int,
+                   old_keys: Sequence[float], new_key: float, key_ts: int, ttl_s: int) -> int: ...
+    async def push_posts(self, reader_id: int, rows: Sequence[InboxRow]) -> int: ...
+    async def unpush(self, reader_ids: Iterable[int], post_id: int, keys: Sequence[float],
+                     ts: int) -> int: ...
+    async def purge_author(self, reader_id: int, author_id: int, ts: int,
+                           in_flight: Iterable[tuple[float, int]] = ()) -> int: ...
+    async def enforce_cap(self, reader_ids: Iterable[int], post_id: int, ts: int) -> int: ...
 
 
 class InboxStore:

@@ -33,7 +33,7 @@ from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_
                        readers_for_post)
 from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
-from .inbox import InboxStore
+from .inbox import InboxPort
 from .rank_moves import RankMoves
 from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
                       FANOUT_SECONDS, INACTIVE_ROWS_SKIPPED, INBOX_ROWS, STORE_RETRIES, TRIMS)
@@ -48,7 +48,7 @@ async def _nobody(_author_id: int) -> frozenset[int]:
 
 
 class PostFanout:
-    def __init__(self, copies: CopyStore, inbox: InboxStore, tiers: TierStore,
+    def __init__(self, copies: CopyStore, inbox: InboxPort, tiers: TierStore,
                  publisher: EventPublisher, topic_prefix: str,
                  retry: StoreRetry | None = None,
                  wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),

@@ -26,7 +26,7 @@ from typing import Awaitable, Callable
 
 from .audience import backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
 from .copies import CopyStore
-from .inbox import InboxRow, InboxStore
+from .inbox import InboxPort, InboxRow
 
 
 
@@ -37,7 +37,7 @@ class RebuildReport:
     rows_written: int
 
 
-async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
+async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxPort,
                         following: list[int], cap: int, clock: Callable[[], datetime],
                         now_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> RebuildReport:
     """Push the ``cap`` highest-ranked eligible, fanned-out posts of ``following``."""
@@ -67,7 +67,7 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
     return RebuildReport(reader_id, len(following), written)
 
 
-def rebuilder(copies: CopyStore, inbox: InboxStore,
+def rebuilder(copies: CopyStore, inbox: InboxPort,
               cap: int) -> Callable[[int, list[int]], Awaitable[RebuildReport]]:
     """``rebuild_inbox`` bound to its stores and cap, on the wall clock: what the sweeper,
     the API and the benchmark call with a reader and the authors they follow."""

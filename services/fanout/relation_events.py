@@ -32,12 +32,12 @@ from services.common.topics import inbox_events_topic
 from .audience import PostCopy, backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
 from .cleanup import InboxPurge, purges_for_block, purges_for_unfollow
 from .copies import CopyStore
-from .inbox import InboxRow, InboxStore
+from .inbox import InboxPort, InboxRow
 from .metrics import CLEANUP_ROWS, INBOX_ROWS
 
 
 class RelationChanges:
-    def __init__(self, copies: CopyStore, inbox: InboxStore, publisher: EventPublisher,
+    def __init__(self, copies: CopyStore, inbox: InboxPort, publisher: EventPublisher,
                  topic_prefix: str, clock: Callable[[], datetime],
                  wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
                  unflag: Callable[[int, list[int]], Awaitable[None]] | None = None) -> None:
