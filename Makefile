@@ -6,14 +6,14 @@ PY := $(VENV)/bin/python
 STACK := $(PY) -m deploy.stack
 NODES ?= 1
 
-.PHONY: help venv up down status logs reset migrate run stop-services test test-unit \
+.PHONY: help venv up down status logs reset migrate run stop-services typecheck test test-unit \
         test-integration test-e2e bench bench-full bench-read bench-read-ab faults token lag
 
 help:
 	@echo "make run    - stack up, migrations, all services, demo data; prints the API address"
-	@echo "make test   - stack up if needed, then the whole test suite"
+	@echo "make test   - mypy --strict, stack up if needed, then the whole test suite"
 	@echo "make down   - stop services and the stack (data kept; 'make reset' wipes it)"
-	@echo "other: up status logs reset migrate test-unit test-integration test-e2e bench token lag"
+	@echo "other: up status logs reset migrate typecheck test-unit test-integration test-e2e bench token lag"
 
 $(VENV)/.installed: pyproject.toml
 	$(PY_BOOT) -m venv $(VENV)
@@ -50,10 +50,15 @@ run: migrate
 stop-services: venv
 	$(PY) -m deploy.services stop
 
-test: migrate
+# mypy --strict on services/ and deploy/ (configured in pyproject.toml); the test targets
+# run it first, so a type error fails before the stack is started.
+typecheck: venv
+	$(PY) -m mypy
+
+test: typecheck migrate
 	$(PY) -m pytest tests
 
-test-unit: venv
+test-unit: venv typecheck
 	$(PY) -m pytest tests/unit
 
 test-integration: migrate

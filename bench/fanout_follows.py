@@ -45,6 +45,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from bench.fanout import raw_insert_rate  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.common import cql, ids, ranking  # noqa: E402
+from services.common.rules import VISIBLE  # noqa: E402
 from services.common.settings import Settings  # noqa: E402
 from services.common.topics import all_topics, cdc_topic  # noqa: E402
 from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
@@ -120,7 +121,7 @@ def seed_author_posts(session, authors: list[int], per_author: int) -> None:
     """Posts already fanned out before the follows: the backfill must bring them."""
     now = datetime.now(timezone.utc)
     copy = session.prepare("UPDATE posts USING TIMESTAMP 1 SET author_id=?, created_at=?, "
-                           "visibility=1, deleted=false, fanned_out=true WHERE post_id=?")
+                           f"visibility={VISIBLE}, deleted=false, fanned_out=true WHERE post_id=?")
     key = session.prepare("UPDATE posts USING TIMESTAMP ? SET rank_key=? WHERE post_id=?")
     part = session.prepare("INSERT INTO author_timeline (author_id, bucket, rank_key, post_id) "
                            "VALUES (?,?,?,?) USING TIMESTAMP ?")

@@ -21,13 +21,14 @@ from psycopg_pool import AsyncConnectionPool
 from bench.http_load import LoadResult, run_load
 from bench.workload import Graph
 from services.api.auth import mint_token
+from services.common.rules import VISIBLE
 from services.common.settings import Settings
 
 # The seed-003 "pure fan-out on read" query, on the source of truth.
-PULL_QUERY = """
+PULL_QUERY = f"""
 SELECT p.post_id, p.created_at FROM posts p
 JOIN follows f ON f.followed_id = p.author_id
-WHERE f.follower_id = %s AND p.deleted_at IS NULL AND p.visibility = 1
+WHERE f.follower_id = %s AND p.deleted_at IS NULL AND p.visibility = {VISIBLE}
 ORDER BY p.created_at DESC LIMIT 20
 """
 

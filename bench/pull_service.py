@@ -50,6 +50,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from services.api.app import NO_OTEL
 from services.api.auth import TokenRejected, VerifiedTokens
 from services.api.routes.feed_fast import feed_query as parse_feed_query
+from services.common.rules import VISIBLE
 from services.common.settings import Settings, get_settings
 
 # Same page size and cap as ours (services/api/routes/feed.py).
@@ -62,7 +63,7 @@ QUERY_SHAPES = ("lateral", "join")
 # How ``main`` tells worker processes the query shape.
 SHAPE_ENV = "PULL_QUERY_SHAPE"
 
-_VISIBLE = "p.deleted_at IS NULL AND p.visibility = 1"
+_VISIBLE = f"p.deleted_at IS NULL AND p.visibility = {VISIBLE}"
 _NOT_BLOCKED = ("NOT EXISTS (SELECT 1 FROM blocks b WHERE b.blocker_id = f.follower_id "
                 "AND b.blocked_id = f.followed_id) AND NOT EXISTS (SELECT 1 FROM blocks b "
                 "WHERE b.blocker_id = f.followed_id AND b.blocked_id = f.follower_id)")
@@ -89,7 +90,7 @@ def feed_query(shape: str, next_page: bool) -> str:
 BASELINE_INDEXES = (
     "CREATE INDEX IF NOT EXISTS pull_posts_visible_feed ON posts "
     "(author_id, created_at DESC, post_id DESC) INCLUDE (text) "
-    "WHERE deleted_at IS NULL AND visibility = 1",
+    f"WHERE deleted_at IS NULL AND visibility = {VISIBLE}",
     "CREATE INDEX IF NOT EXISTS pull_follows_reader ON follows "
     "(follower_id) INCLUDE (followed_id, following_since)",
 )

@@ -51,6 +51,7 @@ from services.common import cql, ids
 from services.common.cql_async import CqlRunner, StoreRetry, use_cached_rows
 from services.common.envelope import ChangeRecord
 from services.common.rank_moves import RankKeyMoved
+from services.common.rules import INBOX_TTL, VISIBLE
 from services.common.settings import Settings
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
@@ -134,7 +135,7 @@ class Month:
         authors = [base + i for i in range(a.authors)]
         readers = [base + 100_000 + i for i in range(a.readers)]
         now = datetime.now(timezone.utc)
-        start = now - timedelta(days=7) + timedelta(minutes=5)
+        start = now - INBOX_TTL + timedelta(minutes=5)
         since = start - timedelta(days=1)
         follows = [(r, au) for r in readers for au in self.rng.sample(authors, a.follows)]
         counts = {"follows": len(follows), "posts": 0, "likes": 0, "features": 0,
@@ -165,7 +166,7 @@ class Month:
                 made.append((post_id, author, at))
         await self._bounded([partial(self.posts.on_post_changed, _change("posts", "c", {
             "post_id": p, "author_id": au, "created_at": _iso(at), "text": "x" * 80,
-            "media_ids": "[]", "visibility": 1, "deleted_at": None}, self.next_lsn()))
+            "media_ids": "[]", "visibility": VISIBLE, "deleted_at": None}, self.next_lsn()))
             for p, au, at in made])
         counts["posts"] += len(made)
         await self._day_of_engagement(made, readers, counts)
@@ -214,7 +215,7 @@ class Month:
         if self.rng.random() < DELETE_SHARE:
             deleted = _change("posts", "d", {
                 "post_id": post_id, "author_id": author, "created_at": _iso(at), "text": "x",
-                "media_ids": "[]", "visibility": 1, "deleted_at": None}, self.next_lsn())
+                "media_ids": "[]", "visibility": VISIBLE, "deleted_at": None}, self.next_lsn())
             await RETRY(lambda: self.posts.on_post_changed(deleted))
             counts["deletes"] += 1
 

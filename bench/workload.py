@@ -18,12 +18,19 @@ uses COPY, which is what "bulk" means for Postgres. The graph has:
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from services.common import ids
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from services.common.settings import Settings
 
 # following_since sits well before every generated post, so history is visible (the
 # no-backfill rule would otherwise hide it).
@@ -135,7 +142,7 @@ def _likes(spec: GraphSpec, graph: Graph, rng: np.random.Generator) -> list[tupl
 def _history(spec: GraphSpec, graph: Graph, rng: np.random.Generator,
              now: datetime) -> list[tuple[int, int, datetime, str]]:
     counts = graph.follower_counts()
-    authors = np.array(sorted(counts, key=counts.get, reverse=True)[: max(50, spec.users // 20)])
+    authors = np.array(sorted(counts, key=counts.__getitem__, reverse=True)[: max(50, spec.users // 20)])
     author_weights = np.array([counts[a] for a in authors], dtype=float) ** 0.5
     author_weights /= author_weights.sum()
     chosen = rng.choice(authors, size=spec.history_posts, p=author_weights)
@@ -150,7 +157,7 @@ def _history(spec: GraphSpec, graph: Graph, rng: np.random.Generator,
     return posts
 
 
-def _copy(conn, sql: str, rows) -> None:
+def _copy(conn: psycopg.Connection, sql: str, rows: Iterable[tuple[str, ...]]) -> None:
     buf = io.StringIO()
     for row in rows:
         buf.write("\t".join(row) + "\n")
@@ -160,7 +167,7 @@ def _copy(conn, sql: str, rows) -> None:
             copy.write(chunk)
 
 
-def load_graph(conn, graph: Graph, now: datetime | None = None) -> dict[str, int]:
+def load_graph(conn: psycopg.Connection, graph: Graph, now: datetime | None = None) -> dict[str, int]:
     """COPY users and follows in one transaction."""
     now = now or datetime.now(timezone.utc)
     since = (now - timedelta(days=FOLLOW_SINCE_DAYS)).isoformat()
@@ -171,7 +178,7 @@ def load_graph(conn, graph: Graph, now: datetime | None = None) -> dict[str, int
     return {"users": len(graph.user_ids), "follows": len(graph.follower)}
 
 
-def load_history(conn, graph: Graph) -> dict[str, int]:
+def load_history(conn: psycopg.Connection, graph: Graph) -> dict[str, int]:
     """COPY the post history and its likes in one transaction (after ``load_graph``)."""
     with conn.transaction():
         _copy(conn, "COPY posts (post_id, author_id, created_at, text) FROM STDIN",
@@ -181,12 +188,12 @@ def load_history(conn, graph: Graph) -> dict[str, int]:
     return {"posts": len(graph.posts), "likes": len(graph.likes)}
 
 
-def load_postgres(conn, graph: Graph, now: datetime | None = None) -> dict[str, int]:
+def load_postgres(conn: psycopg.Connection, graph: Graph, now: datetime | None = None) -> dict[str, int]:
     """Graph then history, each in its own transaction."""
     return {**load_graph(conn, graph, now), **load_history(conn, graph)}
 
 
-def publish_feature_events(settings, graph: Graph, count: int) -> int:
+def publish_feature_events(settings: Settings, graph: Graph, count: int) -> int:
     """Ranking-feature events (what a content-quality model would emit) for the newest
     ``count`` history posts, on the ranker's features topic; returns how many."""
     import json

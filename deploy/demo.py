@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from bench.workload import GraphSpec, generate, load_postgres, publish_feature_events
+from bench.workload import Graph, GraphSpec, generate, load_postgres, publish_feature_events
 from deploy.stack import prometheus
 from services.api.auth import mint_token
 from services.common import pg
@@ -24,7 +24,7 @@ from services.common.settings import get_settings
 READY_DEADLINE_S = 300
 
 
-def pick_reader(graph) -> int:
+def pick_reader(graph: Graph) -> int:
     """An ordinary user who follows a celebrity and the most ordinary authors."""
     celebs = set(graph.celebrity_ids.tolist())
     following: dict[int, set[int]] = {}
@@ -51,8 +51,10 @@ def main() -> int:
     settings = get_settings()
     graph = generate(GraphSpec.demo())
     with pg.connect(settings) as conn:
-        loaded = conn.execute("SELECT count(*) FROM users WHERE user_id = ANY(%s)",
-                              (graph.user_ids[:10].tolist(),)).fetchone()[0]
+        row = conn.execute("SELECT count(*) FROM users WHERE user_id = ANY(%s)",
+                           (graph.user_ids[:10].tolist(),)).fetchone()
+        assert row is not None  # count(*) always returns a row
+        loaded = row[0]
         if not loaded:
             counts = load_postgres(conn, graph)
             print(f"demo: loaded {counts} into Postgres", flush=True)

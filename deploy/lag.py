@@ -19,10 +19,16 @@ import json
 import sys
 import time
 import urllib.request
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any, TypeVar, TypeVarTuple
 
 from services.common import pg
+from services.common.rules import iso_utc
 from services.common.settings import Settings, get_settings
+
+_T = TypeVar("_T")
+_Args = TypeVarTuple("_Args")
 
 
 def kafka_lag(settings: Settings) -> list[dict[str, Any]]:
@@ -125,7 +131,7 @@ def cdc_seconds(settings: Settings) -> float | None:
     return values[0][1] if values else None
 
 
-def _attempt(fn, *args) -> Any:
+def _attempt(fn: Callable[[*_Args], _T], *args: *_Args) -> _T | dict[str, str]:
     try:
         return fn(*args)
     except Exception as exc:  # noqa: BLE001 - a part that is down is reported, not raised
@@ -150,7 +156,7 @@ def report(settings: Settings, everything: bool = True) -> dict[str, Any]:
 
 
 def _report(settings: Settings) -> dict[str, Any]:
-    return {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    return {"at": iso_utc(datetime.now(timezone.utc), "seconds"),
             "kafka": _attempt(kafka_lag, settings),
             "cdc_slots": _attempt(slot_lag, settings),
             "cdc_lag_seconds": _attempt(cdc_seconds, settings),

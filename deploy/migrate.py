@@ -102,7 +102,8 @@ def _speculative_retry(session: Any, keyspace: str, wanted: str) -> list[str]:
 
 
 def migrate_kafka(settings: Settings, prefix: str | None = None) -> list[str]:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re-exports untyped
 
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     meta = admin.list_topics(timeout=15)

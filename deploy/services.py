@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import urllib.request
+from functools import partial
 
 from deploy.stack.layout import REPO, Layout
 from deploy.stack.process import Daemon, StackError, spawn, stop, wait_ready
@@ -47,7 +48,12 @@ def daemon(layout: Layout, name: str) -> Daemon:
 
 def _http_ok(url: str) -> bool:
     with urllib.request.urlopen(url, timeout=2) as resp:
-        return resp.status == 200
+        return bool(resp.status == 200)
+
+
+def _serving(name: str) -> bool:
+    """The readiness probe of one service (its address is read again on every try)."""
+    return _http_ok(_probe_url(name))
 
 
 def start(layout: Layout, names: list[str]) -> list[str]:
@@ -63,7 +69,7 @@ def start(layout: Layout, names: list[str]) -> list[str]:
                        "PYTHONFAULTHANDLER": "1"},
                   cwd=REPO)
             started.append(d)
-            wait_ready(d, f"service {name}", lambda n=name: _http_ok(_probe_url(n)),
+            wait_ready(d, f"service {name}", partial(_serving, name),
                        timeout=90, log_file=d.log_file)
     except BaseException:
         for d in reversed(started):

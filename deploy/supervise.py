@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import FrameType
 
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
@@ -25,9 +26,9 @@ def main(argv: list[str]) -> int:
         return 2
     module = argv[0]
     stopping = False
-    child: subprocess.Popen | None = None
+    child: subprocess.Popen[bytes] | None = None
 
-    def forward(signum: int, _frame) -> None:
+    def forward(signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
         if child and child.poll() is None:

@@ -30,10 +30,11 @@ from confluent_kafka import Consumer
 from deploy.migrate import migrate_kafka, migrate_postgres
 from deploy.stack.layout import REPO, Layout
 from deploy.stack.toolchain import java17, jars
+from services.common.rules import REMOVED
 from services.common.settings import Settings
-from services.common.topics import CAPTURED_TABLES, cdc_topic
+from services.common.topics import CAPTURED_TABLES, CDC_SCHEMA, cdc_topic
 
-from .compare import Difference, compare_streams
+from .compare import Difference, Record, compare_streams
 
 CONNECTOR_PROPERTIES = Path(__file__).with_name("connector.properties")
 WORKER_PROPERTIES = Path(__file__).with_name("worker.properties")
@@ -43,7 +44,8 @@ LOG4J = REPO / "deploy" / "stack" / "templates" / "log4j2.properties"
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _seed(s: Settings) -> None:
@@ -63,7 +65,7 @@ def _changes(s: Settings) -> None:
             conn.execute("INSERT INTO likes (post_id, user_id) VALUES (100, 2), (101, 3)")
         conn.execute("INSERT INTO follows VALUES (3, 1, now())")
         conn.execute("INSERT INTO blocks (blocker_id, blocked_id) VALUES (3, 2)")
-        conn.execute("UPDATE posts SET visibility = 0 WHERE post_id = 100")
+        conn.execute(f"UPDATE posts SET visibility = {REMOVED} WHERE post_id = 100")
         conn.execute("INSERT INTO moderation_actions (post_id, state, reason, moderator_id) "
                      "VALUES (100, 'removed', 'spam', 3)")
         conn.execute("UPDATE posts SET text = repeat('long text ', 500) WHERE post_id = 101")
@@ -73,11 +75,11 @@ def _changes(s: Settings) -> None:
         conn.execute("UPDATE blocks SET blocked_id = 1 WHERE blocker_id = 3")  # key change
 
 
-def _consume(s: Settings, prefix: str, until_count: int, timeout: float) -> list[dict]:
+def _consume(s: Settings, prefix: str, until_count: int, timeout: float) -> list[Record]:
     consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": str(uuid.uuid4()),
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([cdc_topic(t, prefix) for t in CAPTURED_TABLES])
-    records: list[dict] = []
+    records: list[Record] = []
     deadline = time.monotonic() + timeout
     quiet_until = None
     try:
@@ -86,10 +88,12 @@ def _consume(s: Settings, prefix: str, until_count: int, timeout: float) -> list
             for msg in batch:
                 if msg.error():
                     continue
-                records.append({"table": msg.topic().rsplit(".", 1)[-1],
+                topic, key, value = msg.topic(), msg.key(), msg.value()
+                assert topic is not None  # a consumed message (not an error) has its topic
+                records.append({"table": topic.rsplit(".", 1)[-1],
                                 "partition": msg.partition(),
-                                "key": json.loads(msg.key()) if msg.key() else None,
-                                "value": json.loads(msg.value()) if msg.value() else None})
+                                "key": json.loads(key) if key else None,
+                                "value": json.loads(value) if value else None})
             if len(records) >= until_count:
                 # Let stragglers arrive so extra records (duplicates) are seen too.
                 quiet_until = quiet_until or time.monotonic() + 3
@@ -128,7 +132,7 @@ class Scratch:
     def prefix(self, suffix: str) -> str:
         return f"{self.db}_{suffix}"
 
-    def start_relay(self) -> subprocess.Popen:
+    def start_relay(self) -> subprocess.Popen[bytes]:
         env = {**os.environ, "FEED_PG_DATABASE": self.db, "FEED_TOPIC_PREFIX": self.relay.topic_prefix,
                "FEED_CDC_METRICS_PORT": "0"}
         return subprocess.Popen([sys.executable, "-m", "services.cdc"], cwd=REPO, env=env,
@@ -142,7 +146,7 @@ class Scratch:
                   "rest_port": str(_free_port()), "host": self.base.pg_host, "port": str(self.base.pg_port),
                   "user": self.base.pg_user, "password": self.base.pg_password, "db": self.db,
                   "prefix": prefix, "slot": f"{name.replace('-', '_')}_{self.db}",
-                  "tables": ",".join(f"public.{t}" for t in CAPTURED_TABLES)}
+                  "tables": ",".join(f"{CDC_SCHEMA}.{t}" for t in CAPTURED_TABLES)}
         folder = self.work / name
         folder.mkdir(exist_ok=True)
         (folder / WORKER_PROPERTIES.name).write_text(WORKER_PROPERTIES.read_text().format(**values))
@@ -150,7 +154,7 @@ class Scratch:
             connector(CONNECTOR_PROPERTIES.read_text().format(**values)))
         return folder
 
-    def start_connect(self, folder: Path) -> subprocess.Popen:
+    def start_connect(self, folder: Path) -> subprocess.Popen[bytes]:
         lib = jars(self.layout, "connect")
         return subprocess.Popen(
             [java17(self.layout), "-Xmx512m", f"-Dlog4j2.configurationFile={LOG4J}", "-cp", f"{lib}/*",
@@ -167,7 +171,7 @@ class Scratch:
             conn.execute(f"DROP DATABASE IF EXISTS {self.db} WITH (FORCE)")
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -180,7 +184,7 @@ def stop(proc: subprocess.Popen) -> None:
 def run_check() -> list[Difference]:
     scratch = Scratch("dbz_check", ("dbz",))
     dbz_prefix, relay_s = scratch.prefix("dbz"), scratch.relay
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         _seed(relay_s)
         procs.append(scratch.start_relay())

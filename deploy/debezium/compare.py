@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 # path -> why the values differ by construction (docs/cdc.md, "Differences from Debezium").
 DOCUMENTED: dict[str, str] = {
@@ -44,6 +44,15 @@ class Difference:
                 f"relay={json.dumps(self.relay)[:80]} debezium={json.dumps(self.debezium)[:80]}")
 
 
+class Record(TypedDict):
+    """One consumed change event (deploy/debezium/check.py ``_consume``)."""
+
+    table: str  # the topic's last part, e.g. "posts"
+    partition: int | None  # confluent_kafka types it optional; a consumed message has one
+    key: Any  # decoded JSON (None when the message has no key)
+    value: Any  # decoded JSON (None for a tombstone)
+
+
 def _leaves(value: Any, path: str) -> dict[str, Any]:
     if isinstance(value, dict):
         out: dict[str, Any] = {f"{path}.__keys__": list(value)}
@@ -53,14 +62,14 @@ def _leaves(value: Any, path: str) -> dict[str, Any]:
     return {path: value}
 
 
-def _group(records: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    groups: dict[tuple[str, str], list[dict]] = {}
+def _group(records: list[Record]) -> dict[tuple[str, str], list[Record]]:
+    groups: dict[tuple[str, str], list[Record]] = {}
     for r in records:
         groups.setdefault((r["table"], json.dumps(r["key"], sort_keys=True)), []).append(r)
     return groups
 
 
-def compare_streams(relay: list[dict], debezium: list[dict]) -> list[Difference]:
+def compare_streams(relay: list[Record], debezium: list[Record]) -> list[Difference]:
     out: list[Difference] = []
     ours, theirs = _group(relay), _group(debezium)
     for table_key in sorted(set(ours) | set(theirs)):

@@ -7,10 +7,12 @@ start; the start-up shortcuts (gossip settle, ring delay) cut tens of seconds on
 from __future__ import annotations
 
 import shutil
+from functools import partial
 from pathlib import Path
 
 from .layout import REPO, Layout
-from .process import (Daemon, StackError, ensure_ports_free, spawn, status_row, stop_many, wait_ready)
+from .process import (Daemon, StackError, StatusRow, UpReport, ensure_ports_free, spawn, status_row,
+                      stop_many, wait_ready)
 from .toolchain import java17, jars
 
 TEMPLATES = REPO / "deploy" / "stack" / "templates"
@@ -176,7 +178,7 @@ def nodetool(layout: Layout, *args: str, node: int = 1, timeout: float = 300) ->
     return done.stdout
 
 
-def up(layout: Layout, started: list[Daemon]) -> dict:
+def up(layout: Layout, started: list[Daemon]) -> UpReport:
     java = java17(layout)
     lib = jars(layout, "cassandra")
     waited = 0.0
@@ -194,14 +196,14 @@ def up(layout: Layout, started: list[Daemon]) -> dict:
         started.append(d)
         any_started = True
         # Peers check only after all nodes are up; first wait for this node's own CQL.
-        waited += wait_ready(d, f"cassandra-{i}", lambda i=i: _probe(layout, i, ring=False),
+        waited += wait_ready(d, f"cassandra-{i}", partial(_probe, layout, i, ring=False),
                              timeout=240, log_file=d.log_file)
         (_node_dir(layout, i) / "initialized").write_text("ok\n")
     if not any_started:
         return {"state": "already running"}
     for i in range(1, layout.nodes + 1):
         d = daemon(layout, i)
-        waited += wait_ready(d, f"cassandra-{i} ring", lambda i=i: _probe(layout, i, ring=True),
+        waited += wait_ready(d, f"cassandra-{i} ring", partial(_probe, layout, i, ring=True),
                              timeout=120, log_file=d.log_file)
     return {"state": "started", "seconds": round(waited, 1)}
 
@@ -210,6 +212,6 @@ def down(layout: Layout) -> bool:
     return bool(stop_many([daemon(layout, i) for i in range(1, layout.nodes + 1)], grace=45))
 
 
-def status(layout: Layout) -> list[dict]:
+def status(layout: Layout) -> list[StatusRow]:
     return [status_row(daemon(layout, i), f"{layout.hosts[i - 1]}:{layout.cassandra_port}")
             for i in range(1, layout.nodes + 1)]

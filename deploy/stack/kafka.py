@@ -14,8 +14,8 @@ import uuid
 from pathlib import Path
 
 from .layout import REPO, Layout
-from .process import (Daemon, ensure_ports_free, port_open, run_checked, spawn, status_row, stop_many,
-                      wait_ready)
+from .process import (Daemon, StatusRow, UpReport, ensure_ports_free, port_open, run_checked, spawn,
+                      status_row, stop_many, wait_ready)
 from .toolchain import java17, jars
 
 # librdkafka logs every refused connection while a broker starts; readiness polling
@@ -128,7 +128,7 @@ def _brokers_ready(layout: Layout) -> bool:
     return len(admin.list_topics(timeout=3).brokers) == layout.nodes
 
 
-def up(layout: Layout, started: list[Daemon]) -> dict:
+def up(layout: Layout, started: list[Daemon]) -> UpReport:
     java = java17(layout)
     lib = jars(layout, "kafka")
     pending = [i for i in range(1, layout.nodes + 1) if not daemon(layout, i).alive()]
@@ -154,6 +154,6 @@ def down(layout: Layout) -> bool:
     return bool(stop_many([daemon(layout, i) for i in range(1, layout.nodes + 1)], grace=30))
 
 
-def status(layout: Layout) -> list[dict]:
+def status(layout: Layout) -> list[StatusRow]:
     return [status_row(daemon(layout, i), f"{layout.hosts[i - 1]}:{layout.kafka_port}")
             for i in range(1, layout.nodes + 1)]

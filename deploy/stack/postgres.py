@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from .layout import Layout
-from .process import StackError, ensure_ports_free, port_open, rss_mb, run_checked, tail
+from .process import (StackError, StatusRow, UpReport, ensure_ports_free, port_open, rss_mb, run_checked,
+                      tail)
 from .toolchain import ensure_postgres
 
 SETTINGS = {
@@ -146,7 +147,7 @@ def _bootstrap_roles(layout: Layout) -> None:
             conn.execute("CREATE DATABASE feed OWNER feed")
 
 
-def up(layout: Layout) -> dict:
+def up(layout: Layout) -> UpReport:
     pg_bin = ensure_postgres(layout)
     if pid(layout):
         return {"state": "already running"}
@@ -198,7 +199,7 @@ def wipe(layout: Layout) -> None:
             pass
 
 
-def status(layout: Layout) -> list[dict]:
+def status(layout: Layout) -> list[StatusRow]:
     p = pid(layout)
     return [{
         "name": "postgres", "pid": p, "address": f"{layout.pg_host}:{layout.pg_port}",

@@ -14,8 +14,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NotRequired, TypedDict
 
 from . import cgroups
+
+
+class StatusRow(TypedDict):
+    """One line of ``stack status`` (printed, or as JSON with ``--json``)."""
+
+    name: str
+    pid: int | None
+    address: str
+    ready: bool
+    rss_mb: float
+    log: str
+
+
+class UpReport(TypedDict):
+    """What each component's ``up`` did, for ``stack up``'s summary lines."""
+
+    state: str  # "started" or "already running"
+    seconds: NotRequired[float]
 
 
 class StackError(SystemExit):
@@ -172,7 +191,7 @@ def stop_many(daemons: list[Daemon], grace: float = 30.0) -> list[str]:
     return [d.name for d in live]
 
 
-def status_row(daemon: Daemon, address: str) -> dict:
+def status_row(daemon: Daemon, address: str) -> StatusRow:
     """One line of ``stack status`` for a server the manager runs itself."""
     pid = daemon.pid()
     return {"name": daemon.name, "pid": pid, "address": address, "ready": pid is not None,
@@ -189,7 +208,8 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-def run_checked(argv: list[str], what: str, log_file: Path, **kw) -> subprocess.CompletedProcess:
+def run_checked(argv: list[str], what: str, log_file: Path,
+                **kw: Any) -> subprocess.CompletedProcess[str]:
     log_file.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(argv, capture_output=True, text=True, **kw)
     with open(log_file, "a") as log:

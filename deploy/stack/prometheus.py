@@ -15,7 +15,8 @@ import urllib.request
 from pathlib import Path
 
 from .layout import REPO, Layout
-from .process import Daemon, ensure_ports_free, spawn, status_row, stop, wait_ready
+from .process import (Daemon, StatusRow, UpReport, ensure_ports_free, spawn, status_row, stop,
+                      wait_ready)
 from .toolchain import ensure_prometheus
 
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
@@ -42,7 +43,7 @@ def targets() -> dict[str, str]:
             "feed-ranker": f"127.0.0.1:{s.ranker_metrics_port}"}
 
 
-def config(jobs: dict[str, str], rules: Path = RULES) -> dict:
+def config(jobs: dict[str, str], rules: Path = RULES) -> dict[str, object]:
     """The server's configuration (JSON is YAML, so it is written as JSON)."""
     return {
         "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s",
@@ -64,10 +65,10 @@ def daemon(layout: Layout) -> Daemon:
 
 def _ready() -> bool:
     with urllib.request.urlopen(f"http://{address()}/-/ready", timeout=2) as resp:
-        return resp.status == 200
+        return bool(resp.status == 200)
 
 
-def up(layout: Layout, started: list[Daemon]) -> dict:
+def up(layout: Layout, started: list[Daemon]) -> UpReport:
     d = daemon(layout)
     if d.alive():
         return {"state": "already running"}
@@ -89,5 +90,5 @@ def down(layout: Layout) -> bool:
     return stop(daemon(layout), grace=10)
 
 
-def status(layout: Layout) -> list[dict]:
+def status(layout: Layout) -> list[StatusRow]:
     return [status_row(daemon(layout), address())]

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -60,9 +61,8 @@ NO_OTEL: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 ROUTERS: list[APIRouter] = [health.router, posts.router, social.router, moderation.router,
                             feed.router, stream.router, preferences.router, web.router]
 # Coroutines run for the life of the app, given the app (periodic clean-ups).
-BACKGROUND_TASKS: list[Callable[[FastAPI], Awaitable[None]]] = [purge_expired_periodically,
-                                                               run_stream_consumer,
-                                                               run_notice_consumer]
+BACKGROUND_TASKS: list[Callable[[FastAPI], Coroutine[Any, Any, None]]] = [
+    purge_expired_periodically, run_stream_consumer, run_notice_consumer]
 
 
 @asynccontextmanager

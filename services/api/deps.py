@@ -12,15 +12,18 @@ from .metrics import ApiMetrics
 
 
 def _pool(request: Request) -> AsyncConnectionPool:
-    return request.app.state.pg
+    pool: AsyncConnectionPool = request.app.state.pg
+    return pool
 
 
 def _ids(request: Request) -> SnowflakeGenerator:
-    return request.app.state.ids
+    ids: SnowflakeGenerator = request.app.state.ids
+    return ids
 
 
 def _metrics(request: Request) -> ApiMetrics:
-    return request.app.state.metrics
+    metrics: ApiMetrics = request.app.state.metrics
+    return metrics
 
 
 Pg = Annotated[AsyncConnectionPool, Depends(_pool)]

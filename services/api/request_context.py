@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from collections.abc import Iterable
 
 from starlette.types import Scope
 
@@ -60,7 +61,8 @@ def choose_request_id(client_value: str | None) -> str:
 
 def scope_header(scope: Scope, name: bytes) -> str | None:
     """The first value of header ``name`` (lower-case bytes) in an ASGI scope."""
-    for key, value in scope.get("headers", ()):
+    headers: Iterable[tuple[bytes, bytes]] = scope.get("headers", ())
+    for key, value in headers:
         if key == name:
             return value.decode("latin-1")
     return None

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from services.common.topics import cdc_topic
+
 from . import column_rendering
 from .pgoutput import UNCHANGED_TOAST, Column, Row
 
@@ -66,7 +68,7 @@ def to_json(value: Any) -> bytes:
 
 
 def topic_for(table: CapturedTable, options: MappingOptions) -> str:
-    return f"{options.topic_prefix}.{table.schema}.{table.name}"
+    return cdc_topic(table.name, options.topic_prefix, table.schema)
 
 
 def row_as_json(table: CapturedTable, row: Row, options: MappingOptions) -> dict[str, Any]:
@@ -94,7 +96,8 @@ def key_of(table: CapturedTable, row_json: dict[str, Any]) -> dict[str, Any] | N
     return {name: row_json[name] for name in table.primary_key}
 
 
-def source_block(table: CapturedTable, pos: SourcePosition, options: MappingOptions) -> dict:
+def source_block(table: CapturedTable, pos: SourcePosition,
+                 options: MappingOptions) -> dict[str, Any]:
     sequence = json.dumps([None if pos.last_commit_lsn is None else str(pos.last_commit_lsn),
                            None if pos.lsn is None else str(pos.lsn)], separators=(",", ":"))
     return {
@@ -119,8 +122,8 @@ def source_block(table: CapturedTable, pos: SourcePosition, options: MappingOpti
     }
 
 
-def _envelope(before: dict | None, after: dict | None, source: dict, op: str,
-              now_us: int) -> dict[str, Any]:
+def _envelope(before: dict[str, Any] | None, after: dict[str, Any] | None,
+              source: dict[str, Any], op: str, now_us: int) -> dict[str, Any]:
     return {"before": before, "after": after, "source": source, "transaction": None,
             "op": op, "ts_ms": now_us // 1000, "ts_us": now_us, "ts_ns": now_us * 1000}
 
@@ -156,7 +159,7 @@ def _key_bytes(key: dict[str, Any] | None) -> bytes | None:
     return None if key is None else to_json(key)
 
 
-def _delete(topic: str, key: dict | None, before: dict, source: dict,
+def _delete(topic: str, key: dict[str, Any] | None, before: dict[str, Any], source: dict[str, Any],
             options: MappingOptions, now_us: int) -> list[OutRecord]:
     records = [OutRecord(topic, _key_bytes(key), to_json(_envelope(before, None, source, "d",
                                                                     now_us)))]

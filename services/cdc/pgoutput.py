@@ -137,6 +137,7 @@ class _Reader:
     def _take(self, fmt: str, size: int) -> int:
         if self.pos + size > len(self.buf):
             raise ProtocolError(f"message truncated at byte {self.pos} (needs {size} more)")
+        value: int  # every format read here is one integer
         (value,) = struct.unpack_from(fmt, self.buf, self.pos)
         self.pos += size
         return value

@@ -67,7 +67,8 @@ class KafkaPublisher:
         (xid, WAL position) only labels the record in the delivery trace."""
         def delivered(err: KafkaError | None, msg: Message) -> None:
             problem = str(err) if err is not None else None
-            if problem is None and (msg.offset() is None or msg.offset() < 0):
+            offset = msg.offset()
+            if problem is None and (offset is None or offset < 0):
                 problem = NO_OFFSET
             if self._trace is not None:
                 self._trace.write(json.dumps({

@@ -16,7 +16,7 @@ from typing import Callable
 import psycopg
 import psycopg2
 import psycopg2.errors
-from psycopg2.extras import LogicalReplicationConnection
+from psycopg2.extras import LogicalReplicationConnection, ReplicationCursor
 
 from services.common.settings import Settings
 from services.common.topics import heartbeat_topic
@@ -112,14 +112,16 @@ class Relay:
                 publisher.close_trace()
                 repl.close()
 
-    def _create_slot_and_snapshot(self, cur, conn: psycopg.Connection,
+    def _create_slot_and_snapshot(self, cur: ReplicationCursor, conn: psycopg.Connection,
                                   publisher: KafkaPublisher) -> int:
         try:
             cur.execute(f'CREATE_REPLICATION_SLOT "{self.slot}" LOGICAL pgoutput EXPORT_SNAPSHOT')
         except psycopg2.errors.DuplicateObject as exc:
             raise slot.SlotInUse(f"replication slot {self.slot!r} was just created by "
                                  f"another relay; refusing to start a second one") from exc
-        _name, consistent_point, snapshot_name, _plugin = cur.fetchone()
+        created = cur.fetchone()
+        assert created is not None  # CREATE_REPLICATION_SLOT answers with one row
+        _name, consistent_point, snapshot_name, _plugin = created
         slot.record_snapshot_started(conn, self.slot, consistent_point)
         consistent = lsn_from_str(consistent_point)
         rows = 0
@@ -137,14 +139,15 @@ class Relay:
         log.info("snapshot of %d rows complete at %s; streaming", rows, consistent_point)
         return consistent
 
-    def _stream(self, cur, conn: psycopg.Connection, publisher: KafkaPublisher,
+    def _stream(self, cur: ReplicationCursor, conn: psycopg.Connection, publisher: KafkaPublisher,
                 start_lsn: int) -> None:
         try:
             cur.start_replication(
                 slot_name=self.slot, decode=False, start_lsn=start_lsn,
                 options={"proto_version": "1",
                          "publication_names": self.settings.cdc_publication},
-                status_interval=self.settings.cdc_feedback_interval_s)
+                # psycopg2 takes seconds as a float; types-psycopg2 declares an int.
+                status_interval=self.settings.cdc_feedback_interval_s)  # type: ignore[arg-type]
         except psycopg2.errors.ObjectInUse as exc:
             raise slot.SlotInUse(f"replication slot {self.slot!r} is in use: another relay is "
                                  f"running; refusing to start a second one") from exc
@@ -181,7 +184,7 @@ class Relay:
         publisher.flush(timeout=30)
         self._confirm(cur, frontier)
 
-    def _confirm(self, cur, frontier: AckFrontier) -> None:
+    def _confirm(self, cur: ReplicationCursor, frontier: AckFrontier) -> None:
         """Tell Postgres how far everything is acknowledged by Kafka."""
         now_us = self.clock_us()
         self._retire(frontier)

@@ -8,7 +8,7 @@ overlap.
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import psycopg
 from psycopg.adapt import Loader
@@ -42,6 +42,13 @@ def snapshot_mark(first_table: bool, last_table: bool, first_row: bool, last_row
     return "true"
 
 
+def _scalar(conn: psycopg.Connection, query: str) -> Any:
+    """The first value of a query that always returns one row."""
+    row = conn.execute(query).fetchone()
+    assert row is not None, query
+    return row[0]
+
+
 def _rows(conn: psycopg.Connection, table: CapturedTable) -> Iterator[Row]:
     names = ", ".join(f'"{c.name}"' for c in table.columns)
     with conn.cursor(name=f"cdc_snapshot_{table.name}") as cur:
@@ -65,11 +72,10 @@ def snapshot_records(conn: psycopg.Connection, snapshot_name: str, publication: 
                     "extra_float_digits = 1"):
         conn.execute(f"SET LOCAL {setting}")
     # Debezium's snapshot records carry the snapshot transaction's id.
-    tx_id = conn.execute("SELECT txid_current()").fetchone()[0]
+    tx_id = _scalar(conn, "SELECT txid_current()")
     tables = catalog.publication_tables(conn, publication)
     non_empty = [t for t in tables
-                 if conn.execute(f'SELECT EXISTS (SELECT 1 FROM "{t.schema}"."{t.name}")')
-                 .fetchone()[0]]
+                 if _scalar(conn, f'SELECT EXISTS (SELECT 1 FROM "{t.schema}"."{t.name}")')]
     started_us = clock_us()
     for t_index, table in enumerate(non_empty):
         rows = _rows(conn, table)

@@ -13,7 +13,7 @@ from . import metrics
 from .ack_frontier import AckFrontier, OpenTransaction
 from .envelope import (CapturedTable, MappingOptions, OutRecord, SourcePosition,
                        row_change_records, truncate_record)
-from .pgoutput import (Begin, Commit, Delete, Insert, LogicalMessage, Origin, Relation,
+from .pgoutput import (Begin, Commit, Delete, Insert, LogicalMessage, Origin, Relation, Row,
                        Truncate, TypeInfo, Update, decode)
 from .publisher import KafkaPublisher
 
@@ -78,7 +78,8 @@ class ChangeStreamer:
         if record.value is not None:
             metrics.EVENTS.labels(table.name, op).inc()
 
-    def _row(self, rel_id: int, op: str, before, after, data_start: int) -> None:
+    def _row(self, rel_id: int, op: str, before: Row | None, after: Row | None,
+             data_start: int) -> None:
         table = self._tables[rel_id]
         records = row_change_records(table, op, before, after, self._position(data_start),
                                      self._options, self._clock_us())

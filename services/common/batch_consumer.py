@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 from collections import deque
-from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence, TypeVar, cast
 
 import faust
 from prometheus_client import Gauge, Histogram
@@ -19,6 +19,9 @@ from prometheus_client import Gauge, Histogram
 from .event_publisher import deferred_deliveries, settle
 from .faust_app import RawMessage, raw_message
 from .poison_guard import GuardedProcessing, Handler, expect_topic
+
+if TYPE_CHECKING:
+    from faust.transport.consumer import Consumer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -44,7 +47,8 @@ class ConsumerLag:
         self._processed[(msg.topic, msg.partition)] = msg.offset
 
     def refresh(self, app: faust.App) -> None:
-        consumer = app.consumer
+        # The transport's Consumer (what ConsumerT always is here) keeps the committed offsets.
+        consumer = cast("Consumer", app.consumer)
         for tp in consumer.assignment():
             high = consumer.highwater(tp)
             if high is None:
@@ -154,7 +158,7 @@ async def batches(events: AsyncIterable[T], max_batch: int, within_s: float) -> 
         reader.cancel()
 
 
-async def consume_in_batches(app: faust.App, stream: faust.StreamT, guard: GuardedProcessing,
+async def consume_in_batches(app: faust.App, stream: faust.StreamT[bytes], guard: GuardedProcessing,
                              lag: ConsumerLag, handle: Handler, *, max_batch: int, within_s: float,
                              keys_in_flight: int,
                              finish_batch: Callable[[], Awaitable[None]] | None = None,
@@ -168,7 +172,8 @@ async def consume_in_batches(app: faust.App, stream: faust.StreamT, guard: Guard
     (``InOrderAcks``) while the next batches apply, up to ``max_unacked`` messages."""
     for topic in getattr(stream.channel, "topics", ()):
         expect_topic(topic)
-    manual = stream.noack()
+    # An agent is always handed a faust.Stream; noack is not part of StreamT.
+    manual = cast("faust.Stream[bytes]", stream).noack()
 
     async def ack(events: list[Any], msgs: list[RawMessage]) -> None:
         for event, msg in zip(events, msgs):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence, TypeAlias, TypeVar
 
 from cassandra import OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, NoHostAvailable, Session
@@ -95,8 +95,8 @@ class StoreRetry:
         raise AssertionError("unreachable")
 
 
-Executable = PreparedStatement | BatchStatement
-Statement = tuple[Executable, Sequence[Any]]
+Executable: TypeAlias = PreparedStatement | BatchStatement
+Statement: TypeAlias = tuple[Executable, Sequence[Any]]
 
 
 # Process-wide default: see Settings.store_max_in_flight.
@@ -133,11 +133,12 @@ class _Completions:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._done: deque[tuple[asyncio.Future, Any, BaseException | None]] = deque()
+        # (future, its rows or None when there is an error, the error)
+        self._done: deque[tuple[asyncio.Future[list[Any]], Any, BaseException | None]] = deque()
         self._lock = threading.Lock()
         self._wake_pending = False
 
-    def put(self, fut: asyncio.Future, value: Any, exc: BaseException | None) -> None:
+    def put(self, fut: asyncio.Future[list[Any]], value: Any, exc: BaseException | None) -> None:
         self._done.append((fut, value, exc))
         with self._lock:
             if self._wake_pending:
@@ -232,7 +233,7 @@ class CqlRunner:
                 return
 
 
-def _resolve(fut: asyncio.Future, value: Any, exc: BaseException | None) -> None:
+def _resolve(fut: asyncio.Future[list[Any]], value: Any, exc: BaseException | None) -> None:
     if fut.done():
         return
     if exc is not None:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import asyncio
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
+
+if TYPE_CHECKING:
+    from aiokafka.structs import RecordMetadata
 
 from .settings import Settings
 
@@ -91,7 +94,9 @@ class EventPublisher:
             await self._producer.stop()
 
     async def send(self, topic: str, key: bytes | None, value: bytes | None,
-                   headers: Sequence[tuple[str, bytes]] = ()) -> asyncio.Future:
+                   headers: Sequence[tuple[str, bytes]] = ()) -> asyncio.Future[RecordMetadata]:
         """Enqueue; the returned future resolves when the broker acknowledged it."""
         assert self._producer is not None, "EventPublisher.start() was not awaited"
-        return await self._producer.send(topic, value=value, key=key, headers=list(headers))
+        delivery: asyncio.Future[RecordMetadata] = await self._producer.send(
+            topic, value=value, key=key, headers=list(headers))
+        return delivery

@@ -34,7 +34,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import Any, Callable, MutableSequence, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import aiokafka.client as aioclient
 from aiokafka.client import ConnectionGroup
@@ -80,7 +80,7 @@ class SuspectBrokers:
             return False
         return True
 
-    def order(self, nodes: MutableSequence[T]) -> None:
+    def order(self, nodes: list[T]) -> None:
         """Shuffle ``nodes`` in place, the ones that answered first (stable split)."""
         random.shuffle(nodes)
         nodes.sort(key=self.suspect)
@@ -96,7 +96,7 @@ SUSPECTS = SuspectBrokers()
 class _Random:
     """What aiokafka.client sees as ``random``: its two choices, suspects last."""
 
-    def shuffle(self, nodes: MutableSequence[Any]) -> None:
+    def shuffle(self, nodes: list[Any]) -> None:
         SUSPECTS.order(nodes)
 
     def choice(self, nodes: Sequence[Any]) -> Any:
@@ -203,8 +203,8 @@ def install(hold_s: float = SUSPECT_S) -> None:
             _drop_fenced(self)
         return updated
 
-    client_cls._get_conn = _get_conn  # type: ignore[method-assign]
-    client_cls._on_connection_closed = _on_connection_closed  # type: ignore[method-assign]
-    client_cls._metadata_update = _metadata_update  # type: ignore[method-assign]
-    aioclient.random = _Random()  # type: ignore[assignment]
+    client_cls._get_conn = _get_conn
+    client_cls._on_connection_closed = _on_connection_closed
+    client_cls._metadata_update = _metadata_update
+    aioclient.random = _Random()
     _installed = True

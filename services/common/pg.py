@@ -1,13 +1,15 @@
 """Postgres connections for the project's processes (psycopg 3)."""
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from .settings import Settings
 
 
-def connect(settings: Settings, **kwargs) -> psycopg.Connection:
+def connect(settings: Settings, **kwargs: Any) -> psycopg.Connection:
     return psycopg.connect(settings.pg_dsn, **kwargs)
 
 

@@ -7,17 +7,25 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-# posts.visibility of a visible post (0: removed by moderation; deleted_at is apart).
+# posts.visibility (and the serving copy's): a post is shown only while it is VISIBLE;
+# moderation sets REMOVED (and a restore VISIBLE again). Deletion is apart (deleted_at).
+# The values are the column's contract (CHECK (visibility IN (0, 1)),
+# deploy/migrations/postgres/0001_core.sql): queries embed these constants, not digits.
 VISIBLE = 1
+REMOVED = 0
 
-# An inbox row lives this long after its post was made: feed_inbox's
-# default_time_to_live (deploy/migrations/cassandra/0004_edge_state.cql). Nothing older
-# is pushed, backfilled or rebuilt.
+# An inbox row lives this long after its post was made (docs/fanout.md, "Inbox age"):
+# by then a post has lost 28 units of rank to decay (ranking.HALF_LIFE_S, 6 h). Every
+# push writes what is left of it (audience.inbox_ttl_s); feed_inbox's
+# default_time_to_live (604800, deploy/migrations/cassandra/0005_rank_keys.cql) is the
+# same week, the data contract's copy. Nothing older is pushed, backfilled or rebuilt.
 INBOX_TTL = timedelta(days=7)
 INBOX_TTL_S = int(INBOX_TTL.total_seconds())
 
-# Posts stamped up to this far ahead of a worker's clock (id generators' skew) count as
-# made now when a worker reads "everything up to now" from the author timelines.
+# Posts stamped up to this far ahead of a worker's clock count as made now when a worker
+# reads "everything up to now" from the author timelines (audience.backfill_window): an
+# id may run ahead of its API host's clock (ids.MAX_LOGICAL_DRIFT_MS, drift level 2), and
+# hosts' clocks differ; a minute covers both with room.
 CLOCK_SKEW = timedelta(minutes=1)
 
 # A demoted author's celebrity-period posts were never fanned out: readers merge their
@@ -30,6 +38,8 @@ DEMOTED_MERGE_S = int(DEMOTED_MERGE.total_seconds())
 CELEBRITY_SHARD = 0
 
 
-def iso_utc(ts: datetime) -> str:
-    """A timestamp as every event and page writes one: UTC, milliseconds, ``Z``."""
-    return ts.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def iso_utc(ts: datetime, timespec: str = "milliseconds") -> str:
+    """A timestamp as every event, page and report writes one: ISO 8601 in UTC with ``Z``,
+    to the millisecond (events and pages: what the JSON schemas expect) or to
+    ``timespec`` ("seconds": the operators' reports)."""
+    return ts.astimezone(timezone.utc).isoformat(timespec=timespec).replace("+00:00", "Z")

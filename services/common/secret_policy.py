@@ -27,7 +27,8 @@ class UnsafeSecrets(RuntimeError):
 
 def _default(field: str) -> str:
     """The built-in value of a secret field (the development value)."""
-    return Settings.model_fields[field].default.get_secret_value()
+    value: str = Settings.model_fields[field].default.get_secret_value()
+    return value
 
 
 def _cursor_secrets(spec: str) -> list[str]:

@@ -20,8 +20,15 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=dict)
 
 
-def cdc_topic(table: str, prefix: str) -> str:
-    return f"{prefix}.public.{table}"
+# The Postgres schema every captured table lives in.
+CDC_SCHEMA = "public"
+
+
+def cdc_topic(table: str, prefix: str, schema: str = CDC_SCHEMA) -> str:
+    """A captured table's change topic, ``<prefix>.<schema>.<table>``: Debezium's naming
+    (its topic.prefix is ``Settings.topic_prefix``), which the relay reproduces (its
+    envelope.topic_for asks here) and every consumer subscribes to."""
+    return f"{prefix}.{schema}.{table}"
 
 
 def dlq_topic(topic: str) -> str:

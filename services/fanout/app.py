@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TypedDict
 
 import faust
 
@@ -67,6 +67,12 @@ class FanoutPorts:
     sweeper: InactiveSweeper | None
 
 
+class _PostFanoutOptions(TypedDict, total=False):
+    """``PostFanout``'s optional arguments that ``open_ports`` passes only when set."""
+
+    inactive: Callable[[int], Awaitable[frozenset[int]]]
+
+
 def tier_policy(settings: Settings) -> TierPolicy:
     return TierPolicy(settings.freshness_target_s, settings.tier_promote_share,
                       settings.tier_demote_share, settings.tier_min_dwell_s)
@@ -96,9 +102,10 @@ async def open_ports(settings: Settings) -> FanoutPorts:
         sweeper = InactiveSweeper(activity, Window(settings.inactive_after,
                                                    settings.activity_resolution),
                                   rebuilder(copies, inbox, settings.inbox_cap))
+    options: _PostFanoutOptions = {"inactive": inactive} if inactive else {}
     posts = PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
                        retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s),
-                       **({"inactive": inactive} if inactive else {}))
+                       **options)
     return FanoutPorts(
         posts=posts,
         relations=RelationChanges(copies, inbox, publisher, settings.topic_prefix, _utc_now,
@@ -116,7 +123,7 @@ def create_app(settings: Settings) -> faust.App:
     prefix = settings.topic_prefix
     ports = OpenedOnce(lambda: open_ports(settings))
 
-    async def consume(stream: faust.StreamT, apply: ChangeApplier) -> None:
+    async def consume(stream: faust.StreamT[bytes], apply: ChangeApplier) -> None:
         p = await ports.get()
 
         async def handle(msg: RawMessage) -> None:
@@ -131,19 +138,19 @@ def create_app(settings: Settings) -> faust.App:
                                  max_unacked=settings.consumer_max_unacked)
 
     @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
-    async def posts(stream: faust.StreamT) -> None:
+    async def posts(stream: faust.StreamT[bytes]) -> None:
         await consume(stream, lambda p: p.posts.on_post_changed)
 
     @app.agent(raw_topic(app, cdc_topic("follows", prefix)), name="follows")
-    async def follows(stream: faust.StreamT) -> None:
+    async def follows(stream: faust.StreamT[bytes]) -> None:
         await consume(stream, lambda p: p.relations.on_follow_changed)
 
     @app.agent(raw_topic(app, cdc_topic("blocks", prefix)), name="blocks")
-    async def blocks(stream: faust.StreamT) -> None:
+    async def blocks(stream: faust.StreamT[bytes]) -> None:
         await consume(stream, lambda p: p.relations.on_block_changed)
 
     @app.agent(raw_topic(app, rank_moves_topic(prefix)), name="rank_key_moves")
-    async def rank_key_moves(stream: faust.StreamT) -> None:
+    async def rank_key_moves(stream: faust.StreamT[bytes]) -> None:
         p = await ports.get()
 
         async def handle(msg: RawMessage) -> None:

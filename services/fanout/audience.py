@@ -15,9 +15,10 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Iterable, Mapping
 
+from services.common import ids
 from services.common.envelope import (UNAVAILABLE_VALUE, ChangeRecord, parse_jsonb,
                                       parse_timestamp, require_int)
-from services.common.rules import INBOX_TTL, VISIBLE
+from services.common.rules import CLOCK_SKEW, INBOX_TTL, VISIBLE
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,18 @@ def key_write_ts(key_ts: int | None, created_at: datetime, now_us: int | None = 
     unfollow, a restore after a removal)."""
     created_us = int(created_at.timestamp() * 1_000_000)
     return max(key_ts or 0, created_us, now_us or 0)
+
+
+def backfill_window(since: datetime | None, now: datetime) -> tuple[int, int]:
+    """The post ids ``(lowest, newest)`` a backfill (a follow, an unblock, the purge of an
+    unfollow or block) or an inbox rebuild reads from an author's timeline at ``now``: the
+    posts made since ``since`` (the follow; None: no lower bound of its own), never
+    further back than an inbox keeps (``INBOX_TTL``: older rows would expire at once),
+    up to ``now`` plus ``CLOCK_SKEW`` (posts stamped by a clock slightly ahead count)."""
+    start = max(since, now - INBOX_TTL) if since is not None else now - INBOX_TTL
+    lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
+    newest = ids.lowest_id_at(int((now + CLOCK_SKEW).timestamp() * 1000))
+    return lowest, newest
 
 
 def backfill_posts(post_ids: Iterable[int], lowest_id: int) -> list[int]:

@@ -20,6 +20,7 @@ from services.common import ids
 from services.common.counted_edges import CountedEdges, EdgeTable
 from services.common.cql_async import CqlRunner
 from services.common.edge_transitions import EdgeChange, EdgeStep
+from services.common.rules import REMOVED
 from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
 from .audience import Follower, PostCopy, PostFields
@@ -92,9 +93,9 @@ class CopyStore:
 
     async def write_post(self, post: PostFields, lsn: int) -> None:
         with_text, with_media = post.text is not None, post.media_ids is not None
-        params: list = [lsn, post.author_id, post.created_at]
+        params: list[object] = [lsn, post.author_id, post.created_at]
         params += ([post.text] if with_text else []) + ([post.media_ids] if with_media else [])
-        params += [post.visibility if not post.deleted else 0, post.deleted, post.post_id]
+        params += [post.visibility if not post.deleted else REMOVED, post.deleted, post.post_id]
         await self._run.execute(self._post_writer(with_text, with_media), params)
         await self._notices.changed(ServingChange(posts=(post.post_id,)))
 

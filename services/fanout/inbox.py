@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Protocol, Sequence
 
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -34,6 +34,9 @@ from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChang
 
 from .audience import should_check_cap, trim_boundary
 from .cleanup import rows_to_purge
+
+if TYPE_CHECKING:
+    from cassandra.pool import Host
 
 
 # Rows per batch (one partition, or one replica set): 50 inbox rows are ~2 KB, under
@@ -58,6 +61,26 @@ class StoredRow(NamedTuple):
     rank_key: float
     post_id: int
     author_id: int
+
+
+class InboxPort(Protocol):
+    """What the fan-out (``PostFanout``, ``RelationChanges``, ``RankMoves``) and the inbox
+    rebuild need of reader inboxes. ``InboxStore`` is the Cassandra one; the tests'
+    in-memory one (tests/support/memory_stores.py) passes the same contract suite
+    (tests/support/contracts/inbox_store_contract.py), so it cannot drift. Every method
+    returns how many readers (or rows, for ``push_posts`` and ``purge_author``) it wrote,
+    and tells its ``ChangeSink`` which readers' rows changed."""
+
+    async def push(self, reader_ids: Iterable[int], post_id: int, author_id: int,
+                   rank_key: float, key_ts: int, ttl_s: int = INBOX_TTL_S) -> int: ...
+    async def move(self, reader_ids: Iterable[int], post_id: int, author_id: int,
+                   old_keys: Sequence[float], new_key: float, key_ts: int, ttl_s: int) -> int: ...
+    async def push_posts(self, reader_id: int, rows: Sequence[InboxRow]) -> int: ...
+    async def unpush(self, reader_ids: Iterable[int], post_id: int, keys: Sequence[float],
+                     ts: int) -> int: ...
+    async def purge_author(self, reader_id: int, author_id: int, ts: int,
+                           in_flight: Iterable[tuple[float, int]] = ()) -> int: ...
+    async def enforce_cap(self, reader_ids: Iterable[int], post_id: int, ts: int) -> int: ...
 
 
 class InboxStore:
@@ -90,7 +113,8 @@ class InboxStore:
         return self._push_permits
 
     async def _send_grouped(self, reader_ids: Iterable[int],
-                            rows_of: Callable[[int], list[tuple[PreparedStatement, tuple]]]) -> int:
+                            rows_of: Callable[[int], list[tuple[PreparedStatement, tuple[object, ...]]]],
+                            ) -> int:
         """Each reader's statements, in unlogged batches of readers sharing replicas (a
         reader's statements never split across batches); returns the readers written."""
         batches: list[tuple[BatchStatement, int]] = []
@@ -166,7 +190,7 @@ class InboxStore:
         if len(metadata.all_hosts()) <= 1:
             return [readers] if readers else []
         keyspace = self._session.keyspace
-        groups: dict[frozenset, list[int]] = {}
+        groups: dict[frozenset[Host], list[int]] = {}
         for reader in readers:
             replicas = frozenset(metadata.get_replicas(keyspace, _BIGINT.pack(reader)))
             groups.setdefault(replicas, []).append(reader)

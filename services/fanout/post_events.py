@@ -21,6 +21,8 @@ from typing import Awaitable, Callable
 from services.common.cql_async import StoreRetry
 from services.common.envelope import ChangeRecord
 from services.common.event_publisher import EventPublisher, delivered
+from services.common.feed_events import CelebrityPosted, PostLandedInInbox
+from services.common.feed_events import encode as encode_event
 from services.common.topics import author_events_topic, inbox_events_topic
 
 from services.common.ids import EPOCH
@@ -31,8 +33,7 @@ from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_
                        readers_for_post)
 from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
-from .events import celebrity_posted, post_landed_in_inbox
-from .inbox import InboxStore
+from .inbox import InboxPort
 from .rank_moves import RankMoves
 from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
                       FANOUT_SECONDS, INACTIVE_ROWS_SKIPPED, INBOX_ROWS, STORE_RETRIES, TRIMS)
@@ -47,7 +48,7 @@ async def _nobody(_author_id: int) -> frozenset[int]:
 
 
 class PostFanout:
-    def __init__(self, copies: CopyStore, inbox: InboxStore, tiers: TierStore,
+    def __init__(self, copies: CopyStore, inbox: InboxPort, tiers: TierStore,
                  publisher: EventPublisher, topic_prefix: str,
                  retry: StoreRetry | None = None,
                  wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
@@ -98,6 +99,7 @@ class PostFanout:
         keys = copy.row_keys if copy is not None else []
         if not keys:
             return  # never materialized: no rows anywhere
+        assert copy is not None  # the keys are the copy's
         removed_at = key_write_ts(copy.key_ts, copy.created_at or EPOCH, self._now_us())
         await asyncio.gather(self._copies.remove_author_post(author_id, post_id, keys, removed_at),
                              self._copies.set_rank_key(post_id, keys[0], removed_at))
@@ -129,7 +131,7 @@ class PostFanout:
         decision = await self._tiers.tier_for_post(copy.author_id, followers)
         if decision.tier is Tier.CELEBRITY:
             await self._copies.mark_fanned_out(post_id, False, lsn)
-            event_key, value = celebrity_posted(copy.author_id, post_id, copy.created_at)
+            event_key, value = encode_event(CelebrityPosted(copy.author_id, post_id, copy.created_at))
             await delivered([await self._publisher.send(self._author_topic, event_key, value)])
             CELEBRITY_POSTS.inc()
             return
@@ -171,8 +173,8 @@ class PostFanout:
                     if sample is not None:
                         self._tiers.capacity.observe(*sample)
                 for reader in readers:
-                    event_key, value = post_landed_in_inbox(reader, post_id, copy.author_id,
-                                                            copy.created_at)
+                    event_key, value = encode_event(PostLandedInInbox(reader, post_id, copy.author_id,
+                                                                      copy.created_at))
                     pending.append(await self._publisher.send(self._inbox_topic, event_key, value))
                 TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, self._now_us()))
         finally:

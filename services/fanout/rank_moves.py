@@ -23,12 +23,12 @@ from services.common.rank_moves import RankKeyMoved
 
 from .audience import inbox_ttl_s, readers_for_post
 from .copies import CopyStore
-from .inbox import InboxStore
+from .inbox import InboxPort
 from .metrics import RANK_MOVE_ROWS
 
 
 class RankMoves:
-    def __init__(self, copies: CopyStore, inbox: InboxStore, clock: Callable[[], datetime],
+    def __init__(self, copies: CopyStore, inbox: InboxPort, clock: Callable[[], datetime],
                  inactive: Callable[[int], Awaitable[frozenset[int]]] | None = None) -> None:
         self._copies = copies
         # Inactive followers get no inbox rows, so no moved ones either (inactive.py).

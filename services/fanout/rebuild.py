@@ -24,12 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
-from services.common import ids
-from services.common.rules import CLOCK_SKEW, INBOX_TTL
-
-from .audience import backfill_posts, inbox_ttl_s, key_write_ts
+from .audience import backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
 from .copies import CopyStore
-from .inbox import InboxRow, InboxStore
+from .inbox import InboxPort, InboxRow
 
 
 
@@ -40,7 +37,7 @@ class RebuildReport:
     rows_written: int
 
 
-async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
+async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxPort,
                         following: list[int], cap: int, clock: Callable[[], datetime],
                         now_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> RebuildReport:
     """Push the ``cap`` highest-ranked eligible, fanned-out posts of ``following``."""
@@ -53,9 +50,7 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
         since = await copies.following_since(reader_id, author_id)
         if since is None or await copies.blocked_either_way(author_id, reader_id):
             continue
-        start = max(since, now - INBOX_TTL)
-        lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
-        newest = ids.lowest_id_at(int((now + CLOCK_SKEW).timestamp() * 1000))
+        lowest, newest = backfill_window(since, now)
         for post_id in backfill_posts(await copies.author_posts_since(author_id, lowest, newest),
                                       lowest):
             copy = await copies.read_post(post_id)
@@ -72,7 +67,7 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxStore,
     return RebuildReport(reader_id, len(following), written)
 
 
-def rebuilder(copies: CopyStore, inbox: InboxStore,
+def rebuilder(copies: CopyStore, inbox: InboxPort,
               cap: int) -> Callable[[int, list[int]], Awaitable[RebuildReport]]:
     """``rebuild_inbox`` bound to its stores and cap, on the wall clock: what the sweeper,
     the API and the benchmark call with a reader and the authors they follow."""

@@ -21,24 +21,23 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import datetime
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
-from services.common import ids
 from services.common.envelope import ChangeRecord, parse_timestamp, require_int
-from services.common.rules import CLOCK_SKEW, INBOX_TTL
 from services.common.event_publisher import EventPublisher, delivered
+from services.common.feed_events import PostLandedInInbox
+from services.common.feed_events import encode as encode_event
 from services.common.topics import inbox_events_topic
 
-from .audience import PostCopy, backfill_posts, inbox_ttl_s, key_write_ts
+from .audience import PostCopy, backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
 from .cleanup import InboxPurge, purges_for_block, purges_for_unfollow
 from .copies import CopyStore
-from .events import post_landed_in_inbox
-from .inbox import InboxRow, InboxStore
+from .inbox import InboxPort, InboxRow
 from .metrics import CLEANUP_ROWS, INBOX_ROWS
 
 
 class RelationChanges:
-    def __init__(self, copies: CopyStore, inbox: InboxStore, publisher: EventPublisher,
+    def __init__(self, copies: CopyStore, inbox: InboxPort, publisher: EventPublisher,
                  topic_prefix: str, clock: Callable[[], datetime],
                  wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
                  unflag: Callable[[int, list[int]], Awaitable[None]] | None = None) -> None:
@@ -98,16 +97,12 @@ class RelationChanges:
 
     async def _window_posts(self, author_id: int, since: datetime | None) -> list[PostCopy]:
         """The author's fanned-out, visible posts made since ``since`` (within the horizon)."""
-        now = self._clock()
-        # A backfill never looks further back than an inbox keeps.
-        start = max(since, now - INBOX_TTL) if since is not None else now - INBOX_TTL
-        lowest = ids.lowest_id_at(int(start.timestamp() * 1000))
-        newest = ids.lowest_id_at(int((now + CLOCK_SKEW).timestamp() * 1000))
+        lowest, newest = backfill_window(since, self._clock())
         candidates = backfill_posts(await self._copies.author_posts_since(author_id, lowest, newest), lowest)
         if not candidates:
             return []
         return [c for c in await self._copies.read_posts(candidates)
-                if c.alive and c.fanned_out is True and (since is None or c.created_at >= since)]
+                if c.alive and c.fanned_out is True and (since is None or _created_at(c) >= since)]
 
     async def _backfill_if_following(self, reader_id: int, author_id: int) -> None:
         since = await self._copies.following_since(reader_id, author_id)
@@ -122,22 +117,29 @@ class RelationChanges:
         if not pushed or await self._copies.blocked_either_way(author_id, reader_id):
             return  # the common case: one read (no posts in the window), nothing to push
         now = self._clock()
-        landing = [(c, ttl) for c in pushed if (ttl := inbox_ttl_s(c.created_at, now)) > 0]
+        landing = [(c, ttl) for c in pushed if (ttl := inbox_ttl_s(_created_at(c), now)) > 0]
         if not landing:
             return  # all older than any inbox keeps
         # Written now, after any purge of an earlier unfollow or block (its tombstones
         # are older); a rank move decided later still shadows these rows.
         at = self._now_us()
         await self._inbox.push_posts(reader_id, [
-            InboxRow(c.post_id, author_id, c.rank_key, key_write_ts(c.key_ts, c.created_at, at), ttl)
+            InboxRow(c.post_id, author_id, c.rank_key, key_write_ts(c.key_ts, _created_at(c), at), ttl)
             for c, ttl in landing if c.rank_key is not None])
-        events = [post_landed_in_inbox(reader_id, c.post_id, author_id, c.created_at) for c, _ in landing]
+        events = [encode_event(PostLandedInInbox(reader_id, c.post_id, author_id, _created_at(c)))
+                  for c, _ in landing]
         futures = [await self._publisher.send(self._inbox_topic, k, v) for k, v in events]
         INBOX_ROWS.inc(len(landing))
         await delivered(futures)
 
 
-async def _all(work: list) -> None:
+def _created_at(copy: PostCopy) -> datetime:
+    """The creation time of a live copy (``PostCopy.alive`` implies it is set)."""
+    assert copy.created_at is not None, copy
+    return copy.created_at
+
+
+async def _all(work: Sequence[Awaitable[object]]) -> None:
     """Await independent steps together; the first error is raised after all settled."""
     if not work:
         return

@@ -26,10 +26,6 @@ from .tiering import CapacityEstimate, Tier, TierDecision, TierPolicy, TierState
 
 log = logging.getLogger(__name__)
 
-# A demoted author's partition is merged for rules.DEMOTED_MERGE (a day longer than an
-# inbox keeps) so a post skipped while the author was a celebrity never drops out early.
-DEMOTED_MERGE_TTL_S = DEMOTED_MERGE_S
-
 
 class TierStore:
     def __init__(self, session: Session, runner: CqlRunner, policy: TierPolicy,
@@ -73,6 +69,8 @@ class TierStore:
         else:
             rows = await self._run.execute(self._since, (CELEBRITY_SHARD, author_id))
             since = rows[0].since if rows else now
+            # The demoted author's row lives rules.DEMOTED_MERGE: readers merge the
+            # partition until every post skipped while a celebrity has left the inbox window.
             await self._run.execute(self._demote, (CELEBRITY_SHARD, author_id, since, now,
-                                                   DEMOTED_MERGE_TTL_S))
+                                                   DEMOTED_MERGE_S))
         await self._run.execute(self._write, (author_id, tier.value, now, followers))

@@ -66,7 +66,7 @@ def create_app(settings: Settings) -> faust.App:
             await delivered([await p.publisher.send(moves_topic, key, value)])
         return RankKeys(p.store, publish_move)
 
-    async def consume(stream: faust.StreamT, p: RankerPorts, keys: RankKeys, handle: Handler) -> None:
+    async def consume(stream: faust.StreamT[bytes], p: RankerPorts, keys: RankKeys, handle: Handler) -> None:
         await consume_in_batches(app, stream, p.guard, p.lag, handle,
                                  max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
@@ -75,7 +75,7 @@ def create_app(settings: Settings) -> faust.App:
                                  finish_batch=keys.rescore_pending)
 
     @app.agent(raw_topic(app, cdc_topic("likes", settings.topic_prefix)), name="likes")
-    async def likes(stream: faust.StreamT) -> None:
+    async def likes(stream: faust.StreamT[bytes]) -> None:
         p = await ports.get()
         keys = rank_keys(p)
 
@@ -87,7 +87,7 @@ def create_app(settings: Settings) -> faust.App:
         await consume(stream, p, keys, handle)
 
     @app.agent(raw_topic(app, rank_features_topic(settings.topic_prefix)), name="rank_features")
-    async def rank_features(stream: faust.StreamT) -> None:
+    async def rank_features(stream: faust.StreamT[bytes]) -> None:
         p = await ports.get()
         keys = rank_keys(p)
 

@@ -11,6 +11,7 @@ the likes of one post in flight share a batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, NamedTuple
 
 from cassandra.cluster import Session
 
@@ -22,6 +23,24 @@ from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChang
 
 # A like and its post's like count (0006_counted_edges.cql).
 LIKE_EDGES = EdgeTable("like_edges", partition="post_id", edge="user_id", state="liked", count="likes")
+
+
+class FeaturesRow(NamedTuple):
+    """A ``posts`` row as ``features`` selects it."""
+
+    features: Mapping[str, float] | None
+
+
+class KeyStateRow(NamedTuple):
+    """A ``posts`` row as ``key_state`` selects it, in the statement's column order."""
+
+    author_id: int | None
+    created_at_ms: int | None      # toUnixTimestamp(created_at)
+    visibility: int | None
+    deleted: bool | None
+    rank_key: float | None
+    rank_key_next: float | None
+    key_ts: int | None             # WRITETIME(rank_key), µs
 
 
 @dataclass(frozen=True)
@@ -78,7 +97,9 @@ class RankStore:
 
     async def features(self, post_id: int) -> dict[str, float]:
         rows = await self._run.execute(self._features, (post_id,))
-        return dict(rows[0][0] or {}) if rows else {}
+        if not rows:
+            return {}
+        return dict(FeaturesRow._make(rows[0]).features or {})
 
     async def merge_features(self, post_id: int, features: dict[str, float], timestamp_us: int) -> None:
         await self._run.execute(self._set_features, (timestamp_us, features, post_id))
@@ -91,11 +112,12 @@ class RankStore:
         rows = await self._run.execute(self._key_state, (post_id,))
         if not rows:
             return None
-        author, created_ms, visibility, deleted, key, key_next, key_ts = rows[0]
-        if author is None or created_ms is None or key is None:
+        row = KeyStateRow._make(rows[0])
+        if row.author_id is None or row.created_at_ms is None or row.rank_key is None:
             return None  # not materialized yet: the fan-out keys it by the current score
-        return KeyState(author, created_ms, visibility == VISIBLE and not deleted,
-                        key, key_next, key_ts or 0)
+        return KeyState(row.author_id, row.created_at_ms,
+                        row.visibility == VISIBLE and not row.deleted,
+                        row.rank_key, row.rank_key_next, row.key_ts or 0)
 
     async def set_rank_key_next(self, post_id: int, key: float, key_ts: int) -> None:
         await self._run.execute(self._set_key_next, (key_ts, key, post_id))

@@ -28,6 +28,7 @@ import pytest
 from services.api.auth import MODERATOR_ROLE, mint_token
 from services.common import cql
 from services.common.settings import Settings
+from tests.support.api_server import new_user_id
 from tests.support.processes import drop_database_with_slots, free_port, wait_for_http
 from tests.support.feed_world import feed_ids, walk
 
@@ -44,6 +45,9 @@ CELEBRITY_FOLLOWERS = 4
 # still expecting rows.
 INACTIVE_AFTER_S = 40
 START_DEADLINE_S = 120
+# Commit to visible takes well under a second on a quiet stack; a shared 2-core machine
+# (and a restarting worker) can take far longer, so waits are generous and measured.
+VISIBLE_S = 60
 
 
 @dataclass
@@ -92,6 +96,28 @@ def post(client: httpx.Client, text: str) -> int:
 def feed(client: httpx.Client, **params: Any) -> list[int]:
     """Every post id of the caller's feed, walking all its pages."""
     return [pid for page in walk(client, 50, params=params) for pid in feed_ids(page)]
+
+
+def new_users(system: System, count: int) -> list[int]:
+    """New users: a user exists from its first authenticated request."""
+    users = [new_user_id() for _ in range(count)]
+    for user in users:
+        with system.client(user) as c:
+            assert c.get("/v1/me/preferences").status_code == 200
+    return users
+
+
+def follow_authors(system: System, reader: int, authors: list[int]) -> None:
+    with system.client(reader) as c:
+        for author in authors:
+            r = c.put(f"/v1/users/{author}/follow")
+            assert r.status_code == 200, r.text
+
+
+def inbox_post_ids(system: System, reader: int) -> list[int]:
+    """The reader's inbox rows, read from Cassandra (to prove where a post was stored)."""
+    return [r.post_id for r in system.session().execute(
+        "SELECT post_id FROM feed_inbox WHERE reader_id = %s", (reader,))]
 
 
 def _tail(path: Path, size: int = 3000) -> str:

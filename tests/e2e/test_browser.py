@@ -22,12 +22,11 @@ from tests.conftest import IN_CI
 from tests.support.api_server import new_user_id
 from tests.support.waiting import wait_until
 
-from .conftest import REPO, System, feed, post
+from .conftest import REPO, VISIBLE_S, System, feed, post
 
 
 pytestmark = pytest.mark.e2e
 ARTIFACTS = Path(os.environ.get("FEED_TEST_ARTIFACTS", REPO / "tests" / "artifacts")) / "browser"
-VISIBLE_S = 60
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import pytest
 from deploy.lag import scrape
 from tests.support.waiting import wait_until
 from tests.support.feed_world import feed_ids
-from .conftest import INACTIVE_AFTER_S, System, feed, post
-from .test_pipeline import VISIBLE_S, _follow, _inbox, _users
+from .conftest import (INACTIVE_AFTER_S, VISIBLE_S, System, feed, follow_authors, inbox_post_ids,
+                       new_users, post)
 
 
 pytestmark = pytest.mark.e2e
@@ -30,9 +30,9 @@ def _skipped_rows(system: System) -> float:
 
 
 def test_an_inactive_reader_gets_no_rows_and_comes_back_to_a_full_feed(system: System) -> None:
-    author, idle, active = _users(system, 3)
-    _follow(system, idle, [author])
-    _follow(system, active, [author])
+    author, idle, active = new_users(system, 3)
+    follow_authors(system, idle, [author])
+    follow_authors(system, active, [author])
     with system.client(idle) as r:
         assert feed(r) == []  # the read the API records
     started = time.monotonic()
@@ -42,9 +42,9 @@ def test_an_inactive_reader_gets_no_rows_and_comes_back_to_a_full_feed(system: S
     skipped = _skipped_rows(system)
     with system.client(author) as a:
         post_id = post(a, "while you were away")
-    wait_until(lambda: post_id in _inbox(system, active), timeout=VISIBLE_S, interval=0.2,
+    wait_until(lambda: post_id in inbox_post_ids(system, active), timeout=VISIBLE_S, interval=0.2,
                message="the post in the active follower's inbox")
-    assert post_id not in _inbox(system, idle)
+    assert post_id not in inbox_post_ids(system, idle)
     assert _skipped_rows(system) - skipped == 1
 
     with system.client(idle) as r:
@@ -53,10 +53,10 @@ def test_an_inactive_reader_gets_no_rows_and_comes_back_to_a_full_feed(system: S
         assert feed_ids(page) == [post_id]  # at once, from the author's partition
         wait_until(lambda: "regenerating" not in r.get("/v1/feed").json().get("warnings", []),
                    timeout=VISIBLE_S, interval=0.2, message="the inbox to be regenerated")
-        assert post_id in _inbox(system, idle)
+        assert post_id in inbox_post_ids(system, idle)
         assert _state(system, idle) == "active"
         with system.client(author) as a:
             again = post(a, "welcome back")
-        wait_until(lambda: again in _inbox(system, idle), timeout=VISIBLE_S, interval=0.2,
+        wait_until(lambda: again in inbox_post_ids(system, idle), timeout=VISIBLE_S, interval=0.2,
                    message="the next post in the returning reader's inbox")
         assert feed(r)[:2] == [again, post_id]

@@ -11,30 +11,13 @@ import time
 
 import pytest
 
-from tests.support.api_server import new_user_id
 from tests.support.waiting import wait_until
 from tests.support.feed_world import SseReader, new_item_post_ids
-from .conftest import CELEBRITY_FOLLOWERS, System, feed, post
+from .conftest import (CELEBRITY_FOLLOWERS, VISIBLE_S, System, feed, follow_authors, inbox_post_ids,
+                       new_users, post)
 
 
 pytestmark = pytest.mark.e2e
-# Commit to visible takes well under a second on a quiet stack; a shared 2-core machine
-# (and a restarting worker) can take far longer, so waits are generous and measured.
-VISIBLE_S = 60
-
-
-def _users(system: System, count: int) -> list[int]:
-    """New users: a user exists from its first authenticated request."""
-    users = [new_user_id() for _ in range(count)]
-    for user in users:
-        with system.client(user) as c:
-            assert c.get("/v1/me/preferences").status_code == 200
-    return users
-
-
-def _inbox(system: System, reader: int) -> list[int]:
-    return [r.post_id for r in system.session().execute(
-        "SELECT post_id FROM feed_inbox WHERE reader_id = %s", (reader,))]
 
 
 def _followers_counted(system: System, author: int) -> int:
@@ -43,16 +26,9 @@ def _followers_counted(system: System, author: int) -> int:
     return int(row.followers or 0) if row else 0
 
 
-def _follow(system: System, reader: int, authors: list[int]) -> None:
-    with system.client(reader) as c:
-        for author in authors:
-            r = c.put(f"/v1/users/{author}/follow")
-            assert r.status_code == 200, r.text
-
-
 def test_a_post_reaches_a_followers_stream_and_feed(system: System) -> None:
-    author, reader = _users(system, 2)
-    _follow(system, reader, [author])
+    author, reader = new_users(system, 2)
+    follow_authors(system, reader, [author])
     stream = SseReader(system.client(reader))
     try:
         assert stream.connected.wait(10) and stream.status == 200
@@ -72,13 +48,13 @@ def test_a_post_reaches_a_followers_stream_and_feed(system: System) -> None:
         print(f"post to stream and feed: {time.monotonic() - started:.2f} s")
     finally:
         stream.close()
-    assert post_id in _inbox(system, reader)  # an ordinary author's post: fanned out
+    assert post_id in inbox_post_ids(system, reader)  # an ordinary author's post: fanned out
 
 
 def test_follow_unfollow_block_delete_and_removal_each_show_on_the_next_page(system: System) -> None:
-    reader, dropped, blocked, author = _users(system, 4)
-    [moderator] = _users(system, 1)
-    _follow(system, reader, [dropped, blocked, author])
+    reader, dropped, blocked, author = new_users(system, 4)
+    [moderator] = new_users(system, 1)
+    follow_authors(system, reader, [dropped, blocked, author])
     with system.client(dropped) as d, system.client(blocked) as b, system.client(author) as a:
         from_dropped, from_blocked = post(d, "soon unfollowed"), post(b, "soon blocked")
         deleted, removed, kept = post(a, "to delete"), post(a, "to remove"), post(a, "to keep")
@@ -104,16 +80,16 @@ def test_follow_unfollow_block_delete_and_removal_each_show_on_the_next_page(sys
             assert feed(r) == [kept]
             assert feed(r, order="latest") == [kept]
             # A new follow brings the author's later posts.
-            _follow(system, reader, [dropped])
+            follow_authors(system, reader, [dropped])
             again = post(d, "followed again")
             wait_until(lambda: again in feed(r), timeout=VISIBLE_S, interval=0.2,
                        message="a post of the author followed again")
 
 
 def test_a_celebrity_post_reaches_followers_without_inbox_rows(system: System) -> None:
-    star, *fans = _users(system, 1 + CELEBRITY_FOLLOWERS)
+    star, *fans = new_users(system, 1 + CELEBRITY_FOLLOWERS)
     for fan in fans:
-        _follow(system, fan, [star])
+        follow_authors(system, fan, [star])
     # The tier decision weighs the counted followers: wait until all are counted.
     wait_until(lambda: _followers_counted(system, star) == CELEBRITY_FOLLOWERS,
                timeout=VISIBLE_S, interval=0.2, message="the star's followers to be counted")
@@ -126,13 +102,13 @@ def test_a_celebrity_post_reaches_followers_without_inbox_rows(system: System) -
             assert post_id in feed(f, order="latest")
     time.sleep(1)  # a fan-out that was going to write inbox rows has had its time
     for fan in fans:
-        assert post_id not in _inbox(system, fan)
+        assert post_id not in inbox_post_ids(system, fan)
 
 
 def test_a_fanout_worker_killed_mid_way_loses_and_duplicates_nothing(system: System) -> None:
-    authors, readers = _users(system, 3), _users(system, 2)
+    authors, readers = new_users(system, 3), new_users(system, 2)
     for reader in readers:
-        _follow(system, reader, authors)
+        follow_authors(system, reader, authors)
     for author in authors:
         wait_until(lambda: _followers_counted(system, author) == len(readers),
                    timeout=VISIBLE_S, interval=0.2, message="the follows to be counted")
@@ -156,5 +132,5 @@ def test_a_fanout_worker_killed_mid_way_loses_and_duplicates_nothing(system: Sys
                        message="every post in every reader's feed after the restart")
             seen = feed(r)
             assert len(seen) == len(set(seen)) == len(posts)
-        inbox = _inbox(system, reader)  # delivered by the fan-out, not only by the fallback
+        inbox = inbox_post_ids(system, reader)  # delivered by the fan-out, not only by the fallback
         assert sorted(inbox) == sorted(posts)

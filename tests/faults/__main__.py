@@ -27,10 +27,12 @@ import sys
 import threading
 import time
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from deploy.stack.layout import REPO, Layout
+from services.common.rules import iso_utc
 from services.common.settings import Settings, get_settings
 
 from .checker import author_tier, check
@@ -290,7 +292,7 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
     during = w.ledger.statuses["during"]
     reads_failed = failed(during)
     result = {
-        "scenario": name, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "scenario": name, "date": iso_utc(datetime.fromtimestamp(int(started), timezone.utc), "seconds"),
         "machine": {"cores": os.cpu_count(), "nodes": layout.nodes},
         "seconds": round(time.time() - started, 1),
         "faults": log.injected, "verdict": verdict.as_dict(), "ok": verdict.ok(),

@@ -13,6 +13,7 @@ import psycopg
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.cdc.pgoutput import lsn_from_str
+from services.common.rules import REMOVED
 from services.common.settings import Settings
 from services.common.topics import cdc_topic, heartbeat_topic
 from tests.support.cdc_relay import (Event, changes, confirmed_lsn, consume, wait_for,
@@ -33,7 +34,7 @@ def test_every_committed_change_arrives_once_in_order_with_debeziums_envelope(
             conn.execute("INSERT INTO follows VALUES (1, 2, now())")
         conn.execute("INSERT INTO likes (post_id, user_id) VALUES (100, 3)")
         conn.execute("INSERT INTO blocks (blocker_id, blocked_id) VALUES (3, 1)")
-        conn.execute("UPDATE posts SET visibility = 0 WHERE post_id = 100")
+        conn.execute(f"UPDATE posts SET visibility = {REMOVED} WHERE post_id = 100")
         conn.execute("INSERT INTO moderation_actions (post_id, state, moderator_id) "
                      "VALUES (100, 'removed', 3)")
         for i in range(5):

@@ -32,6 +32,7 @@ from tests.conftest import require_tool
 
 from tests.support.api_server import new_user_id
 from tests.support.processes import drop_database_with_slots, free_port, wait_for_http
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "feed-pipeline.json"
@@ -134,17 +135,17 @@ def _traffic(system: LiveSystem) -> None:
             for reader in readers:
                 assert clients[reader].get("/v1/feed", params={"limit": 5}).status_code == 200
             time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # page until the posts have reached the feeds
+
+        def first_pages() -> list[httpx.Response] | None:  # once the posts reached the feeds
             pages = [clients[r].get("/v1/feed", params={"limit": 5}) for r in readers]
-            if all(p.status_code == 200 and p.json()["items"] for p in pages):
-                for reader, page in zip(readers, pages):
-                    if page.json().get("next_cursor"):
-                        clients[reader].get("/v1/feed", params={"limit": 5,
-                                                                "cursor": page.json()["next_cursor"]})
-                return
-            time.sleep(0.5)
-        raise AssertionError("the posts never reached the readers' feeds")
+            return pages if all(p.status_code == 200 and p.json()["items"] for p in pages) else None
+
+        pages = wait_until(first_pages, timeout=60, interval=0.5,
+                           message="the posts to reach the readers' feeds")
+        for reader, page in zip(readers, pages):
+            if page.json().get("next_cursor"):
+                clients[reader].get("/v1/feed", params={"limit": 5,
+                                                        "cursor": page.json()["next_cursor"]})
     finally:
         for c in clients.values():
             c.close()
@@ -161,12 +162,8 @@ def _numbers(prometheus: str, expr: str) -> list[float]:
 def test_every_panel_shows_data_and_every_rule_evaluates(live: LiveSystem) -> None:
     # Every service scraped before the traffic starts: a series first seen with its final
     # value has no increase for rate() to see.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        up = _numbers(live.prometheus, 'up{job=~"feed-.*"} == 1')
-        if len(up) == len(SERVICES):
-            break
-        time.sleep(1)
+    wait_until(lambda: len(_numbers(live.prometheus, 'up{job=~"feed-.*"} == 1')) == len(SERVICES),
+               timeout=120, interval=1, message="every service to be scraped")
     assert len(_numbers(live.prometheus, 'up{job=~"feed-.*"} == 1')) == len(SERVICES)
     _traffic(live)
     panels = json.loads(DASHBOARD.read_text())["panels"]

@@ -5,6 +5,8 @@ import collections
 import json
 from datetime import datetime, timedelta, timezone
 
+from services.common.feed_events import parse_inbox
+from services.common.rules import CELEBRITY_SHARD
 from services.common.topics import cdc_topic, dlq_topic, inbox_events_topic
 
 from tests.support.cdc_events import CdcMessage, post_id_at
@@ -54,7 +56,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     assert deleted and deleted[0].deleted is True
     assert follower_counts(env) == {author: 3, 99: 1}       # early, late, blocked (a block is not an unfollow)
     events = read_topic(env.settings.kafka_bootstrap, inbox_events_topic(env.settings.topic_prefix))
-    landed = {(json.loads(v)["reader_id"], json.loads(v)["post_id"]) for _, v in events}
+    landed = {(str(e.reader_id), str(e.post_id)) for e in (parse_inbox(v) for _, v in events)}
     assert {(str(early), str(p1)), (str(early), str(p3))} <= landed
     # `leaver` may have been told before its unfollow was applied; the others never.
     assert not {r for r, _ in landed} & {str(late), str(blocked)}
@@ -117,18 +119,21 @@ def test_tier_transitions_never_lose_or_duplicate_a_post(worker_env):
     p2 = post(2)
     tier = env.rows("SELECT tier FROM author_tiers WHERE author_id=%s", author)[0].tier
     assert tier == "celebrity"
-    celeb = env.rows("SELECT until FROM celebrities WHERE shard=0 AND author_id=%s", author)
+    celeb = env.rows("SELECT until FROM celebrities WHERE shard=%s AND author_id=%s",
+                     CELEBRITY_SHARD, author)
     assert celeb and celeb[0].until is None
     env.send([m for r in crowd for m in e.unfollowed(r, author, since)])
     followers_are(3)
     p3 = post(3)
     assert env.rows("SELECT tier FROM author_tiers WHERE author_id=%s", author)[0].tier == "ordinary"
-    celeb = env.rows("SELECT until FROM celebrities WHERE shard=0 AND author_id=%s", author)
+    celeb = env.rows("SELECT until FROM celebrities WHERE shard=%s AND author_id=%s",
+                     CELEBRITY_SHARD, author)
     assert celeb and celeb[0].until is not None  # still merged by readers while p2 is fresh
 
     # The read path: inbox ∪ partitions of listed (current or recently demoted) celebrities,
     # deduplicated by post_id.
-    merged_authors = [r.author_id for r in env.rows("SELECT author_id FROM celebrities WHERE shard=0")]
+    merged_authors = [r.author_id for r in env.rows("SELECT author_id FROM celebrities WHERE shard=%s",
+                                                    CELEBRITY_SHARD)]
     assert merged_authors == [author]
     for reader in steady:
         assert env.inbox(reader) == [p3, p1]  # p2 lives only in the author partition

@@ -4,81 +4,49 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
-from services.api.app import create_app
 from services.common.settings import Settings
 
-from tests.support.feed_world import FeedWorld, SseReader
+from tests.support.feed_world import FeedWorld
 from tests.support.waiting import wait_until
 
-from tests.support.api_server import RunningApi, new_user_id, serve_in_thread, stop_server
+from tests.support.api_server import RunningApi, new_user_id
+from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
+                                      serve_stream_api, wait_ready)
 
 
 pytestmark = pytest.mark.integration
-# Freshness target (DESIGN.md): commit to visible p95 <= 1.5 s; the event leg is a part.
-DELIVERY_DEADLINE_S = 5.0
 # How long a test waits to be sure an event did NOT arrive (a later event that did arrive
 # proves the earlier one was processed, so this only bounds a broken run).
 ABSENCE_DEADLINE_S = 10.0
 
 
-def _ready(api: RunningApi) -> None:
-    with httpx.Client(base_url=api.base_url) as client:
-        wait_until(lambda: client.get("/readyz").status_code == 200, timeout=30,
-                   message="the stream consumer to be ready")
-
-
-def _open(api: RunningApi, reader: int, **kwargs: object) -> SseReader:
-    stream = SseReader(api.client(reader, timeout=60), **kwargs)  # type: ignore[arg-type]
-    assert stream.connected.wait(10), "stream did not open"
-    return stream
-
-
-def _next_new_item(stream: SseReader, timeout: float) -> dict[str, str] | None:
-    while True:
-        event = stream.next_item(timeout)
-        if event is None or event.get("event") == "new_item":
-            return event
-
-
-def _serve(settings: Settings) -> Iterator[RunningApi]:
-    # Short heartbeats: a closed test client is noticed (and its lease freed) quickly.
-    fast = settings.model_copy(update={"stream_heartbeat_s": 0.5})
-    app = create_app(fast)
-    server, thread, base_url = serve_in_thread(app)
-    try:
-        yield RunningApi(base_url, fast, app)
-    finally:
-        stop_server(server, thread)
-
-
 @pytest.fixture(scope="module")
 def stream_api(settings: Settings) -> Iterator[RunningApi]:
     """An API app with its own Cassandra session and Kafka consumer."""
-    yield from _serve(settings)
+    yield from serve_stream_api(settings)
 
 
 @pytest.fixture(scope="module")
 def second_api(settings: Settings) -> Iterator[RunningApi]:
     """A second, independent API app: what another process would be."""
-    yield from _serve(settings)
+    yield from serve_stream_api(settings)
 
 
 def test_new_post_reaches_a_connected_follower_and_never_a_blocked_reader(
         stream_api: RunningApi, world: FeedWorld) -> None:
-    _ready(stream_api)
+    wait_ready(stream_api)
     author, follower, blocked = new_user_id(), new_user_id(), new_user_id()
     world.follow(follower, author)
     world.follow(blocked, author)
     world.block(author, blocked)
-    fan, shunned = _open(stream_api, follower), _open(stream_api, blocked)
+    fan, shunned = open_stream(stream_api, follower), open_stream(stream_api, blocked)
     try:
         post = world.write(author, inbox_of=[follower, blocked])  # a stale row for `blocked`
         world.announce_inbox(blocked, post)
         world.announce_inbox(follower, post)
-        event = _next_new_item(fan, DELIVERY_DEADLINE_S)
+        event = next_new_item(fan, DELIVERY_DEADLINE_S)
         assert event is not None, "no new_item within the deadline"
         assert json.loads(event["data"]) == {"post_id": str(post.post_id), "feed_version": "live"}
         assert event["id"]
@@ -87,7 +55,7 @@ def test_new_post_reaches_a_connected_follower_and_never_a_blocked_reader(
         world.follow(blocked, other)
         marker = world.write(other, inbox_of=[blocked])
         world.announce_inbox(blocked, marker)
-        seen = _next_new_item(shunned, ABSENCE_DEADLINE_S)
+        seen = next_new_item(shunned, ABSENCE_DEADLINE_S)
         assert seen is not None and json.loads(seen["data"])["post_id"] == str(marker.post_id)
     finally:
         fan.close()
@@ -96,19 +64,19 @@ def test_new_post_reaches_a_connected_follower_and_never_a_blocked_reader(
 
 def test_celebrity_post_reaches_followers_connected_to_any_process(
         stream_api: RunningApi, second_api: RunningApi, world: FeedWorld) -> None:
-    _ready(stream_api)
-    _ready(second_api)
+    wait_ready(stream_api)
+    wait_ready(second_api)
     star, here, there = new_user_id(), new_user_id(), new_user_id()
     world.follow(here, star)
     world.follow(there, star)
     world.make_celebrity(star)
     with second_api.client(there) as client:  # the version a page shows: the stream takes it
         version = client.get("/v1/feed").json()["feed_version"]
-    a, b = _open(stream_api, here), _open(second_api, there, params={"feed_version": version})
+    a, b = open_stream(stream_api, here), open_stream(second_api, there, params={"feed_version": version})
     try:
         post = world.write(star)
         world.announce_celebrity(post)
-        got_a, got_b = _next_new_item(a, DELIVERY_DEADLINE_S), _next_new_item(b, DELIVERY_DEADLINE_S)
+        got_a, got_b = next_new_item(a, DELIVERY_DEADLINE_S), next_new_item(b, DELIVERY_DEADLINE_S)
         assert got_a is not None and got_b is not None
         assert json.loads(got_a["data"])["post_id"] == str(post.post_id)
         assert json.loads(got_b["data"]) == {"post_id": str(post.post_id), "feed_version": version}
@@ -119,13 +87,13 @@ def test_celebrity_post_reaches_followers_connected_to_any_process(
 
 def test_reconnect_with_last_event_id_gets_the_missed_events(stream_api: RunningApi,
                                                              world: FeedWorld) -> None:
-    _ready(stream_api)
+    wait_ready(stream_api)
     author, reader = new_user_id(), new_user_id()
     world.follow(reader, author)
-    first_stream = _open(stream_api, reader)
+    first_stream = open_stream(stream_api, reader)
     first = world.write(author, inbox_of=[reader])
     world.announce_inbox(reader, first)
-    event = _next_new_item(first_stream, DELIVERY_DEADLINE_S)
+    event = next_new_item(first_stream, DELIVERY_DEADLINE_S)
     assert event is not None
     first_stream.close()
     missed = world.write(author, inbox_of=[reader])
@@ -134,13 +102,13 @@ def test_reconnect_with_last_event_id_gets_the_missed_events(stream_api: Running
     wait_until(lambda: not hub.resume(reader, event["id"]).resync
                and hub.resume(reader, event["id"]).events, timeout=DELIVERY_DEADLINE_S,
                message="the missed event to be buffered")
-    again = _open(stream_api, reader, headers={"Last-Event-ID": event["id"]})
+    again = open_stream(stream_api, reader, headers={"Last-Event-ID": event["id"]})
     try:
-        replayed = _next_new_item(again, DELIVERY_DEADLINE_S)
+        replayed = next_new_item(again, DELIVERY_DEADLINE_S)
         assert replayed is not None and json.loads(replayed["data"])["post_id"] == str(missed.post_id)
     finally:
         again.close()
-    unknown = _open(stream_api, reader, headers={"Last-Event-ID": "not-from-here-1"})
+    unknown = open_stream(stream_api, reader, headers={"Last-Event-ID": "not-from-here-1"})
     try:
         assert unknown.next_item(DELIVERY_DEADLINE_S) == {"event": "resync", "data": "{}"}
     finally:
@@ -150,7 +118,7 @@ def test_reconnect_with_last_event_id_gets_the_missed_events(stream_api: Running
 def test_streams_per_user_are_capped(stream_api: RunningApi) -> None:
     reader = new_user_id()
     cap = stream_api.settings.stream_max_per_user
-    streams = [_open(stream_api, reader) for _ in range(cap)]
+    streams = [open_stream(stream_api, reader) for _ in range(cap)]
     try:
         assert all(s.status == 200 for s in streams)
         with stream_api.client(reader) as client:

@@ -22,7 +22,8 @@ from tests.support.feed_world import FeedWorld
 from tests.support.waiting import wait_until
 
 from tests.support.api_server import RunningApi, new_user_id
-from .test_feed_stream import DELIVERY_DEADLINE_S, _next_new_item, _open, _ready, _serve
+from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
+                                      serve_stream_api, wait_ready)
 
 
 pytestmark = pytest.mark.integration
@@ -35,7 +36,7 @@ OUTAGE_DEADLINE_S = 10.0
 @pytest.fixture(scope="module")
 def restart_api(settings: Settings) -> Iterator[RunningApi]:
     """An API app of its own: these tests break its consumer on purpose."""
-    yield from _serve(settings)
+    yield from serve_stream_api(settings)
 
 
 class ConsumerOutage:
@@ -76,17 +77,17 @@ def _restarts(api: RunningApi, outcome: str) -> float:
 
 def test_a_restarted_consumer_replays_the_events_open_streams_missed(
         restart_api: RunningApi, world: FeedWorld, monkeypatch: pytest.MonkeyPatch) -> None:
-    _ready(restart_api)
+    wait_ready(restart_api)
     author, reader = new_user_id(), new_user_id()
     world.follow(reader, author)
-    stream = _open(restart_api, reader)
+    stream = open_stream(restart_api, reader)
     replayed_before = _restarts(restart_api, "replayed")
     try:
         outage = ConsumerOutage(restart_api, monkeypatch)
         missed = world.write(author, inbox_of=[reader])
         world.announce_inbox(reader, missed)  # produced while no consumer runs
         outage.end()
-        event = _next_new_item(stream, DELIVERY_DEADLINE_S)
+        event = next_new_item(stream, DELIVERY_DEADLINE_S)
         assert event is not None, "the event produced during the restart was lost"
         assert json.loads(event["data"])["post_id"] == str(missed.post_id)
         assert _restarts(restart_api, "replayed") == replayed_before + 1
@@ -96,19 +97,19 @@ def test_a_restarted_consumer_replays_the_events_open_streams_missed(
 
 def test_a_gap_the_consumer_does_not_replay_sends_resync_to_every_open_stream(
         restart_api: RunningApi, world: FeedWorld, monkeypatch: pytest.MonkeyPatch) -> None:
-    _ready(restart_api)
+    wait_ready(restart_api)
     plan = stream_consumer.plan_restart
     monkeypatch.setattr(stream_consumer, "plan_restart",
                         lambda consumed, earliest, latest, _limit: plan(consumed, earliest, latest, 0))
     author, reader, other = new_user_id(), new_user_id(), new_user_id()
     world.follow(reader, author)
     world.follow(other, author)
-    stream, other_stream = _open(restart_api, reader), _open(restart_api, other)
+    stream, other_stream = open_stream(restart_api, reader), open_stream(restart_api, other)
     resyncs_before = _restarts(restart_api, "resync")
     try:
         before = world.write(author, inbox_of=[reader])
         world.announce_inbox(reader, before)
-        seen = _next_new_item(stream, DELIVERY_DEADLINE_S)
+        seen = next_new_item(stream, DELIVERY_DEADLINE_S)
         assert seen is not None
         outage = ConsumerOutage(restart_api, monkeypatch)
         missed = world.write(author, inbox_of=[reader, other])
@@ -121,12 +122,12 @@ def test_a_gap_the_consumer_does_not_replay_sends_resync_to_every_open_stream(
         # The stream goes on after the resync.
         after = world.write(author, inbox_of=[reader])
         world.announce_inbox(reader, after)
-        event = _next_new_item(stream, DELIVERY_DEADLINE_S)
+        event = next_new_item(stream, DELIVERY_DEADLINE_S)
         assert event is not None and json.loads(event["data"])["post_id"] == str(after.post_id)
     finally:
         stream.close()
         other_stream.close()
-    again = _open(restart_api, reader, headers={"Last-Event-ID": seen["id"]})
+    again = open_stream(restart_api, reader, headers={"Last-Event-ID": seen["id"]})
     try:
         assert again.next_item(DELIVERY_DEADLINE_S) == RESYNC_EVENT, \
             "an id from before the gap must not resume past it"

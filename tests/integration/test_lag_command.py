@@ -8,6 +8,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from deploy.lag import kafka_lag, render, report
 from services.common.settings import Settings
+from services.common.topics import cdc_topic
 
 
 def test_lag_command_reports_committed_group_lag_per_partition(settings: Settings) -> None:
@@ -43,9 +44,9 @@ def test_lag_shows_the_products_topics_and_slot_unless_asked_for_all(settings: S
     from services.cdc.slot import slot_name_for
 
     data = {"at": "now", "cdc_lag_seconds": 0.0, "freshness": {},
-            "kafka": [{"group": "feed.fanout", "topic": f"{settings.topic_prefix}.public.posts",
+            "kafka": [{"group": "feed.fanout", "topic": cdc_topic("posts", settings.topic_prefix),
                        "partition": 0, "committed": 1, "end": 1, "lag": 0},
-                      {"group": "t_other.g", "topic": "t_other.public.posts", "partition": 0,
+                      {"group": "t_other.g", "topic": cdc_topic("posts", "t_other"), "partition": 0,
                        "committed": 1, "end": 2, "lag": 1}],
             "cdc_slots": [{"slot": slot_name_for(settings), "database": settings.pg_database,
                            "active": True, "lag_bytes": 0, "wal_status": "reserved"},

@@ -4,10 +4,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from deploy.stack.layout import REPO
+from tests.support.waiting import wait_until
 
 
 def test_supervisor_restarts_a_crashed_child_and_forwards_sigterm(tmp_path: Path) -> None:
@@ -26,9 +26,8 @@ def test_supervisor_restarts_a_crashed_child_and_forwards_sigterm(tmp_path: Path
     env = {"PYTHONPATH": f"{tmp_path}:{REPO}"}
     proc = subprocess.Popen([sys.executable, "-m", "deploy.supervise", "services.flaky"],
                             cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (marker.exists() and marker.read_text() == "3"):
-        time.sleep(0.1)
+    wait_until(lambda: marker.exists() and marker.read_text() == "3", timeout=30, interval=0.1,
+               message="the third start of the flaky service")
     assert marker.read_text() == "3"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 128 + signal.SIGTERM

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from confluent_kafka import Producer
 
 from services.common import ids
+from services.common.rules import VISIBLE
 from services.common.topics import cdc_topic
 
 _LSN = itertools.count(24_000_000, 8)  # process-wide, so every builder's LSNs increase
@@ -65,7 +66,7 @@ class CdcEvents:
     # -- posts -------------------------------------------------------------------------
     @staticmethod
     def post_row(post_id: int, author_id: int, created_at: datetime, *, text: str = "hello",
-                 visibility: int = 1, deleted_at: datetime | None = None) -> dict[str, Any]:
+                 visibility: int = VISIBLE, deleted_at: datetime | None = None) -> dict[str, Any]:
         return {"post_id": post_id, "author_id": author_id, "created_at": iso(created_at),
                 "text": text, "media_ids": "[]", "rank_features": "{}",
                 "visibility": visibility, "deleted_at": iso(deleted_at) if deleted_at else None}

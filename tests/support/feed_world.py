@@ -27,14 +27,16 @@ from confluent_kafka import Producer
 
 from services.common import cql, ids
 from services.common.cql_async import CqlRunner
+from services.common.rules import REMOVED, VISIBLE
 from services.common.settings import Settings
 from services.common.event_publisher import EventPublisher
+from services.common.feed_events import CelebrityPosted, PostLandedInInbox
+from services.common.feed_events import encode as encode_event
 from services.common.serving_changes import Notices, ServingChange
 from services.common.topics import author_events_topic, inbox_events_topic, serving_changes_topic
 from .waiting import wait_until
 from services.fanout.audience import PostFields
 from services.fanout.copies import CopyStore
-from services.fanout.events import celebrity_posted, post_landed_in_inbox
 from services.fanout.inbox import InboxStore
 from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
@@ -174,8 +176,8 @@ class FeedWorld:
         self._settled()
 
     def remove(self, post: Post) -> None:
-        """Moderation removal: visibility 0 on the copy."""
-        self.run(self.copies.write_post(self._fields(post, visibility=0), next(_TS)))
+        """Moderation removal: visibility REMOVED on the copy."""
+        self.run(self.copies.write_post(self._fields(post, visibility=REMOVED), next(_TS)))
         self._settled()
 
     def set_score(self, post_id: int, score: float) -> None:
@@ -190,7 +192,7 @@ class FeedWorld:
         self._settled()
 
     @staticmethod
-    def _fields(post: Post, *, deleted: bool = False, visibility: int = 1) -> PostFields:
+    def _fields(post: Post, *, deleted: bool = False, visibility: int = VISIBLE) -> PostFields:
         return PostFields(post.post_id, post.author_id, post.created_at, post.text, [],
                           visibility, deleted)
 
@@ -203,11 +205,12 @@ class FeedWorld:
         assert self._producer.flush(10) == 0
 
     def announce_inbox(self, reader: int, post: Post) -> None:
-        key, value = post_landed_in_inbox(reader, post.post_id, post.author_id, post.created_at)
+        key, value = encode_event(PostLandedInInbox(reader, post.post_id, post.author_id,
+                                                    post.created_at))
         self._produce(inbox_events_topic(self.settings.topic_prefix), key, value)
 
     def announce_celebrity(self, post: Post) -> None:
-        key, value = celebrity_posted(post.author_id, post.post_id, post.created_at)
+        key, value = encode_event(CelebrityPosted(post.author_id, post.post_id, post.created_at))
         self._produce(author_events_topic(self.settings.topic_prefix), key, value)
 
 

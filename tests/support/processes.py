@@ -9,6 +9,8 @@ import time
 import httpx
 import psycopg
 
+from .waiting import wait_until
+
 
 def free_port() -> int:
     """A loopback port nobody listens on now."""
@@ -20,17 +22,15 @@ def free_port() -> int:
 def wait_for_http(url: str, what: str, procs: list[subprocess.Popen], timeout: float = 90) -> None:
     """Wait until ``url`` answers 200; fail at once if one of ``procs`` (what serves it,
     and what it needs) exits meanwhile."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         for proc in procs:
             assert proc.poll() is None, f"{proc.args} exited with {proc.returncode} while {what} started"
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
+            return httpx.get(url, timeout=2).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"{what} not ready at {url} after {timeout:.0f}s")
+            return False
+
+    wait_until(answers, timeout=timeout, interval=0.3, message=f"{what} to be ready at {url}")
 
 
 def drop_database_with_slots(admin_dsn: str, name: str, deadline_s: float = 60.0) -> None:

@@ -16,7 +16,7 @@ from services.fanout.audience import (Follower, PostAction, backfill_posts, post
                                       readers_for_post, should_check_cap, trim_boundary)
 from services.fanout.cleanup import (post_removal_reaches_inboxes, purges_for_block,
                                      purges_for_unfollow, rows_to_purge)
-from services.fanout.events import celebrity_posted, post_landed_in_inbox
+from services.common.feed_events import CelebrityPosted, PostLandedInInbox, encode
 from services.fanout.tiering import Tier
 from tests.support.fakes import RecordingPublisher, TransientError
 
@@ -107,11 +107,14 @@ def test_removal_walks_inboxes_only_for_posts_that_were_fanned_out():
 
 
 def test_events_carry_ids_as_strings_keyed_by_reader_or_author():
-    key, value = post_landed_in_inbox(7, 10, 1, T)
-    assert key == b'"7"' and json.loads(value) == {"reader_id": "7", "post_id": "10", "author_id": "1",
+    key, value = encode(PostLandedInInbox(7, 10, 1, T))
+    assert key == b'"7"' and json.loads(value) == {"event_id": "inbox:7:10", "reader_id": "7",
+                                                 "post_id": "10", "author_id": "1",
                                                  "created_at": "2026-11-01T12:00:00.000Z"}
-    key, value = celebrity_posted(1, 10, T)
-    assert key == b'"1"' and json.loads(value)["post_id"] == "10"
+    key, value = encode(CelebrityPosted(1, 10, T))
+    assert key == b'"1"' and json.loads(value) == {"event_id": "author:1:10", "author_id": "1",
+                                                 "post_id": "10",
+                                                 "created_at": "2026-11-01T12:00:00.000Z"}
 
 
 # -- poison messages ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from services.common.envelope import parse_change
 from tests.support.schemas import examples_for, validation_errors
 from services.fanout.audience import post_action, post_fields
 from services.fanout.cleanup import purges_for_block, purges_for_unfollow
-from services.fanout.events import celebrity_posted, post_landed_in_inbox
+from services.common.feed_events import CelebrityPosted, PostLandedInInbox, encode as encode_event
 from services.common import rank_moves
 from services.ranker.features import parse_feature_event
 
@@ -58,8 +58,8 @@ def test_every_rank_features_example_is_parsed_by_the_ranker():
 
 def test_published_events_conform_to_their_schemas():
     ts = datetime(2026, 11, 29, 10, 1, 0, 500000, tzinfo=timezone.utc)
-    for suffix, (key, value) in (("inbox-events", post_landed_in_inbox(7, 1311768467294912, 3, ts)),
-                                 ("author-events", celebrity_posted(3, 1311768467294912, ts))):
+    for suffix, (key, value) in (("inbox-events", encode_event(PostLandedInInbox(7, 1311768467294912, 3, ts))),
+                                 ("author-events", encode_event(CelebrityPosted(3, 1311768467294912, ts)))):
         assert validation_errors(suffix, json.loads(key), json.loads(value)) == []
 
 

@@ -1,6 +1,7 @@
 """When a first page may show the reader's last snapshot again (services/api/feed/reuse.py):
 the real SourceReader over the real serving cache, against the serving cache tests' fake
-store, so a snapshot is reused exactly while what it was built from is unchanged."""
+store (tests/support/serving_cache_fakes.py), so a snapshot is reused exactly while what
+it was built from is unchanged."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -10,7 +11,7 @@ from services.api.feed.reuse import SnapshotReuse
 from services.common import ids
 from services.common.serving_changes import ServingChange
 
-from tests.unit.test_serving_cache import AUTHOR, BUCKET, OTHER, POST, READER, make, run
+from tests.support.serving_cache_fakes import AUTHOR, BUCKET, OTHER, POST, READER, make, run
 
 LIMITS = cand.Limits(depth=100, per_celebrity=20, max_celebrities=10, fallback_authors=16,
                      per_fallback_author=5)

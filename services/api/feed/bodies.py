@@ -19,10 +19,10 @@ import asyncio
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, cast
 
 from .eligibility import PostState
-from .store import FeedStore
+from .store import FeedPort, PostTextRow
 
 if TYPE_CHECKING:
     from .serving_cache import ServingCache
@@ -113,7 +113,7 @@ def _chunks(ids: list[int], size: int) -> Iterable[list[int]]:
 
 
 class PostCopies:
-    def __init__(self, store: FeedStore, cache: BodyCache, serving: "ServingCache | None" = None) -> None:
+    def __init__(self, store: FeedPort, cache: BodyCache, serving: "ServingCache | None" = None) -> None:
         self._store = store
         self.cache = cache
         # Whole views, dropped by serving-changes notices (serving_cache.py): a warm page
@@ -189,7 +189,8 @@ class PostCopies:
                 post_id, author_id, created_ms, visibility, deleted, key, key_next, key_ts = row[:8]
                 body = cached.get(post_id)
                 if body is None and with_text and author_id is not None and created_ms is not None:
-                    body = PostBody(author_id, created_ms, row[8] or "")
+                    text = cast(PostTextRow, row)[8]  # asked with_text: the ninth column
+                    body = PostBody(author_id, created_ms, text or "")
                     self.cache.put(post_id, body)
                 state = PostState(post_id, author_id, created_ms, visibility, deleted)
                 out.views[post_id] = PostView(state, (key, key_next), key_ts, body)

@@ -48,11 +48,9 @@ from services.common.rules import DEMOTED_MERGE_S
 
 from .awaiting import settled
 from .graph import GraphUnavailable
-from .store import FeedStore
+from .store import CelebrityRow, FeedPort, SourceRow
 
 log = logging.getLogger(__name__)
-
-Row = tuple[float, int, int]  # (rank_key, post_id, author_id)
 
 # A demoted author's celebrities row lives ``DEMOTED_MERGE`` (tier_store.py); merge a
 # demoted author for as long as the row is there, the bound below only guards against a
@@ -82,15 +80,15 @@ _ID_SPACE = 1 << 63
 class CelebrityList:
     """The ``celebrities`` partition, re-read at most every ``max_age_s`` (monotonic clock)."""
 
-    def __init__(self, store: FeedStore, max_age_s: float,
+    def __init__(self, store: FeedPort, max_age_s: float,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._max_age_s = max_age_s
         self._monotonic = monotonic
-        self._value: list[tuple[int, int | None]] | None = None
+        self._value: list[CelebrityRow] | None = None
         self._read_at = 0.0
 
-    async def get(self) -> list[tuple[int, int | None]]:
+    async def get(self) -> list[CelebrityRow]:
         if self._value is not None and self._monotonic() - self._read_at < self._max_age_s:
             return self._value
         try:
@@ -122,7 +120,7 @@ def latest_key(post_id: int) -> float:
     return float(ids.timestamp_ms(post_id))
 
 
-def latest_rows(sources: Iterable[Sequence[Row]]) -> list[list[Row]]:
+def latest_rows(sources: Iterable[Sequence[SourceRow]]) -> list[list[SourceRow]]:
     """``sources`` re-keyed for latest order. Rows of one post under different rank keys
     (a move's old row not yet deleted) become one row, so no copy read is needed."""
     return [[(latest_key(post_id), post_id, author) for _key, post_id, author in rows]
@@ -133,7 +131,7 @@ def latest_rows(sources: Iterable[Sequence[Row]]) -> list[list[Row]]:
 class Sources:
     """The merged top rows and what was learned about the reader on the way."""
 
-    rows: list[Row] = field(default_factory=list)
+    rows: list[SourceRow] = field(default_factory=list)
     more: bool = False                      # rows remain below the last one kept
     failed_sources: list[str] = field(default_factory=list)
     following: dict[int, int] = field(default_factory=dict)  # follows read (author -> since ms)
@@ -148,7 +146,7 @@ class Sources:
     pure: bool = False
 
 
-def merged_celebrities(following: Mapping[int, int], celebrities: Sequence[tuple[int, int | None]],
+def merged_celebrities(following: Mapping[int, int], celebrities: Sequence[CelebrityRow],
                        now_ms: int, limit: int) -> tuple[list[int], bool]:
     """Followed authors whose partitions are merged: current ones first, then demoted;
     and whether a demoted one is among them (merged for a time that runs out)."""
@@ -190,7 +188,7 @@ def day_buckets(now_ms: int, count: int) -> list[int]:
     return [today - i for i in range(count) if today - i >= 0]
 
 
-def pooled(sources: Iterable[Sequence[Row]]) -> tuple[list[Row], set[int], bool]:
+def pooled(sources: Iterable[Sequence[SourceRow]]) -> tuple[list[SourceRow], set[int], bool]:
     """Every row of the sources once, highest first; the posts in doubt: those with rows
     under more than one key (all but one were left behind by a race, a move's tombstone
     lost or overtaken, and only the post's copy says which); and whether any post has two
@@ -212,18 +210,18 @@ def pooled(sources: Iterable[Sequence[Row]]) -> tuple[list[Row], set[int], bool]
     return rows, doubt, True
 
 
-def merge_top(sources: Iterable[Sequence[Row]], depth: int, blocked: frozenset[int] = frozenset(),
+def merge_top(sources: Iterable[Sequence[SourceRow]], depth: int, blocked: frozenset[int] = frozenset(),
               exclude: Callable[[int], bool] | None = None,
-              live: Callable[[Row], bool] | None = None) -> tuple[list[Row], bool]:
+              live: Callable[[SourceRow], bool] | None = None) -> tuple[list[SourceRow], bool]:
     """The ``depth`` highest rows of all sources, one per post (its highest ``live`` row),
     minus blocked authors and excluded posts; and whether any row was left below them."""
     rows, _doubt, doubled = pooled(sources)
     return top_of(rows, doubled, depth, blocked, exclude, live)
 
 
-def top_of(rows: list[Row], doubled: bool, depth: int, blocked: frozenset[int] = frozenset(),
+def top_of(rows: list[SourceRow], doubled: bool, depth: int, blocked: frozenset[int] = frozenset(),
            exclude: Callable[[int], bool] | None = None,
-           live: Callable[[Row], bool] | None = None) -> tuple[list[Row], bool]:
+           live: Callable[[SourceRow], bool] | None = None) -> tuple[list[SourceRow], bool]:
     """``merge_top`` over pooled ``rows`` (``doubled``: some post has two of them). When
     every row is a different post and nothing is excluded (a first page, nearly always)
     that is a slice; otherwise a walk from the top stops at the first accepted row past
@@ -232,7 +230,7 @@ def top_of(rows: list[Row], doubled: bool, depth: int, blocked: frozenset[int] =
         rows = [row for row in rows if row[2] not in blocked]
     if exclude is None and live is None and not doubled:
         return rows[:depth], len(rows) > depth
-    out: list[Row] = []
+    out: list[SourceRow] = []
     taken: set[int] = set()
     for row in rows:
         post_id = row[1]
@@ -253,12 +251,13 @@ def _chunks(items: Sequence[int], size: int) -> list[list[int]]:
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
-async def _settled(reads: list[Awaitable[list[Row]]], in_turn: bool) -> list[list[Row] | BaseException]:
+async def _settled(reads: Sequence[Awaitable[list[SourceRow]]],
+                   in_turn: bool) -> list[list[SourceRow] | BaseException]:
     return await settled(reads, in_turn)
 
 
-async def followed_celebrities(store: FeedStore, reader_id: int,
-                               celebrities: Sequence[tuple[int, int | None]]) -> dict[int, int]:
+async def followed_celebrities(store: FeedPort, reader_id: int,
+                               celebrities: Sequence[CelebrityRow]) -> dict[int, int]:
     """Which of the listed celebrities the reader follows (author -> since ms)."""
     authors = [a for a, _ in celebrities]
     parts = await settled([store.following_among(reader_id, c)
@@ -274,12 +273,12 @@ async def followed_celebrities(store: FeedStore, reader_id: int,
 class SourceReader:
     """Reads and merges the sources of one reader's snapshot."""
 
-    def __init__(self, store: FeedStore, limits: Limits) -> None:
+    def __init__(self, store: FeedPort, limits: Limits) -> None:
         self._store = store
         self._limits = limits
 
-    async def first(self, reader_id: int, celebrities: Sequence[tuple[int, int | None]],
-                    blocks: Awaitable[frozenset[int]], inbox: Awaitable[list[Row]],
+    async def first(self, reader_id: int, celebrities: Sequence[CelebrityRow],
+                    blocks: Awaitable[frozenset[int]], inbox: Awaitable[list[SourceRow]],
                     now_ms: int, *, latest: bool = False,
                     regenerating: bool = False) -> tuple[Sources, frozenset[int]]:
         """The snapshot's rows for a first page, and the reader's blocks. ``inbox`` and
@@ -340,7 +339,7 @@ class SourceReader:
         out.more = more or cut is not None
         return out, blocked
 
-    async def after(self, reader_id: int, celebrities: Sequence[tuple[int, int | None]],
+    async def after(self, reader_id: int, celebrities: Sequence[CelebrityRow],
                     blocked: frozenset[int], boundary: tuple[float, int], newest_id: int,
                     exclude: Callable[[int], bool], now_ms: int) -> Sources:
         """The next ``depth`` rows strictly below ``boundary`` (inbox and celebrities; the
@@ -374,7 +373,7 @@ class SourceReader:
             boundary = cut
         return out
 
-    async def _live(self, doubt: set[int]) -> Callable[[Row], bool] | None:
+    async def _live(self, doubt: set[int]) -> Callable[[SourceRow], bool] | None:
         """Which rows of the posts in ``doubt`` (rows under two keys) are the live ones
         (one read, only when there are any; if it fails, the highest row is kept as
         usual). None: every row is."""
@@ -385,13 +384,14 @@ class SourceReader:
         except Exception:  # noqa: BLE001 - the page-time check still hides a stale row
             log.warning("copies of %d posts in doubt could not be read", len(doubt), exc_info=True)
             return None
-        keys = {c[0]: (c[5], c[6]) for c in copies}
+        keys = {post_id: (key, key_next)
+                for post_id, _author, _created, _visibility, _deleted, key, key_next, *_ in copies}
         return lambda row: row[1] not in doubt or row[0] in keys.get(row[1], ())
 
     @staticmethod
-    def _usable(labels: list[str], results: list[list[Row] | BaseException],
-                out: Sources) -> list[list[Row]]:
-        usable: list[list[Row]] = []
+    def _usable(labels: list[str], results: list[list[SourceRow] | BaseException],
+                out: Sources) -> list[list[SourceRow]]:
+        usable: list[list[SourceRow]] = []
         for label, rows in zip(labels, results):
             if isinstance(rows, BaseException):
                 log.warning("%s source read failed: %r", label, rows)
@@ -404,9 +404,9 @@ class SourceReader:
 _AUTHOR = itemgetter(2)
 
 
-def read_through(rows: list[Row], inbox: list[Row] | BaseException, depth: int,
-                 partitions: Sequence[list[Row] | BaseException], per_partition: int,
-                 blocked: frozenset[int] = frozenset()) -> tuple[list[Row], tuple[float, int] | None]:
+def read_through(rows: list[SourceRow], inbox: list[SourceRow] | BaseException, depth: int,
+                 partitions: Sequence[list[SourceRow] | BaseException], per_partition: int,
+                 blocked: frozenset[int] = frozenset()) -> tuple[list[SourceRow], tuple[float, int] | None]:
     """``rows`` (merged, highest first) cut where every source is known, and the cut.
 
     A read that came back full (the inbox's ``depth`` rows, a celebrity partition's
@@ -431,7 +431,7 @@ def read_through(rows: list[Row], inbox: list[Row] | BaseException, depth: int,
                 if n >= per_partition and a not in blocked}
         if not full:
             continue
-        per: dict[tuple[int, int], list[Row]] = {}
+        per: dict[tuple[int, int], list[SourceRow]] = {}
         for row in result:
             if row[2] in full:
                 per.setdefault((row[2], ids.day_bucket(row[1])), []).append(row)

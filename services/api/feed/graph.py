@@ -1,4 +1,4 @@
-"""The reader's graph (follows, blocks) as one page needs it. Thin I/O over ``FeedStore``.
+"""The reader's graph (follows, blocks) as one page needs it. Thin I/O over the store (``FeedPort``).
 
 A page only needs the authors of the items it may return: ``PageGraph.cover`` reads
 which of those the reader follows (one single-partition ``followed_id IN ?`` read) and
@@ -11,11 +11,11 @@ never cached: an unfollow or a block takes effect on the next page. A failed rea
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Awaitable, Iterable
 
 from .awaiting import settled
 from .eligibility import ReaderGraph
-from .store import FeedStore
+from .store import FeedPort
 
 
 class GraphUnavailable(RuntimeError):
@@ -25,7 +25,7 @@ class GraphUnavailable(RuntimeError):
 class PageGraph:
     """A ``ReaderGraph`` that is exact for every author passed to ``cover`` so far."""
 
-    def __init__(self, store: FeedStore, reader_id: int, *, following: dict[int, int] | None = None,
+    def __init__(self, store: FeedPort, reader_id: int, *, following: dict[int, int] | None = None,
                  asked: Iterable[int] = (), blocked: frozenset[int] | None = None) -> None:
         self._store = store
         self._reader_id = reader_id
@@ -42,7 +42,8 @@ class PageGraph:
         new = sorted({a for a in authors if a is not None} - self._asked)
         if not new and self._blocked is not None:
             return
-        reads = [self._store.following_among(self._reader_id, new)]
+        reads: list[Awaitable[dict[int, int] | frozenset[int]]] = [
+            self._store.following_among(self._reader_id, new)]
         if self._blocked is None:
             reads.append(self._store.blocked(self._reader_id))
         results = await settled(reads, self._store.from_memory)

@@ -21,11 +21,13 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Iterator
 
 from aiokafka import AIOKafkaConsumer
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from services.common.event_publisher import EventPublisher
 from services.common.serving_changes import Notices, ServingChange, parse
@@ -121,7 +123,7 @@ class CacheCollector:
         self._cache = cache
         self._stats = stats
 
-    def collect(self):  # noqa: ANN201 - prometheus_client's collector protocol
+    def collect(self) -> Iterator[Metric]:  # prometheus_client's collector protocol
         cache = self._cache
         lookups = CounterMetricFamily("feed_cache_lookups", "Serving-cache lookups by kind and outcome",
                                       labels=("kind", "outcome"))

@@ -31,7 +31,7 @@ from typing import Callable
 from services.api.feed.cursor import RANKED
 from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
-from .store import FeedStore
+from .store import FeedPort
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ STALE_S = 600.0
 
 
 class Preferences:
-    def __init__(self, store: FeedStore, ttl_s: float,
+    def __init__(self, store: FeedPort, ttl_s: float,
                  monotonic: Callable[[], float] = time.monotonic, capacity: int = CAPACITY,
                  stale_s: float = STALE_S, notices: ChangeSink = NO_NOTICES) -> None:
         self._store = store

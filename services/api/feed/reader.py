@@ -52,7 +52,7 @@ from .metrics import FeedMetrics
 from .preferences import Preferences
 from .reuse import Reused, SnapshotReuse
 from .snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
-from .store import FeedStore
+from .store import CelebrityRow, FeedPort, SourceRow
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class _Walk:
 
 
 class FeedReader:
-    def __init__(self, store: FeedStore, copies: PostCopies, settings: Settings,
+    def __init__(self, store: FeedPort, copies: PostCopies, settings: Settings,
                  metrics: FeedMetrics, clock: Callable[[], datetime],
                  activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None,
                  notices: ChangeSink = NO_NOTICES) -> None:
@@ -134,7 +134,7 @@ class FeedReader:
             latest_depth=settings.feed_max_candidates,
             regenerating_authors=settings.feed_regenerating_authors))
 
-    async def _celebrity_list(self) -> list[tuple[int, int | None]]:
+    async def _celebrity_list(self) -> list[CelebrityRow]:
         try:
             return await self._celebrities.get()
         except Exception:  # noqa: BLE001 - served without celebrity partitions, and said so
@@ -158,7 +158,7 @@ class FeedReader:
         # Started now, awaited by SourceReader.first: tasks when they go to Cassandra (they
         # then overlap the follow reads); when the cache answers them, plain coroutines
         # made once the reader's last snapshot is known not to be reusable.
-        inbox: Awaitable[list[cand.Row]] | None = None
+        inbox: Awaitable[list[SourceRow]] | None = None
         blocks: Awaitable[frozenset[int]] | None = None
         if not self._store.from_memory:
             inbox = asyncio.ensure_future(self._store.inbox_top(
@@ -339,6 +339,7 @@ class FeedReader:
                 raise FeedUnavailable(str(covered)) from covered
             if isinstance(fetched, BaseException):
                 raise fetched
+            assert fetched is not None  # the fetch's result (None is cover's)
             known.update(fetched.views)
             stale = stale or fetched.stale > 0
             usable = paging.until_unknown(win, fetched.failed)

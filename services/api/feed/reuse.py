@@ -24,12 +24,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Sequence
 
 from . import candidates as cand
-from .serving_cache import ServingCache
+from .serving_cache import CacheName, Pinned, ServingCache
+from .store import CelebrityRow
 
-Celebrities = Sequence[tuple[int, int | None]]
+Celebrities = Sequence[CelebrityRow]
 
 
 @dataclass(slots=True)
@@ -43,8 +44,8 @@ class Reused:
     day: int
     slice_start: int | None
     celebrities: Celebrities
-    names: tuple[tuple[Any, Any], ...]
-    pinned: tuple[Any, ...]
+    names: tuple[CacheName, ...]
+    pinned: tuple[Pinned, ...]
 
 
 class SnapshotReuse:
@@ -88,8 +89,8 @@ class SnapshotReuse:
         if self._size <= 0 or self._max_age_s <= 0 or not sources.pure:
             return False
         cache = self._cache
-        names = ((cache.inboxes, reader_id), (cache.graphs, reader_id),
-                 *[(cache.timelines, p) for p in sources.partitions])
+        names: tuple[CacheName, ...] = ((cache.inboxes, reader_id), (cache.graphs, reader_id),
+                                        *[(cache.timelines, p) for p in sources.partitions])
         pinned = cache.pin(epoch, names)
         if pinned is None:
             return False

@@ -44,17 +44,22 @@ import struct
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeAlias, TypeVar
 
 from services.common import ids
 from services.common.serving_changes import ServingChange
 
-from .store import FeedStore
+from .store import FeedPort, SourceRow
 
-Row = tuple[float, int, int]  # (rank_key, post_id, author_id), as FeedStore returns them
+if TYPE_CHECKING:
+    from .bodies import PostView
+
 # Notices remembered for fills that overlapped them (a fill takes a few ms; at a few
 # hundred notices a second, this covers seconds).
 RECENT_NOTICES = 4096
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +80,9 @@ class Partition:
     """The top ``limit`` rows of one (author, day bucket) timeline partition."""
 
     limit: int
-    rows: tuple[Row, ...]
+    rows: tuple[SourceRow, ...]
 
-    def top(self, wanted: int) -> tuple[Row, ...] | None:
+    def top(self, wanted: int) -> tuple[SourceRow, ...] | None:
         """The top ``wanted`` rows, or None when this entry cannot say."""
         if wanted <= self.limit or len(self.rows) < self.limit:
             return self.rows[:wanted]
@@ -96,30 +101,30 @@ class InboxTop:
     packed: bytes
 
     @classmethod
-    def of(cls, limit: int, rows: Sequence[Row]) -> "InboxTop":
+    def of(cls, limit: int, rows: Sequence[SourceRow]) -> "InboxTop":
         return cls(limit, b"".join([_ROW.pack(k, p, a) for k, p, a in rows]))
 
-    def top(self, wanted: int) -> list[Row] | None:
+    def top(self, wanted: int) -> list[SourceRow] | None:
         count = len(self.packed) // _ROW.size
         if wanted > self.limit and count >= self.limit:
             return None
         return list(_ROW.iter_unpack(self.packed[:min(wanted, count) * _ROW.size]))
 
 
-class _Lru:
+class _Lru(Generic[K, V]):
     """``key -> (expires_at, value)`` bounded by the sum of ``weight(value)``, evicting
     the oldest fill first. Not a true LRU: a hit does not move the entry (``move_to_end``
     on every lookup was ~5 % of a warm first page's CPU); entries live ``ttl_s`` at most
     anyway, and a hot entry evicted early is one read to fill again."""
 
-    def __init__(self, kind: str, capacity: int, weight: Callable[[Any], int] = lambda _v: 1) -> None:
+    def __init__(self, kind: str, capacity: int, weight: Callable[[V], int] = lambda _v: 1) -> None:
         self.kind = kind
         self.capacity = max(0, capacity)
         self._weight = weight
-        self._items: OrderedDict[Any, tuple[float, Any]] = OrderedDict()
+        self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
         self.load = 0
 
-    def get(self, key: Any, now: float) -> Any:
+    def get(self, key: K, now: float) -> V | None:
         item = self._items.get(key)
         if item is None:
             return None
@@ -128,7 +133,7 @@ class _Lru:
             return None
         return item[1]
 
-    def put(self, key: Any, value: Any, expires_at: float) -> None:
+    def put(self, key: K, value: V, expires_at: float) -> None:
         weight = self._weight(value)
         if weight > self.capacity:
             return
@@ -139,7 +144,7 @@ class _Lru:
             _, (_, old) = self._items.popitem(last=False)
             self.load -= self._weight(old)
 
-    def pop(self, key: Any) -> None:
+    def pop(self, key: K) -> None:
         item = self._items.pop(key, None)
         if item is not None:
             self.load -= self._weight(item[1])
@@ -152,6 +157,12 @@ class _Lru:
         return len(self._items)
 
 
+# An entry's name (one of the cache's lrus and a key in it), and an entry as ``pin``
+# returns it (its expiry and value).
+CacheName: TypeAlias = tuple[_Lru[Any, Any], Any]
+Pinned: TypeAlias = tuple[float, Any]
+
+
 class ServingCache:
     """Post views (``bodies.PostView``), graphs, timeline partitions and inbox tops,
     with the rules above."""
@@ -162,17 +173,19 @@ class ServingCache:
         self._monotonic = monotonic
         self._ttl_s = ttl_s
         self._max_silence_s = max_silence_s
-        self.posts = _Lru("post", posts)
+        self.posts: _Lru[int, PostView] = _Lru("post", posts)
         self._stale_if_error_s = stale_if_error_s
         # The post states held when the cache last stood aside, and when they were last
         # known current (monotonic): served only for reads that failed (``stale_post``).
-        self._stale_posts: _Lru | None = None
+        self._stale_posts: _Lru[int, PostView] | None = None
         self._stale_as_of = 0.0
         self.stale_served = 0
-        self.graphs = _Lru("graph", follows, lambda g: g.size)
-        self.timelines = _Lru("timeline", timelines)
-        self.inboxes = _Lru("inbox", inboxes)
-        self.preferences = _Lru("preferences", preferences)  # reader -> (feed_order or None,)
+        self.graphs: _Lru[int, Graph] = _Lru("graph", follows, lambda g: g.size)
+        # (author, day bucket) -> its top rows
+        self.timelines: _Lru[tuple[int, int], Partition] = _Lru("timeline", timelines)
+        self.inboxes: _Lru[int, InboxTop] = _Lru("inbox", inboxes)
+        # reader -> (feed_order or None,)
+        self.preferences: _Lru[int, tuple[str | None]] = _Lru("preferences", preferences)
         self.epoch = 0
         # What the last RECENT_NOTICES notices dropped, by epoch: a fill that overlapped
         # notices is kept unless one of them named its key. A clear is recorded as None
@@ -267,7 +280,7 @@ class ServingCache:
     def now(self) -> float:
         return self._monotonic()
 
-    def fill(self, lru: _Lru, epoch: int, key: Any, value: Any) -> None:
+    def fill(self, lru: _Lru[K, V], epoch: int, key: K, value: V) -> None:
         """Store what a read that started in ``epoch`` returned, unless a notice since
         then named ``key`` (or cleared the cache, or is too old to tell)."""
         if not self.usable or not self._untouched_since(epoch, (lru.kind, key)):
@@ -275,7 +288,8 @@ class ServingCache:
             return
         lru.put(key, value, self._monotonic() + self._ttl_s)
 
-    def pin(self, epoch: int, names: Sequence[tuple[_Lru, Any]]) -> tuple[Any, ...] | None:
+    def pin(self, epoch: int,
+            names: Sequence[CacheName]) -> tuple[Pinned, ...] | None:
         """The entries held now under ``names`` (an lru and its key each), if every one
         is held and no notice since ``epoch`` named it: then they are what reads started
         in ``epoch`` returned, or equal to it. None otherwise (reuse.py)."""
@@ -289,7 +303,7 @@ class ServingCache:
             held.append(item)
         return tuple(held)
 
-    def still(self, names: Sequence[tuple[_Lru, Any]], pinned: Sequence[Any]) -> bool:
+    def still(self, names: Sequence[CacheName], pinned: Sequence[Pinned]) -> bool:
         """True while every entry ``pin`` returned is held: none was dropped by a notice
         or a clear, evicted, refilled or expired since, and the cache is usable."""
         if not self.usable:
@@ -314,7 +328,8 @@ class ServingCache:
 
 
 class CachedFeedStore:
-    """``FeedStore`` with the cached reads answered from ``ServingCache`` when usable.
+    """A ``FeedPort`` (``FeedStore`` in the app) with the cached reads answered from
+    ``ServingCache`` when usable; itself a ``FeedPort``.
 
     Uncached calls (reads below a boundary, snapshots, the celebrity list, ``run``) go
     straight to the store; post copies are cached as whole views by ``PostCopies``
@@ -322,7 +337,7 @@ class CachedFeedStore:
     Every answer has the shape and meaning of ``FeedStore``'s.
     """
 
-    def __init__(self, store: FeedStore, cache: ServingCache, max_following: int) -> None:
+    def __init__(self, store: FeedPort, cache: ServingCache, max_following: int) -> None:
         self._store = store
         self.cache = cache
         self._max_following = max_following
@@ -396,7 +411,7 @@ class CachedFeedStore:
 
     # -- inbox tops ----------------------------------------------------------------------
     async def inbox_top(self, reader_id: int, limit: int,
-                        after: tuple[float, int] | None = None) -> list[Row]:
+                        after: tuple[float, int] | None = None) -> list[SourceRow]:
         cache = self.cache
         if after is not None or not cache.usable:
             return await self._store.inbox_top(reader_id, limit, after)
@@ -414,12 +429,12 @@ class CachedFeedStore:
 
     # -- author timelines ----------------------------------------------------------------
     async def authors_top(self, authors: Sequence[int], buckets: Sequence[int], per_partition: int,
-                          after: tuple[float, int] | None = None) -> list[Row]:
+                          after: tuple[float, int] | None = None) -> list[SourceRow]:
         cache = self.cache
         if after is not None or not cache.usable:
             return await self._store.authors_top(authors, buckets, per_partition, after)
         now = cache.now()
-        out: list[Row] = []
+        out: list[SourceRow] = []
         missing: list[int] = []
         for author in authors:
             parts = [cache.timelines.get((author, b), now) for b in buckets]
@@ -434,7 +449,7 @@ class CachedFeedStore:
             cache.misses["timeline"] += len(missing)
             epoch = cache.epoch
             rows = await self._store.authors_top(missing, buckets, per_partition)
-            grouped: dict[tuple[int, int], list[Row]] = {(a, b): [] for a in missing for b in buckets}
+            grouped: dict[tuple[int, int], list[SourceRow]] = {(a, b): [] for a in missing for b in buckets}
             for row in rows:
                 grouped.setdefault((row[2], ids.day_bucket(row[1])), []).append(row)
             for key, part in grouped.items():
@@ -450,7 +465,7 @@ class CachedFeedStore:
         held = cache.preferences.get(reader_id, cache.now())
         if held is not None:
             cache.hits["preferences"] += 1
-            return held[0]  # type: ignore[no-any-return]
+            return held[0]
         cache.misses["preferences"] += 1
         epoch = cache.epoch
         order = await self._store.feed_order(reader_id)

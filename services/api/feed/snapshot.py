@@ -116,7 +116,7 @@ def find_in_slot(payloads: Iterable[bytes], reader_id: int, feed_version: str) -
 def _records(entries: Iterable[tuple[float, int, int | None]]) -> bytes:
     """Records for ``entries``, packed by one ``struct`` call (a call per record cost
     twice as much on a first page)."""
-    flat: list[float | int] = []
+    flat: list[float | int | None] = []
     for row in entries:
         flat += row
     if None in flat[2::3]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Protocol, Sequence, TypeAlias, overload
 
 from cassandra.cluster import ExecutionProfile, Session
 from cassandra.pool import Host
@@ -29,6 +29,24 @@ from . import snapshot
 from .snapshot_writer import SlotRow
 
 log = logging.getLogger(__name__)
+
+# Rows as the driver hands them over (``tuple_factory``, above): plain tuples, read in
+# bulk and merged, sorted and packed as they are (tuple order is the feed order), so they
+# stay tuples. A NamedTuple per row is a Python-level call each: 1.3 µs a row on the
+# 2-core machine, more for a 500-row inbox than pooling and sorting it. Their shapes are
+# named here, next to the statements that select them, and the modules that read them
+# use these names.
+# A feed_inbox or author_timeline row: (rank_key, post_id, author_id).
+SourceRow: TypeAlias = tuple[float, int, int]
+# A post copy's state: (post_id, author_id, created_at_ms, visibility, deleted, rank_key,
+# rank_key_next, key_ts), key_ts = WRITETIME(rank_key) in µs.
+PostRow: TypeAlias = tuple[int, int | None, int | None, int | None, bool | None,
+                           float | None, float | None, int | None]
+# A PostRow with the post's text after it (``posts(..., with_text=True)``).
+PostTextRow: TypeAlias = tuple[int, int | None, int | None, int | None, bool | None,
+                               float | None, float | None, int | None, str | None]
+# A celebrities row: (author_id, until in Unix ms), until None while the author is current.
+CelebrityRow: TypeAlias = tuple[int, int | None]
 
 PROFILE = "feed_read"
 # Hedged reads (FeedStore._rows): the extra reads are at most this share of all reads,
@@ -61,6 +79,59 @@ def to_ms(ts: datetime | None) -> int | None:
     if ts.tzinfo is None:
         ts = ts.replace(tzinfo=timezone.utc)
     return int(ts.timestamp() * 1000)
+
+
+class FeedPort(Protocol):
+    """What the read path (``FeedReader``, ``SourceReader``, ``PageGraph``, ``PostCopies``,
+    ``Preferences``, the stream's ``EligibilityGate``) needs of the serving store, and
+    what ``CachedFeedStore`` wraps. ``FeedStore`` is the Cassandra one, ``CachedFeedStore``
+    (serving_cache.py) answers some reads from memory; the tests' in-memory one
+    (tests/support/memory_stores.py) passes the same contract suite as ``FeedStore``
+    (tests/support/contracts/feed_store_contract.py), so it cannot drift."""
+
+    @property
+    def from_memory(self) -> bool:
+        """Whether reads are answered from memory: await them in turn (awaiting.py)."""
+        ...
+
+    # -- the reader's graph
+    async def following(self, reader_id: int, limit: int) -> dict[int, int]: ...
+    async def following_among(self, reader_id: int, authors: Sequence[int]) -> dict[int, int]: ...
+    async def following_from(self, reader_id: int, start: int, limit: int) -> dict[int, int]: ...
+    async def following_since(self, reader_id: int, author_id: int) -> int | None: ...
+    async def blocked(self, reader_id: int) -> frozenset[int]: ...
+    async def blocked_between(self, reader_id: int, other_id: int) -> bool: ...
+    async def celebrities(self) -> list[CelebrityRow]: ...
+
+    # -- sources, in rank-key order
+    async def inbox_top(self, reader_id: int, limit: int,
+                        after: tuple[float, int] | None = None) -> list[SourceRow]: ...
+    async def authors_top(self, authors: Sequence[int], buckets: Sequence[int], per_partition: int,
+                          after: tuple[float, int] | None = None) -> list[SourceRow]: ...
+
+    # -- post copies
+    @overload
+    async def posts(self, post_ids: Sequence[int], *, with_text: Literal[False]) -> list[PostRow]: ...
+    @overload
+    async def posts(self, post_ids: Sequence[int], *, with_text: Literal[True]) -> list[PostTextRow]: ...
+    @overload
+    async def posts(self, post_ids: Sequence[int], *,
+                    with_text: bool) -> list[PostRow] | list[PostTextRow]: ...
+
+    # -- preferences and snapshots
+    async def feed_order(self, reader_id: int) -> str | None: ...
+    async def save_feed_order(self, reader_id: int, order: str) -> None: ...
+    async def save_snapshot_slot(self, row: SlotRow, timeout_s: float) -> None: ...
+    async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None: ...
+
+
+class StatementRunner(Protocol):
+    """A statement prepared by another read-path module, run on the read path's profile
+    and timeout (``FeedStore.run``; ``CachedFeedStore`` passes it through): the stream's
+    leases. Not part of ``FeedPort``: a store without Cassandra has nothing to run."""
+
+    async def run(self, statement: PreparedStatement, params: Sequence[Any],
+                  hedge: bool = False) -> list[tuple[Any, ...]]: ...
 
 
 class FeedStore:
@@ -124,16 +195,16 @@ class FeedStore:
         return False
 
     async def run(self, statement: PreparedStatement, params: Sequence[Any],
-                  hedge: bool = False) -> list[tuple]:
+                  hedge: bool = False) -> list[tuple[Any, ...]]:
         """Run a statement prepared by another read-path module (same profile, timeout);
         ``hedge`` only for a statement safe to run twice."""
         return await self._rows(statement, params, hedge=hedge)
 
     def _send(self, statement: Any, params: Sequence[Any] | None, timeout: float,
-              host: Host | None = None) -> tuple[asyncio.Future[list[tuple]], Host | None]:
+              host: Host | None = None) -> tuple[asyncio.Future[list[tuple[Any, ...]]], Host | None]:
         """One request; its future (on this loop) and the node it went to."""
         loop = asyncio.get_running_loop()
-        done: asyncio.Future[list[tuple]] = loop.create_future()
+        done: asyncio.Future[list[tuple[Any, ...]]] = loop.create_future()
         response = self._session.execute_async(statement, params, timeout=timeout,
                                                execution_profile=PROFILE, host=host)
 
@@ -155,7 +226,7 @@ class FeedStore:
         return done, getattr(response, "_current_host", None)
 
     async def _rows(self, statement: Any, params: Sequence[Any] | None,
-                    hedge: bool = True, timeout: float | None = None) -> list[tuple]:
+                    hedge: bool = True, timeout: float | None = None) -> list[tuple[Any, ...]]:
         """The statement's rows within ``timeout`` (the store's by default). A read
         (``hedge``) not answered within ``hedge_after_s``, or failed before it, is sent
         once more to another node, and the first answer wins: a node that died or hangs
@@ -239,13 +310,13 @@ class FeedStore:
         rows = await self._rows(self._following_from, (reader_id, start, limit))
         return {author: since or 0 for author, since in rows}
 
-    async def celebrities(self) -> list[tuple[int, int | None]]:
+    async def celebrities(self) -> list[CelebrityRow]:
         """``(author_id, until ms or None)``: current (None) and recently demoted authors."""
         return await self._rows(self._celebrities, (CELEBRITY_SHARD,))
 
     # -- sources, in rank-key order -------------------------------------------------------------
     async def inbox_top(self, reader_id: int, limit: int,
-                        after: tuple[float, int] | None = None) -> list[tuple[float, int, int]]:
+                        after: tuple[float, int] | None = None) -> list[SourceRow]:
         """The reader's ``limit`` highest inbox rows (strictly after ``after``), as
         ``(rank_key, post_id, author_id)`` in feed order."""
         if after is None:
@@ -253,7 +324,7 @@ class FeedStore:
         return await self._rows(self._inbox_after, (reader_id, after[0], after[1], limit))
 
     async def authors_top(self, authors: Sequence[int], buckets: Sequence[int], per_partition: int,
-                          after: tuple[float, int] | None = None) -> list[tuple[float, int, int]]:
+                          after: tuple[float, int] | None = None) -> list[SourceRow]:
         """The ``per_partition`` highest rows of every (author, day bucket) timeline
         partition (strictly after ``after``), as ``(rank_key, post_id, author_id)``: one
         multi-partition read instead of one per partition. Ordered per partition only."""
@@ -263,9 +334,18 @@ class FeedStore:
                                                       after[1], per_partition))
 
     # -- post copies ------------------------------------------------------------------------
-    async def posts(self, post_ids: Sequence[int], *, with_text: bool) -> list[tuple]:
-        """Copies of ``post_ids`` (one IN query; the caller chunks): ``(post_id, author_id,
-        created_at_ms, visibility, deleted, rank_key, rank_key_next, key_ts[, text])``."""
+    @overload
+    async def posts(self, post_ids: Sequence[int], *, with_text: Literal[False]) -> list[PostRow]: ...
+    @overload
+    async def posts(self, post_ids: Sequence[int], *, with_text: Literal[True]) -> list[PostTextRow]: ...
+    @overload
+    async def posts(self, post_ids: Sequence[int], *,
+                    with_text: bool) -> list[PostRow] | list[PostTextRow]: ...
+
+    async def posts(self, post_ids: Sequence[int], *,
+                    with_text: bool) -> list[PostRow] | list[PostTextRow]:
+        """Copies of ``post_ids`` (one IN query; the caller chunks): ``PostRow``s, or
+        ``PostTextRow``s ``with_text``."""
         statement = self._posts_full if with_text else self._posts_state
         return await self._rows(statement, (list(post_ids),))
 

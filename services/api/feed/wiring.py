@@ -27,7 +27,7 @@ from .notices import ApiNotices, NoticeStats, register_collector
 from .reader import FeedReader, utc_now
 from .reuse import SnapshotReuse
 from .serving_cache import CachedFeedStore, ServingCache
-from .store import FeedStore
+from .store import FeedPort, FeedStore
 
 
 def _build(app: FastAPI, settings: Settings) -> None:
@@ -38,7 +38,7 @@ def _build(app: FastAPI, settings: Settings) -> None:
     raw = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following,
                     settings.feed_hedge_after_s,
                     on_hedge=lambda outcome: metrics.store_hedges.labels(outcome).inc())
-    store: FeedStore = raw
+    store: FeedPort = raw
     cache: ServingCache | None = None
     if settings.feed_cache_enabled:
         cache = ServingCache(posts=settings.feed_cache_posts, follows=settings.feed_cache_follows,
@@ -52,7 +52,7 @@ def _build(app: FastAPI, settings: Settings) -> None:
         register_collector(app.state.metrics.registry, cache, stats)
         app.state.serving_cache = cache
         app.state.notice_stats = stats
-        store = CachedFeedStore(raw, cache, settings.feed_max_following)  # type: ignore[assignment]
+        store = CachedFeedStore(raw, cache, settings.feed_max_following)
     app.state.cassandra = session
     app.state.feed_metrics = metrics
     app.state.feed_store = store
@@ -64,13 +64,16 @@ def _build(app: FastAPI, settings: Settings) -> None:
     activity = None
     if settings.inactive_after.total_seconds() > 0:
         rebuilder = InboxRebuilder(session, settings, notices)
+
+        def on_returned(seconds: float) -> None:
+            metrics.readers_returned.inc()
+            metrics.regeneration_seconds.observe(seconds)
+
         activity = ReaderActivity(
             ActivityStore(session, CqlRunner(session)),
             Window(settings.inactive_after, settings.activity_resolution), rebuilder,
             settings.feed_regenerating_stale_s, timeout_s=2 * settings.feed_store_timeout_s,
-            on_returned=lambda s: (metrics.readers_returned.inc(),
-                                   metrics.regeneration_seconds.observe(s)),
-            on_failure=metrics.activity_failures.inc)
+            on_returned=on_returned, on_failure=metrics.activity_failures.inc)
     reuse = None
     if cache is not None and settings.feed_snapshot_reuse_s > 0:
         # At most half the snapshot's TTL: a reused snapshot's next pages still have time.

@@ -126,7 +126,7 @@ def page_out(page: FeedPage) -> FeedPageOut:
 
 
 def feed_reader(request: Request) -> FeedReader:
-    reader = getattr(request.app.state, "feed", None)
+    reader: FeedReader | None = getattr(request.app.state, "feed", None)
     if reader is None:
         raise ProblemError(UNAVAILABLE, "the feed store is not connected",
                            headers={"Retry-After": "1"})

@@ -24,6 +24,7 @@ access log label the request ``/v1/feed`` as usual, and an unexpected error is t
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from fastapi.routing import APIRoute
@@ -36,6 +37,9 @@ from ..auth import known_principal
 from ..problems import ProblemError, problem_response, unexpected_response
 from ..request_context import scope_header
 from .feed import DEFAULT_LIMIT, FEED_PATH, MAX_LIMIT, router, serve
+
+if TYPE_CHECKING:
+    from services.api.feed.reader import FeedReader
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 
@@ -79,14 +83,15 @@ class FeedFastPath:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self._route = next(r for r in router.routes
-                           if isinstance(r, APIRoute) and r.path == FEED_PATH and "GET" in r.methods)
+                           if isinstance(r, APIRoute) and r.path == FEED_PATH
+                           and r.methods is not None and "GET" in r.methods)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != FEED_PATH or scope["method"] != "GET":
             await self.app(scope, receive, send)
             return
         state = scope["app"].state
-        reader = getattr(state, "feed", None)
+        reader: FeedReader | None = getattr(state, "feed", None)
         token = bearer_token(scope)
         query = feed_query(scope["query_string"])
         principal = None
@@ -95,6 +100,7 @@ class FeedFastPath:
         if principal is None or not state.known_users.touch(principal.user_id):
             await self.app(scope, receive, send)
             return
+        assert reader is not None and query is not None  # a principal is looked up only with both
         scope["route"] = self._route
         scope.setdefault("state", {})["user_id"] = str(principal.user_id)
         try:

@@ -1,7 +1,11 @@
 """Internal moderation: remove or restore a post (tokens with the moderator role only)."""
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter
+
+from services.common.rules import REMOVED, VISIBLE
 
 from ..auth import Moderator
 from ..deps import Pg
@@ -12,7 +16,8 @@ from ..store import moderation
 router = APIRouter(prefix="/internal/moderation", tags=["moderation"])
 
 # action -> (posts.visibility, moderation_actions.state)
-EFFECTS = {"remove": (0, "removed"), "restore": (1, "restored")}
+EFFECTS: dict[str, tuple[int, Literal["removed", "restored"]]] = {
+    "remove": (REMOVED, "removed"), "restore": (VISIBLE, "restored")}
 
 
 @router.post("/posts/{post_id}", response_model=ModerationOut,

@@ -45,7 +45,8 @@ async def claim(pool: AsyncConnectionPool, author_id: int, key: str,
         async with pool.connection() as conn:
             row = await (await conn.execute(_CLAIM, params)).fetchone()
             if row is not None:
-                return row[0]
+                claimed_at: datetime = row[0]
+                return claimed_at
             held = await (await conn.execute(_LOOKUP, (author_id, key))).fetchone()
         if held is not None:
             return StoredKey(*held)

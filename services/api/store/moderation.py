@@ -22,4 +22,6 @@ async def apply(conn: AsyncConnection, post_id: int, *, visibility: int, state: 
         "state = EXCLUDED.state, reason = EXCLUDED.reason, "
         "moderator_id = EXCLUDED.moderator_id, updated_at = EXCLUDED.updated_at "
         "RETURNING updated_at", (post_id, state, reason, moderator_id))).fetchone()
-    return stamped[0]
+    assert stamped is not None  # an upsert's RETURNING always has its row
+    updated_at: datetime = stamped[0]
+    return updated_at

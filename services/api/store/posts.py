@@ -15,7 +15,7 @@ class StoredPost:
     text: str
     media_ids: list[str]
     created_at: datetime
-    visibility: int           # 1 visible, 0 removed by moderation
+    visibility: int           # rules.VISIBLE, or rules.REMOVED by moderation
     deleted_at: datetime | None
 
 

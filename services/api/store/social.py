@@ -28,16 +28,24 @@ async def blocked_either_way(conn: AsyncConnection, a: int, b: int) -> bool:
 
 
 async def follow(conn: AsyncConnection, follower_id: int, followed_id: int) -> datetime:
-    """Start following (``following_since`` = now) or keep the existing start."""
-    row = await (await conn.execute(
-        "INSERT INTO follows (follower_id, followed_id, following_since) "
-        "VALUES (%s, %s, now()) ON CONFLICT DO NOTHING RETURNING following_since",
-        (follower_id, followed_id))).fetchone()
-    if row is None:
+    """Start following (``following_since`` = now) or keep the existing start.
+
+    The insert finds the follow there, and the read after it may not (an unfollow
+    committed in between, each statement seeing the latest commits): then the follow is
+    inserted again, now that nothing is in its way."""
+    for _attempt in range(3):
         row = await (await conn.execute(
-            "SELECT following_since FROM follows WHERE follower_id = %s AND followed_id = %s",
+            "INSERT INTO follows (follower_id, followed_id, following_since) "
+            "VALUES (%s, %s, now()) ON CONFLICT DO NOTHING RETURNING following_since",
             (follower_id, followed_id))).fetchone()
-    return row[0]
+        if row is None:
+            row = await (await conn.execute(
+                "SELECT following_since FROM follows WHERE follower_id = %s AND followed_id = %s",
+                (follower_id, followed_id))).fetchone()
+        if row is not None:
+            since: datetime = row[0]
+            return since
+    raise RuntimeError(f"follow {follower_id} -> {followed_id} kept being removed while it was written")
 
 
 async def unfollow(conn: AsyncConnection, follower_id: int, followed_id: int) -> None:

@@ -17,7 +17,6 @@ range is an error, hence a restart and that same decision, never a silent jump.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
@@ -25,6 +24,7 @@ import random
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from fastapi import FastAPI
 
+from services.common.feed_events import parse_author, parse_inbox
 from services.common.settings import Settings
 from services.common.topics import author_events_topic, inbox_events_topic
 
@@ -55,7 +55,8 @@ MAX_REPLAY_EVENTS = 20_000
 
 def restart_delay(failures: int) -> float:
     """Seconds before restarting a consumer after its ``failures``-th failure in a row."""
-    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
+    delay: float = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
+    return delay
 
 
 async def wait_for_assignment(consumer: AIOKafkaConsumer,
@@ -105,15 +106,16 @@ async def _position_consumer(consumer: AIOKafkaConsumer, topics: list[str],
 
 
 async def _dispatch(hub: StreamHub, topic: str, inbox_topic: str, value: bytes | None) -> str:
+    """One record to the hub; a malformed one raises ``MalformedEnvelope`` (services/common/
+    feed_events.py), counted and skipped by the caller."""
     if value is None:
         return "empty"
-    event = json.loads(value)
-    post_id = int(event["post_id"])
-    author_id = int(event["author_id"])
     if topic == inbox_topic:
-        sent = await hub.post_landed(int(event["reader_id"]), post_id, author_id)
+        landed = parse_inbox(value)
+        sent = await hub.post_landed(landed.reader_id, landed.post_id, landed.author_id)
     else:
-        sent = await hub.author_posted(author_id, post_id)
+        posted = parse_author(value)
+        sent = await hub.author_posted(posted.author_id, posted.post_id)
     return "sent" if sent else "not_routed"
 
 

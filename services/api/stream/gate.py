@@ -14,7 +14,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from ..feed.eligibility import PostState, ReaderGraph, Verdict, judge
-from ..feed.store import FeedStore
+from ..feed.store import FeedPort
 
 # One author event fans out to its connected followers within a few milliseconds; a
 # half-second memo of the post's state covers that burst without serving a stale
@@ -24,7 +24,7 @@ POST_STATE_MEMO = 1024
 
 
 class EligibilityGate:
-    def __init__(self, store: FeedStore, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, store: FeedPort, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
         self._monotonic = monotonic
         self._posts: OrderedDict[int, tuple[float, asyncio.Future[PostState | None]]] = OrderedDict()
@@ -44,7 +44,7 @@ class EligibilityGate:
         rows = await self._store.posts([post_id], with_text=False)
         if not rows:
             return None
-        pid, author_id, created_at_ms, visibility, deleted = rows[0][:5]
+        pid, author_id, created_at_ms, visibility, deleted, *_keys = rows[0]
         return PostState(pid, author_id, created_at_ms, visibility, deleted)
 
     async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool:

@@ -13,11 +13,11 @@ from datetime import datetime, timezone
 
 from cassandra.cluster import Session
 
-from ..feed.store import FeedStore
+from ..feed.store import StatementRunner
 
 
 class StreamLeases:
-    def __init__(self, session: Session, store: FeedStore, ttl_s: int) -> None:
+    def __init__(self, session: Session, store: StatementRunner, ttl_s: int) -> None:
         self._store = store
         self._ttl_s = ttl_s
         p = session.prepare
