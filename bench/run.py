@@ -82,14 +82,15 @@ def raw_cassandra(graph, rows: int) -> dict:
 def write_window(samples, since: float, rows_before: float, rows: float) -> float | None:
     """Seconds in which the fan-out wrote ``rows`` rows after ``since`` (sampler time),
     from its row counter sampled every second: from the last sample before the first new
-    row to the first sample with every row (so at most two intervals too long)."""
+    row to the first sample with every row (so at most two intervals too long). The last
+    idle sample may come before ``since``: the first rows can land within one interval."""
     last_idle, done = None, None
     for x in samples:
-        if x.t < since or x.inbox_rows != x.inbox_rows:  # NaN: the worker did not answer
+        if x.inbox_rows != x.inbox_rows:  # NaN: the worker did not answer
             continue
         if x.inbox_rows <= rows_before:
             last_idle = x.t
-        elif x.inbox_rows >= rows_before + rows:
+        elif x.t >= since and x.inbox_rows >= rows_before + rows:
             done = x.t
             break
     if last_idle is None or done is None:
