@@ -4,14 +4,30 @@
 ``ActivityStore`` does on Cassandra; tests/integration/test_activity_store_contract.py
 runs one suite against both, so a unit test's store cannot drift from the real one.
 TTLs are not modelled (nothing in the contract depends on expiry).
+
+``InMemoryInboxStore`` (``services.fanout.inbox.InboxPort``, the fan-out's inboxes) works
+on ``ServingTables``; its contract suite is in tests/support/contracts/, run against it
+in tests/unit and against Cassandra in tests/integration.
 """
 from __future__ import annotations
 
+import calendar
 import time
 from collections import defaultdict
-from typing import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, AsyncIterator, Iterable, Sequence
 
+from services.api.feed.store import SourceRow
 from services.common.activity import ACTIVE, SWEEP_NAME, Activity
+from services.common.rules import INBOX_TTL_S
+from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
+from services.fanout.audience import should_check_cap, trim_boundary
+from services.fanout.cleanup import rows_to_purge
+from services.fanout.inbox import InboxRow, StoredRow
+
+if TYPE_CHECKING:
+    from services.fanout.inbox import InboxPort
 
 
 class InMemoryActivityStore:
@@ -70,3 +86,173 @@ class InMemoryActivityStore:
 
     async def save_progress(self, period: int, name: str = SWEEP_NAME) -> None:
         self.progress[name] = period
+
+
+# -- the serving tables: the read path's store and the fan-out's inbox store -------------------
+
+def to_ms(at: datetime) -> int:
+    """A ``timestamp`` cell as Cassandra stores it (Unix ms; the driver's conversion: a
+    naive datetime is UTC, microseconds below a millisecond are dropped)."""
+    return calendar.timegm(at.utctimetuple()) * 1000 + at.microsecond // 1000
+
+
+class RankedRows:
+    """One ``feed_inbox`` or ``author_timeline`` partition: rows clustered by
+    ``(rank_key, post_id)`` descending, each written at a timestamp (µs) and, as in
+    Cassandra, shadowed by a row tombstone or a range tombstone (``rank_key < boundary``:
+    a trim) at the same or a later timestamp. A write is the row's only cell
+    (``author_id``): the newest write wins, a greater value on a tie."""
+
+    def __init__(self) -> None:
+        self._written: dict[tuple[float, int], tuple[int, int]] = {}  # key -> (ts, author)
+        self._deleted: dict[tuple[float, int], int] = {}              # key -> tombstone ts
+        self._trims: list[tuple[float, int]] = []                     # (boundary, ts)
+
+    def write(self, rank_key: float, post_id: int, author_id: int, ts: int) -> None:
+        key = (rank_key, post_id)
+        old = self._written.get(key)
+        if old is None or (ts, author_id) > old:
+            self._written[key] = (ts, author_id)
+
+    def delete(self, rank_key: float, post_id: int, ts: int) -> None:
+        key = (rank_key, post_id)
+        self._deleted[key] = max(ts, self._deleted.get(key, ts))
+
+    def delete_below(self, boundary: float, ts: int) -> None:
+        self._trims.append((boundary, ts))
+
+    def _live(self, key: tuple[float, int], ts: int) -> bool:
+        shadows = [self._deleted.get(key, -1)] + [t for b, t in self._trims if key[0] < b]
+        return ts > max(shadows)
+
+    def rows(self) -> list[SourceRow]:
+        """The live rows, ``(rank_key, post_id, author_id)`` in clustering order."""
+        live = [(k, p, a) for (k, p), (ts, a) in self._written.items() if self._live((k, p), ts)]
+        return sorted(live, reverse=True)
+
+
+@dataclass
+class PostCells:
+    """One ``posts`` row: the cells the read path selects (None: never written)."""
+
+    author_id: int | None = None
+    created_at_ms: int | None = None
+    text: str | None = None
+    visibility: int | None = None
+    deleted: bool | None = None
+    rank_key: float | None = None
+    rank_key_next: float | None = None
+    key_ts: int | None = None          # WRITETIME(rank_key), µs
+    key_next_ts: int | None = None
+
+
+@dataclass
+class ServingTables:
+    """The serving tables in memory (``InMemoryInboxStore`` writes ``inbox``)."""
+
+    following: dict[int, dict[int, int]] = field(default_factory=dict)  # follower -> author -> since ms
+    blocks: dict[int, set[tuple[int, str]]] = field(default_factory=dict)  # user -> (other, direction)
+    posts: dict[int, PostCells] = field(default_factory=dict)
+    inbox: dict[int, RankedRows] = field(default_factory=dict)             # reader ->
+    timelines: dict[tuple[int, int], RankedRows] = field(default_factory=dict)  # (author, bucket) ->
+    celebrities: dict[int, int | None] = field(default_factory=dict)       # author -> until ms
+    preferences: dict[int, str] = field(default_factory=dict)
+    slots: dict[str, dict[int, bytes]] = field(default_factory=dict)       # slot -> part -> payload
+
+    def inbox_of(self, reader_id: int) -> RankedRows:
+        return self.inbox.setdefault(reader_id, RankedRows())
+
+    def timeline_of(self, author_id: int, bucket: int) -> RankedRows:
+        return self.timelines.setdefault((author_id, bucket), RankedRows())
+
+
+class InMemoryInboxStore:
+    """``services.fanout.inbox.InboxPort`` the way ``InboxStore`` writes ``feed_inbox``,
+    over ``ServingTables`` (its own unless given). Write timestamps are kept as Cassandra keeps
+    them (a removal shadows rows written at or before its time, whenever they land);
+    the cap check and the purge use the fan-out's own decisions (``should_check_cap``,
+    ``trim_boundary``, ``rows_to_purge``); every write tells ``notices`` which readers'
+    rows changed. TTLs are not modelled, beyond "no TTL left: not written"."""
+
+    def __init__(self, tables: ServingTables | None = None, *, cap: int = 500,
+                 trim_every: int = 1, notices: ChangeSink = NO_NOTICES) -> None:
+        self.tables = tables if tables is not None else ServingTables()
+        self._cap = cap
+        self._trim_every = trim_every
+        self._notices = notices
+
+    async def _changed(self, readers: Sequence[int]) -> None:
+        if readers:
+            await self._notices.changed(ServingChange(inboxes=tuple(readers)))
+
+    async def push(self, reader_ids: Iterable[int], post_id: int, author_id: int,
+                   rank_key: float, key_ts: int, ttl_s: int = INBOX_TTL_S) -> int:
+        if ttl_s <= 0:
+            return 0
+        readers = list(reader_ids)
+        for reader in readers:
+            self.tables.inbox_of(reader).write(rank_key, post_id, author_id, key_ts)
+        await self._changed(readers)
+        return len(readers)
+
+    async def move(self, reader_ids: Iterable[int], post_id: int, author_id: int,
+                   old_keys: Sequence[float], new_key: float, key_ts: int, ttl_s: int) -> int:
+        old = [k for k in dict.fromkeys(old_keys) if k != new_key]
+        readers = list(reader_ids)
+        for reader in readers:
+            partition = self.tables.inbox_of(reader)
+            for key in old:
+                partition.delete(key, post_id, key_ts)
+            if ttl_s > 0:
+                partition.write(new_key, post_id, author_id, key_ts)
+        await self._changed(readers)
+        return len(readers) if old or ttl_s > 0 else 0  # readers sent a statement
+
+    async def push_posts(self, reader_id: int, rows: Sequence[InboxRow]) -> int:
+        rows = [r for r in rows if r.ttl_s > 0]
+        partition = self.tables.inbox_of(reader_id)
+        for r in rows:
+            partition.write(r.rank_key, r.post_id, r.author_id, r.key_ts)
+        await self._changed([reader_id] if rows else [])
+        return len(rows)
+
+    async def unpush(self, reader_ids: Iterable[int], post_id: int, keys: Sequence[float],
+                     ts: int) -> int:
+        wanted = list(dict.fromkeys(keys))
+        readers = list(reader_ids)
+        for reader in readers:
+            for key in wanted:
+                self.tables.inbox_of(reader).delete(key, post_id, ts)
+        await self._changed(readers)
+        return len(readers) if wanted else 0
+
+    async def rows(self, reader_id: int) -> list[StoredRow]:
+        partition = self.tables.inbox.get(reader_id)
+        return [StoredRow(*r) for r in partition.rows()] if partition else []
+
+    async def purge_author(self, reader_id: int, author_id: int, ts: int,
+                           in_flight: Iterable[tuple[float, int]] = ()) -> int:
+        doomed: set[tuple[float, int]] = set(in_flight)
+        doomed.update(rows_to_purge(await self.rows(reader_id), author_id))
+        for key, post_id in doomed:
+            self.tables.inbox_of(reader_id).delete(key, post_id, ts)
+        await self._changed([reader_id] if doomed else [])
+        return len(doomed)
+
+    async def enforce_cap(self, reader_ids: Iterable[int], post_id: int, ts: int) -> int:
+        sampled = [r for r in reader_ids if should_check_cap(r, post_id, self._trim_every)]
+        trimmed = 0
+        for reader in sampled:
+            head = (await self.rows(reader))[:self._cap + 1]
+            boundary = trim_boundary([r.rank_key for r in head], self._cap)
+            if boundary is None:
+                continue
+            self.tables.inbox_of(reader).delete_below(boundary, ts)
+            await self._changed([reader])
+            trimmed += 1
+        return trimmed
+
+
+if TYPE_CHECKING:  # what mypy checks of this module: the fakes have the ports' shape
+    def _ports(inbox: InMemoryInboxStore) -> InboxPort:
+        return inbox
