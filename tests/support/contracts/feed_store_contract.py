@@ -148,8 +148,9 @@ class FeedStoreContract:
         store, run = subject.store, subject.run
         assert run(store.inbox_top(reader, 100)) == expected
         assert run(store.inbox_top(reader, 3)) == expected[:3]
+        # Two rows a page: a page boundary falls between posts with the same key.
         pages, after = [], None
-        for _ in range(len(rows) + 1):  # two rows a page: a boundary falls between posts with the same key
+        for _ in range(len(rows) + 1):  # bounded: a boundary that repeats a row never ends
             page = run(store.inbox_top(reader, 2, after))
             if not page:
                 break
@@ -265,7 +266,8 @@ class FeedStoreContract:
         assert run(store.load_snapshot(other, second)) == (b"\x02\x00other", at)
         assert run(store.load_snapshot(other, version)) is None      # another reader's version
         assert run(store.load_snapshot(reader, "v-not-a-slot")) is None
-        assert run(store.load_snapshot(reader, snapshot.slot_version(at, f"t{secrets.token_hex(6)}", 0))) is None
+        unwritten = snapshot.slot_version(at, f"t{secrets.token_hex(6)}", 0)
+        assert run(store.load_snapshot(reader, unwritten)) is None   # a slot never written
         run(store.save_snapshot_slot(SlotRow(slot, 5, base[:-3], 60, 2), 2.0))  # damaged
         assert run(store.load_snapshot(reader, version)) is None
 
