@@ -1,3 +1,5 @@
 """Helpers the tests share (no tests here): waiting, a seeded serving store, worker
 subprocesses, hand-built CDC events, the API served for its stream, the serving cache's
-fake store. Fixtures that use them live in the conftest.py of the tests that need them."""
+store counting what it lets through, in-memory stores (memory_stores.py) and the contract
+suites that hold them to the real ones (contracts/). Fixtures that use them live in the
+conftest.py of the tests that need them."""

@@ -9,11 +9,13 @@ from cassandra import OperationTimedOut
 
 from services.common.cql_async import StoreRetry
 from services.common.envelope import ChangeRecord
+from services.common.rules import INBOX_TTL_S
 from services.fanout.audience import Follower, PostCopy
 from services.fanout.post_events import PostFanout
 from services.fanout.tiering import CapacityEstimate, Tier, TierDecision
 
 from tests.support.fakes import RecordingPublisher
+from tests.support.memory_stores import InMemoryInboxStore
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 AUTHOR, POST, PAGE, PAGES = 7, 1_000_001, 500, 6
@@ -46,24 +48,27 @@ class _Copies:
             yield [Follower(100 + p * PAGE + i, T0 - timedelta(days=1)) for i in range(PAGE)]
 
 
-class _Inbox:
-    """Times out on the third page's first two attempts."""
+class _Inbox(InMemoryInboxStore):
+    """The in-memory inbox (held to InboxStore by its contract suite) that times out on
+    the third page's first two attempts."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.pushes: list[int] = []  # first reader of each attempted page
-        self.rows: set[int] = set()
 
-    async def push(self, readers, post_id, author_id, rank_key, key_ts, ttl_s):
-        assert 0 < ttl_s <= 7 * 86400
+    async def push(self, reader_ids, post_id, author_id, rank_key, key_ts, ttl_s=INBOX_TTL_S):
+        readers = list(reader_ids)
+        assert 0 < ttl_s <= INBOX_TTL_S
         assert key_ts == int(T0.timestamp() * 1_000_000)  # a first push: at the post's time
         self.pushes.append(readers[0])
         if readers[0] == 100 + 2 * PAGE and self.pushes.count(readers[0]) <= 2:
             raise OperationTimedOut("node overloaded")
-        self.rows.update(readers)
-        return len(readers)
+        return await super().push(readers, post_id, author_id, rank_key, key_ts, ttl_s)
 
-    async def enforce_cap(self, readers, post_id, ts):
-        return 0
+    def holding(self, post_id: int) -> set[int]:
+        """The readers whose inbox has a row of ``post_id``."""
+        return {reader for reader, partition in self.tables.inbox.items()
+                if any(row[1] == post_id for row in partition.rows())}
 
 
 class _Tiers:
@@ -95,7 +100,7 @@ def test_a_timed_out_page_is_retried_alone_and_lowers_the_capacity_estimate():
     copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), RecordingPublisher()
     asyncio.run(_fanout(copies, inbox, tiers, publisher, T0 + timedelta(minutes=1)).on_post_changed(CHANGE))
 
-    assert len(inbox.rows) == PAGE * PAGES            # every follower got the post once
+    assert len(inbox.holding(POST)) == PAGE * PAGES   # every follower got the post once
     assert copies.pages_read == PAGES                  # followers were read once, not again
     assert len(inbox.pushes) == PAGES + 2              # only the failing page was redone
     assert tiers.capacity.rows_per_s == 4_000          # halved twice: 16,000 -> 4,000
@@ -125,6 +130,6 @@ def test_inactive_followers_get_no_rows_no_events_and_are_counted():
                         monotonic=lambda: 0.0, inactive=inactive_of)
     asyncio.run(fanout.on_post_changed(CHANGE))
     everyone = set(range(100, 100 + PAGE * PAGES))
-    assert inbox.rows == everyone - inactive
+    assert inbox.holding(POST) == everyone - inactive
     assert len(publisher.sent) == len(everyone - inactive)
     assert INACTIVE_ROWS_SKIPPED._value.get() - before == len(inactive)

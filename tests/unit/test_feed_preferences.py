@@ -6,13 +6,17 @@ import asyncio
 import pytest
 
 from services.api.feed.preferences import Preferences
+from tests.support.memory_stores import InMemoryFeedStore
 
 
-class _Store:
-    from_memory = False  # a store without the serving cache (or with it standing aside)
+class _Store(InMemoryFeedStore):
+    """The in-memory store (held to FeedStore by its contract suite; not from memory, as
+    a store without the serving cache, or with it standing aside), counting preference
+    reads, each of which yields once (a read in flight), with a failure switch."""
 
     def __init__(self) -> None:
-        self.orders: dict[int, str] = {}
+        super().__init__()
+        self.orders = self.tables.preferences  # reader -> stored order
         self.reads = 0
         self.fail = False
 
@@ -21,18 +25,18 @@ class _Store:
         await asyncio.sleep(0)
         if self.fail:
             raise TimeoutError("node down")
-        return self.orders.get(reader_id)
+        return await super().feed_order(reader_id)
 
     async def save_feed_order(self, reader_id: int, order: str) -> None:
         if self.fail:
             raise TimeoutError("node down")
-        self.orders[reader_id] = order
+        await super().save_feed_order(reader_id, order)
 
 
 def test_a_kept_order_answers_at_once_and_is_refreshed_behind_the_page() -> None:
     async def scenario() -> None:
         store, clock = _Store(), [0.0]
-        prefs = Preferences(store, ttl_s=5, stale_s=60, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+        prefs = Preferences(store, ttl_s=5, stale_s=60, monotonic=lambda: clock[0])
         assert await prefs.feed_order(1) == "ranked" and store.reads == 1  # never seen: read
         store.orders[1] = "latest"  # written through another process
         assert await prefs.feed_order(1) == "ranked" and store.reads == 1  # fresh: kept
@@ -52,7 +56,7 @@ def test_a_kept_order_answers_at_once_and_is_refreshed_behind_the_page() -> None
 def test_a_change_through_this_process_is_used_at_once_and_failures_raise() -> None:
     async def scenario() -> None:
         store, clock = _Store(), [0.0]
-        prefs = Preferences(store, ttl_s=60, capacity=2, monotonic=lambda: clock[0])  # type: ignore[arg-type]
+        prefs = Preferences(store, ttl_s=60, capacity=2, monotonic=lambda: clock[0])
         assert await prefs.feed_order(1) == "ranked"
         await prefs.set_feed_order(1, "latest")
         assert await prefs.feed_order(1) == "latest" and store.orders == {1: "latest"}

@@ -1,5 +1,6 @@
 """The serving cache's rules (services/api/feed/serving_cache.py) and the notices that
-drive it (services/common/serving_changes.py), against a counting fake of FeedStore."""
+drive it (services/common/serving_changes.py), over the in-memory store counting the
+reads the cache lets through (tests/support/serving_cache_fakes.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -13,13 +14,14 @@ from services.api.feed.notices import NoticeStats, _apply
 from services.api.feed.serving_cache import ServingCache
 from services.common.envelope import MalformedEnvelope
 from tests.support.schemas import examples_for, validation_errors
-from tests.support.serving_cache_fakes import (AUTHOR, BUCKET, OTHER, POST, READER, Clock,
-                                               FakeStore, make, run)
+from services.common.rules import VISIBLE
+from tests.support.serving_cache_fakes import (AUTHOR, BUCKET, INBOX, OTHER, POST, READER,
+                                               TIMELINE, Clock, FakeStore, make, run)
 from services.common.serving_changes import MAX_IDS, Notices, ServingChange, encode, parse, split
 
 
 def views(cache: ServingCache, store: FakeStore) -> PostCopies:
-    return PostCopies(store, BodyCache(10), cache)  # type: ignore[arg-type]
+    return PostCopies(store, BodyCache(10), cache)
 
 
 def test_a_warm_page_reads_nothing_from_the_store():
@@ -40,8 +42,8 @@ def test_a_notice_drops_exactly_what_it_names():
     copies = views(cache, store)
     run(cached.blocked(READER))
     run(copies.fetch([POST]))
-    store.blocks[READER] = frozenset({AUTHOR})
-    store.posts_rows[POST] = store.posts_rows[POST][:4] + (True,) + store.posts_rows[POST][5:]
+    store.block(READER, AUTHOR)
+    store.write_post(POST, AUTHOR, 7, "hi", VISIBLE, deleted=True)
     assert run(cached.blocked(READER)) == frozenset()  # no notice yet: still the cached copy
     cache.apply(ServingChange(graphs=(READER,), posts=(POST,)))
     assert run(cached.blocked(READER)) == frozenset({AUTHOR})
@@ -178,7 +180,7 @@ def test_a_follow_list_at_the_read_bound_is_never_cached():
 
 def test_graphs_are_evicted_by_follow_entries():
     cached, store, cache, _ = make(follows=4)  # one graph of 2 follows weighs 3
-    store.follows[OTHER] = {1: 1}
+    store.follow(OTHER, 1, 1)
     run(cached.blocked(READER))
     run(cached.blocked(OTHER))
     assert len(cache.graphs) == 1 and cache.graphs.load <= 4
@@ -186,8 +188,7 @@ def test_graphs_are_evicted_by_follow_entries():
 
 def test_timelines_cache_empty_partitions_and_answer_smaller_limits():
     cached, store, _, _ = make()
-    assert run(cached.authors_top([AUTHOR, OTHER], [BUCKET, BUCKET - 1], 5)) == \
-        store.timeline[(AUTHOR, BUCKET)]
+    assert run(cached.authors_top([AUTHOR, OTHER], [BUCKET, BUCKET - 1], 5)) == TIMELINE
     assert run(cached.authors_top([OTHER], [BUCKET], 3)) == []
     assert run(cached.authors_top([AUTHOR], [BUCKET], 1)) == [(2.0, POST, AUTHOR)]
     assert store.calls == ["authors_top"]
@@ -204,13 +205,13 @@ def test_a_full_partition_does_not_answer_a_larger_limit():
 
 def test_inbox_tops_are_cached_packed_and_dropped_by_an_inbox_notice():
     cached, store, cache, _ = make()
-    assert run(cached.inbox_top(READER, 10)) == store.inbox[READER]
-    assert run(cached.inbox_top(READER, 1)) == store.inbox[READER][:1]
-    assert run(cached.inbox_top(READER, 50)) == store.inbox[READER]  # complete: answers more
+    assert run(cached.inbox_top(READER, 10)) == INBOX
+    assert run(cached.inbox_top(READER, 1)) == INBOX[:1]
+    assert run(cached.inbox_top(READER, 50)) == INBOX  # complete: answers more
     assert store.calls == ["inbox_top"]
-    store.inbox[READER] = store.inbox[READER][1:]
+    store.set_inbox(READER, INBOX[1:])
     cache.apply(ServingChange(inboxes=(READER,)))
-    assert run(cached.inbox_top(READER, 10)) == store.inbox[READER]
+    assert run(cached.inbox_top(READER, 10)) == INBOX[1:]
     run(cached.inbox_top(READER, 10, after=(1.0, 1)))
     assert store.calls == ["inbox_top", "inbox_top", "inbox_after"]
 
@@ -335,7 +336,7 @@ def test_a_preference_is_read_once_and_kept_until_a_notice_names_its_reader():
     cache.heard()  # the notice consumer is still current
     assert run(prefs.feed_order(READER)) == "ranked"
     assert store.calls == ["feed_order"]
-    store.orders[READER] = "latest"  # stored through another process ...
+    store.tables.preferences[READER] = "latest"  # stored through another process ...
     assert run(prefs.feed_order(READER)) == "ranked"
     cache.apply(ServingChange(preferences=(READER,)))  # ... whose notice arrives
     assert run(prefs.feed_order(READER)) == "latest" and store.calls == ["feed_order"] * 2
@@ -353,7 +354,7 @@ def test_a_preference_read_overlapping_its_notice_is_not_kept():
         store.gate = asyncio.Event()
         read = asyncio.ensure_future(cached.feed_order(READER))
         await asyncio.sleep(0)
-        store.orders[READER] = "latest"
+        store.tables.preferences[READER] = "latest"  # stored through another process
         cache.apply(ServingChange(preferences=(READER,)))  # arrives while the read is out
         store.gate.set()
         return await read
@@ -366,6 +367,6 @@ def test_a_preference_read_overlapping_its_notice_is_not_kept():
 
 def test_preferences_are_read_through_while_the_cache_stands_aside():
     cached, store, cache, _ = make(live=False)
-    store.orders[READER] = "latest"
+    store.tables.preferences[READER] = "latest"
     assert [run(cached.feed_order(READER)) for _ in range(2)] == ["latest", "latest"]
     assert store.calls == ["feed_order", "feed_order"] and len(cache.preferences) == 0

@@ -1,7 +1,7 @@
 """When a first page may show the reader's last snapshot again (services/api/feed/reuse.py):
-the real SourceReader over the real serving cache, against the serving cache tests' fake
-store (tests/support/serving_cache_fakes.py), so a snapshot is reused exactly while what
-it was built from is unchanged."""
+the real SourceReader over the real serving cache, against the serving cache tests'
+in-memory store (tests/support/serving_cache_fakes.py), so a snapshot is reused exactly
+while what it was built from is unchanged."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
@@ -35,8 +35,8 @@ def recall(reuse: SnapshotReuse, *, now_ms: int = NOW_MS, celebrities=(), order:
 
 
 def setup(**kwargs):
-    cached, store, cache, clock = make(**kwargs)
-    store.inbox[READER] = [(2.0, POST, AUTHOR), (1.25, POST - 5, OTHER)]  # keys as the timeline's
+    # The inbox's keys as the timeline's.
+    cached, store, cache, clock = make(inbox=[(2.0, POST, AUTHOR), (1.25, POST - 5, OTHER)], **kwargs)
     return cached, store, cache, clock, SnapshotReuse(cache, max_age_s=300, size=100)
 
 
@@ -87,7 +87,9 @@ def test_a_cache_that_stands_aside_or_expires_its_entries_ends_reuse() -> None:
 
 def test_a_long_follow_list_reuses_only_within_the_fallback_slices_second() -> None:
     cached, store, cache, _, reuse = setup()
-    store.follows[READER] = {AUTHOR + 100 + i: 5 for i in range(40)} | {AUTHOR: 5}
+    store.unfollow(READER, OTHER)  # READER follows AUTHOR and these 40 authors
+    for author in range(AUTHOR + 100, AUTHOR + 140):
+        store.follow(READER, author, 5)
     sources, kept = build(cached, reuse)
     assert kept and sources.slice_start == cand.fallback_start(NOW_MS)
     assert NOW_MS % 1000 == 0
@@ -117,7 +119,7 @@ def test_snapshots_with_failed_reads_or_rows_in_doubt_are_not_held() -> None:
 
     cached, store, cache, _, reuse = setup()
     # The post has an inbox row under another key than its timeline row: a move under way.
-    store.inbox[READER] = [(9.0, POST, AUTHOR)]
+    store.set_inbox(READER, [(9.0, POST, AUTHOR)])
     sources, kept = build(cached, reuse)
     assert not sources.pure and not kept
 

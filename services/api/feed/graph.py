@@ -1,4 +1,4 @@
-"""The reader's graph (follows, blocks) as one page needs it. Thin I/O over the store (``FeedPort``).
+"""The reader's graph (follows, blocks) as one page needs it. Thin I/O over ``FeedPort``.
 
 A page only needs the authors of the items it may return: ``PageGraph.cover`` reads
 which of those the reader follows (one single-partition ``followed_id IN ?`` read) and
