@@ -133,6 +133,13 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def plots(r: dict[str, Any], out: Path) -> list[str]:
+    names: list[str] = []
+    if r.get("latency_samples"):  # Python-driven reads only: wrk reports quantiles, no samples
+        names += _latency_cdf(r, out)
+    return names + _other_plots(r, out)
+
+
+def _latency_cdf(r: dict[str, Any], out: Path) -> list[str]:
     names = []
     fig, ax = plt.subplots(figsize=(8, 4.5))
     # One colour per series (group and page, or baseline), one line style per concurrency:
@@ -156,7 +163,11 @@ def plots(r: dict[str, Any], out: Path) -> list[str]:
     fig.savefig(out / "latency_cdf.png", dpi=110)
     plt.close(fig)
     names.append("latency_cdf.png")
+    return names
 
+
+def _other_plots(r: dict[str, Any], out: Path) -> list[str]:
+    names: list[str] = []
     series = r["freshness"].get("series", [])
     if series:
         fig, ax = plt.subplots(figsize=(8, 4))

@@ -3,7 +3,7 @@ one run, reported as JSON, Markdown and PNG plots.
 
     python -m bench.run [--mode short|full] [--out DIR]
 
-short (~8 min): 6,000 users, 1 and 16 connections, 20 s of steady posts, 30 s of the seed mix.
+short (~11 min): 6,000 users, 1 and 16 connections, 20 s of steady posts, 30 s of the seed mix.
 Reads are driven by wrk against our API and the pull service (bench/read_wrk.py).
 full (~40 min): 120,000 users with 5 authors over 100,000 followers, concurrency 1/4/16.
 """
