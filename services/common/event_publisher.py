@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Iterator, Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, KafkaTimeoutError
@@ -64,8 +64,9 @@ async def delivered(futures: Iterable[asyncio.Future[Any]]) -> None:
     await settle(list(futures))
 
 
-async def settle(futures: Sequence[asyncio.Future[Any]]) -> None:
-    """Await ``futures`` together; the first error is raised after all settled."""
+async def settle(futures: Sequence[Awaitable[Any]]) -> None:
+    """Await ``futures`` (or any independent steps) together; the first error is raised
+    after all settled."""
     if not futures:
         return
     results = await asyncio.gather(*futures, return_exceptions=True)

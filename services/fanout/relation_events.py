@@ -18,13 +18,12 @@ Round trips of a follow change, each step's statements concurrent:
 """
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import datetime
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable
 
 from services.common.envelope import ChangeRecord, parse_timestamp, require_int
-from services.common.event_publisher import EventPublisher, delivered
+from services.common.event_publisher import EventPublisher, delivered, settle
 from services.common.feed_events import PostLandedInInbox
 from services.common.feed_events import encode as encode_event
 from services.common.topics import inbox_events_topic
@@ -70,17 +69,17 @@ class RelationChanges:
             work.append(self._backfill(follower, followed, since))
         if self._unflag is not None and (change.is_delete or step.newest):
             work.append(self._unflag(follower, [followed]))
-        await _all(work)
+        await settle(work)
 
     async def on_block_changed(self, change: ChangeRecord) -> None:
         row = change.row
         blocker, blocked = require_int(row, "blocker_id"), require_int(row, "blocked_id")
         if not change.is_delete:
             await self._copies.add_block(blocker, blocked, change.lsn)
-            await _all([self._purge(p, "block", None) for p in purges_for_block(change)])
+            await settle([self._purge(p, "block", None) for p in purges_for_block(change)])
             return
         await self._copies.remove_block(blocker, blocked, change.lsn)
-        await _all([self._backfill_if_following(reader, author)
+        await settle([self._backfill_if_following(reader, author)
                     for reader, author in ((blocker, blocked), (blocked, blocker))])
 
     async def _purge(self, purge: InboxPurge, reason: str, since: datetime | None) -> None:
@@ -137,13 +136,3 @@ def _created_at(copy: PostCopy) -> datetime:
     """The creation time of a live copy (``PostCopy.alive`` implies it is set)."""
     assert copy.created_at is not None, copy
     return copy.created_at
-
-
-async def _all(work: Sequence[Awaitable[object]]) -> None:
-    """Await independent steps together; the first error is raised after all settled."""
-    if not work:
-        return
-    results = await asyncio.gather(*work, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
