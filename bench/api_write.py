@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import bench  # noqa: E402,F401 - sets FEED_DEV_MODE when run as a script
-from services.api.auth import mint_token  # noqa: E402
-from services.common import ids  # noqa: E402
-from services.api.idgen import SnowflakeGenerator  # noqa: E402
-from services.common.settings import Settings  # noqa: E402
+from services.api.http.auth import mint_token  # noqa: E402
+from services.api.write.idgen import SnowflakeGenerator  # noqa: E402
+from services.shared.domain import ids  # noqa: E402
+from services.shared.settings import Settings  # noqa: E402
 
 CEILING_IDS_PER_SECOND = (ids.MAX_SEQUENCE + 1) * 1000  # 4,096,000 per node
 

@@ -36,8 +36,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from deploy.migrate import migrate_kafka, migrate_postgres  # noqa: E402
 from services.cdc.publisher import producer_config  # noqa: E402
-from services.common.settings import Settings  # noqa: E402
-from services.common.topics import cdc_topic  # noqa: E402
+from services.shared.contracts.topics import cdc_topic  # noqa: E402
+from services.shared.settings import Settings  # noqa: E402
 
 # Rows per insert transaction when building the backlog: like an API writing a post.
 BACKLOG_TX_ROWS = 10

@@ -41,8 +41,8 @@ from bench.cdc import POST_BODY, _insert_backlog
 from bench.wrk_load import tree_cpu_s
 from deploy.debezium.check import Scratch, stop
 from deploy.stack.toolchain import PG_BIN
-from services.common.settings import Settings
-from services.common.topics import cdc_topic
+from services.shared.contracts.topics import cdc_topic
+from services.shared.settings import Settings
 
 TX_ROWS = 100
 

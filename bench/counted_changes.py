@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 from cassandra import InvalidRequest  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from services.common import cql  # noqa: E402
-from services.common.settings import Settings  # noqa: E402
-from services.common.topics import all_topics, cdc_topic  # noqa: E402
+from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
+from services.shared.settings import Settings  # noqa: E402
+from services.shared.stores import cql  # noqa: E402
 from tests.support.cdc_events import CdcEvents, CdcMessage, send  # noqa: E402
 from tests.support.worker_env import group_caught_up  # noqa: E402
 
@@ -64,7 +64,7 @@ class Run:
 def migrate(root: Path, name: str) -> None:
     """The variant's own migrations on a fresh keyspace and topic prefix."""
     code = ("import sys; from deploy.migrate import migrate_cassandra, migrate_kafka; "
-            "from services.common.settings import Settings; "
+            "from services.shared.settings import Settings; "
             f"s = Settings(cassandra_keyspace={name!r}, topic_prefix={name!r}); "
             f"migrate_cassandra(s, {name!r}); migrate_kafka(s, {name!r})")
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True)

@@ -36,16 +36,16 @@ WARM_UP = 200
 async def _measure(root: Path, kind: str, n: int, partitions: int) -> dict[str, float]:
     """Runs inside the variant's process: changes/s and worker CPU µs per change."""
     from deploy.migrate import migrate_cassandra
-    from services.common import cql
-    from services.common.cql_async import CqlRunner, use_cached_rows
-    from services.common.settings import Settings
+    from services.shared.settings import Settings
+    from services.shared.stores import cql
+    from services.shared.stores.cql_async import CqlRunner, use_cached_rows
 
     name = f"bench_step_{secrets.token_hex(3)}"
     s = Settings(cassandra_keyspace=name, topic_prefix=name)
     migrate_cassandra(s, name)
     session = cql.session(s, timeout=12)
     use_cached_rows(session)
-    counters = not (root / "services/common/counted_edges.py").exists()  # the old design
+    counters = not (root / "services/shared/stores/counted_edges.py").exists()  # the old design
     limit = asyncio.Semaphore(IN_FLIGHT)
     since = datetime.now(timezone.utc) - timedelta(days=1)
     store: Any

@@ -40,11 +40,11 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from bench.raw_writer import best_raw_rate  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
-from services.common import cql  # noqa: E402
-from services.common.cql_async import CqlRunner  # noqa: E402
-from services.common.rules import INBOX_TTL_S  # noqa: E402
-from services.common.settings import Settings  # noqa: E402
-from services.common.topics import all_topics, inbox_events_topic  # noqa: E402
+from services.shared.contracts.topics import all_topics, inbox_events_topic  # noqa: E402
+from services.shared.domain.rules import INBOX_TTL_S  # noqa: E402
+from services.shared.settings import Settings  # noqa: E402
+from services.shared.stores import cql  # noqa: E402
+from services.shared.stores.cql_async import CqlRunner  # noqa: E402
 from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 

@@ -44,10 +44,11 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from bench.fanout import raw_insert_rate  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
-from services.common import cql, ids, ranking  # noqa: E402
-from services.common.rules import VISIBLE  # noqa: E402
-from services.common.settings import Settings  # noqa: E402
-from services.common.topics import all_topics, cdc_topic  # noqa: E402
+from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
+from services.shared.domain import ids, ranking
+from services.shared.domain.rules import VISIBLE  # noqa: E402
+from services.shared.settings import Settings  # noqa: E402
+from services.shared.stores import cql  # noqa: E402
 from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 # Ids far from anything the workload generates; followers are unique per follow.

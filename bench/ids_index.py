@@ -15,9 +15,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from services.common import pg
-from services.api.idgen import SnowflakeGenerator
-from services.common.settings import Settings
+from services.api.write.idgen import SnowflakeGenerator
+from services.shared.settings import Settings
+from services.shared.stores import pg
 
 CEILING_PER_S = 4096 * 1000  # 12-bit sequence per millisecond per node
 
@@ -88,7 +88,7 @@ def index_sizes(settings: Settings, rows: int = 1_000_000) -> dict[str, dict[str
 
 
 if __name__ == "__main__":
-    from services.common.settings import get_settings
+    from services.shared.settings import get_settings
 
     rate = generator_rate()
     print(f"ids: {rate.ids_per_s:,.0f}/s = {rate.share_of_ceiling:.1%} of the {CEILING_PER_S:,}/s ceiling")

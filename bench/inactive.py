@@ -26,14 +26,14 @@ import numpy as np
 
 from bench.phases import _tokens
 from bench.workload import Graph
-from services.common import cql
-from services.common.activity import ACTIVE, ActivityStore, Window
-from services.common.cql_async import CqlRunner
-from services.common.settings import Settings
 from services.fanout.copies import CopyStore
 from services.fanout.inactive import InactiveSweeper
 from services.fanout.inbox import InboxStore
-from services.fanout.rebuild import rebuilder
+from services.fanout.jobs.rebuild import rebuilder
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.activity import ACTIVE, ActivityStore, Window
+from services.shared.stores.cql_async import CqlRunner
 
 WRITES_IN_FLIGHT = 64
 

@@ -18,8 +18,8 @@ import httpx
 from bench.phases import PostWatch, _tokens, posting_authors, visibility_summary
 from bench.workload import Graph
 from bench.wrk_load import run_wrk
-from services.api.auth import mint_token
-from services.common.settings import Settings
+from services.api.http.auth import mint_token
+from services.shared.settings import Settings
 
 PROBE_S = 3.0
 CALIBRATE_S = 8.0

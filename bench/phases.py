@@ -20,9 +20,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from bench.http_load import LoadResult, run_load
 from bench.workload import Graph
-from services.api.auth import mint_token
-from services.common.rules import VISIBLE
-from services.common.settings import Settings
+from services.api.http.auth import mint_token
+from services.shared.domain.rules import VISIBLE
+from services.shared.settings import Settings
 
 # The seed-003 "pure fan-out on read" query, on the source of truth.
 PULL_QUERY = f"""

@@ -16,9 +16,9 @@ import psycopg
 
 from deploy.lag import group_lag, scrape, slot_lag
 from deploy.migrate import migrate_all
-from services.common import cql
-from services.common.settings import Settings
-from services.common.topics import cdc_topic, rank_features_topic
+from services.shared.contracts.topics import cdc_topic, rank_features_topic
+from services.shared.settings import Settings
+from services.shared.stores import cql
 
 REPO = Path(__file__).resolve().parents[1]
 # What each worker group consumes (CDC tables; the ranker also reads rank-features).

@@ -8,7 +8,7 @@ JOIN follows, with text, blocks both ways, ``following_since``, ``deleted_at IS 
 and ``visibility = 1``, ``ORDER BY created_at DESC, post_id DESC``, keyset cursor) on the
 same stack as ours: FastAPI + uvicorn (uvloop, httptools, 1 worker by default), orjson
 bodies, a psycopg async pool of ``Settings.api_pg_pool_max`` connections, and the same
-HS256 JWT check (``services.api.auth.verify_token``, PyJWT). ``GET /healthz`` is its
+HS256 JWT check (``services.api.http.auth.verify_token``, PyJWT). ``GET /healthz`` is its
 empty endpoint. Nothing is cached: every page is one query, as a pull service is.
 
 It is the baseline, so it gets every advantage a real one would have:
@@ -48,10 +48,10 @@ from fastapi import FastAPI, Header, Query, Response
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from services.api.app import NO_OTEL
-from services.api.auth import TokenRejected, VerifiedTokens
+from services.api.http.auth import TokenRejected, VerifiedTokens
 from services.api.routes.feed_fast import feed_query as parse_feed_query
-from services.common.rules import VISIBLE
-from services.common.settings import Settings, get_settings
+from services.shared.domain.rules import VISIBLE
+from services.shared.settings import Settings, get_settings
 
 # Same page size and cap as ours (services/api/routes/feed.py).
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100

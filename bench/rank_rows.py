@@ -47,12 +47,6 @@ from cassandra.query import SimpleStatement
 from deploy.migrate import migrate_cassandra
 from deploy.stack.cassandra import nodetool
 from deploy.stack.layout import Layout
-from services.common import cql, ids
-from services.common.cql_async import CqlRunner, StoreRetry, use_cached_rows
-from services.common.envelope import ChangeRecord
-from services.common.rank_moves import RankKeyMoved
-from services.common.rules import INBOX_TTL, VISIBLE
-from services.common.settings import Settings
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
 from services.fanout.post_events import PostFanout
@@ -63,6 +57,13 @@ from services.fanout.tiering import CapacityEstimate, TierPolicy
 from services.ranker.features import FeaturesObserved
 from services.ranker.rank_keys import RankKeys
 from services.ranker.store import RankStore
+from services.shared.contracts.envelope import ChangeRecord
+from services.shared.contracts.rank_moves import RankKeyMoved
+from services.shared.domain import ids
+from services.shared.domain.rules import INBOX_TTL, VISIBLE
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.cql_async import CqlRunner, StoreRetry, use_cached_rows
 
 # Cassandra logs a warning for a read that scans 1,000 tombstones
 # (tombstone_warn_threshold) and fails it at 100,000; the target is far below the first.

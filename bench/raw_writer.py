@@ -32,8 +32,8 @@ from typing import Any, Iterable, Sequence
 
 from cassandra.query import BatchStatement, BatchType
 
-from services.common.cql_async import CqlRunner
-from services.common.rules import INBOX_TTL_S
+from services.shared.domain.rules import INBOX_TTL_S
+from services.shared.stores.cql_async import CqlRunner
 
 # (strategy, rows per request, requests in flight)
 SETTINGS: tuple[tuple[str, int, int], ...] = (
@@ -147,7 +147,7 @@ def history_pairs(follower: Sequence[int], followed: Sequence[int],
 
 def main() -> int:
     from bench.pipeline import bench_settings, fresh_stores
-    from services.common import cql
+    from services.shared.stores import cql
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=20_000)

@@ -28,8 +28,7 @@ from bench.read_grid import PAGE_LIMIT, TOKEN_TTL_S, grid_args, grid_of, next_en
 from bench.read_seed import log
 from bench.read_servers import ROOT, Server, Servers, store_pids
 from bench.wrk_load import warm_and_run
-from services.api.auth import mint_token
-
+from services.api.http.auth import mint_token
 
 # Counters read from each side's /metrics at the end (summed over their labels but the
 # ones named): what a change is meant to move besides throughput.

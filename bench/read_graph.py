@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Callable, NamedTuple
 
 from bench.workload import Graph as DemoGraph
-from services.common import ids
+from services.shared.domain import ids
 
 # The seed's posting rate for an active author.
 POSTS_PER_DAY = 5

@@ -50,10 +50,10 @@ from bench.read_servers import Server, Servers, store_pids
 from bench.workload import GraphSpec, generate
 from bench.wrk_load import WrkResult, run_wrk, warm_and_run
 from deploy.migrate import migrate_cassandra, migrate_kafka, migrate_postgres
-from services.api.auth import mint_token
-from services.common import cql
-from services.common.settings import Settings
-from services.common.topics import all_topics
+from services.api.http.auth import mint_token
+from services.shared.contracts.topics import all_topics
+from services.shared.settings import Settings
+from services.shared.stores import cql
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE_LIMIT = 20       # the seed's page size, both services

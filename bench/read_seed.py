@@ -31,13 +31,14 @@ import psycopg
 from bench.pull_service import create_baseline_indexes
 from bench.read_graph import Post, ReadGraph, plan_serving
 from bench.write_coalescer import CoalescingRunner
-from services.common import cql, ranking
-from services.common.settings import Settings
 from services.fanout.audience import PostFields, inbox_ttl_s
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
 from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
+from services.shared.domain import ranking
+from services.shared.settings import Settings
+from services.shared.stores import cql
 
 T = TypeVar("T")
 

@@ -26,8 +26,8 @@ from typing import Any
 import psycopg
 
 from services.api.__main__ import usable_cores, worker_count
-from services.api.auth import mint_token
-from services.common.settings import Settings
+from services.api.http.auth import mint_token
+from services.shared.settings import Settings
 
 from .pull_service import create_baseline_indexes
 from .read_servers import Servers, store_pids

@@ -29,7 +29,7 @@ from bench.pipeline import (PORTS, Sampler, Services, bench_settings, drop_slots
                             topic_sizes, wait_caught_up)
 from bench.workload import GraphSpec, generate, load_graph, load_history, publish_feature_events
 from deploy.lag import scrape
-from services.common import cql
+from services.shared.stores import cql
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = {
@@ -68,7 +68,7 @@ def raw_cassandra(graph, rows: int) -> dict:
     """The best raw writer (bench/raw_writer.py) on the history's own (reader, post) rows,
     into the scratch keyspace (same migrations, same replication), services idle."""
     from bench.raw_writer import best_raw_rate, history_pairs
-    from services.common.rules import INBOX_TTL_S
+    from services.shared.domain.rules import INBOX_TTL_S
 
     pairs = history_pairs(graph.follower.tolist(), graph.followed.tolist(), graph.posts,
                           set(graph.celebrity_ids.tolist()), rows)

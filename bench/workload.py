@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from services.common import ids
+from services.shared.domain import ids
 
 if TYPE_CHECKING:
     import psycopg
 
-    from services.common.settings import Settings
+    from services.shared.settings import Settings
 
 # following_since sits well before every generated post, so history is visible (the
 # no-backfill rule would otherwise hide it).
@@ -200,7 +200,7 @@ def publish_feature_events(settings: Settings, graph: Graph, count: int) -> int:
 
     from confluent_kafka import Producer
 
-    from services.common.topics import rank_features_topic
+    from services.shared.contracts.topics import rank_features_topic
 
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True,
                          "linger.ms": 20})

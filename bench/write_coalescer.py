@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from services.common.cql_async import CqlRunner, Executable
+from services.shared.stores.cql_async import CqlRunner, Executable
 
 # Rows per batch: under the stack's cross-partition batch warning threshold (64,
 # deploy/stack/cassandra.py).

@@ -16,9 +16,9 @@ import httpx
 
 from bench.workload import Graph, GraphSpec, generate, load_postgres, publish_feature_events
 from deploy.stack import prometheus
-from services.api.auth import mint_token
-from services.common import pg
-from services.common.settings import get_settings
+from services.api.http.auth import mint_token
+from services.shared.settings import get_settings
+from services.shared.stores import pg
 
 # How long the pipeline may take to take in the demo graph on a 2-core machine.
 READY_DEADLINE_S = 300

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TypeVar, TypeVarTuple
 
-from services.common import pg
-from services.common.rules import iso_utc
-from services.common.settings import Settings, get_settings
+from services.shared.domain.rules import iso_utc
+from services.shared.settings import Settings, get_settings
+from services.shared.stores import pg
 
 _T = TypeVar("_T")
 _Args = TypeVarTuple("_Args")

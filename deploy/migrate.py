@@ -4,7 +4,7 @@
 
 Postgres and Cassandra files in ``deploy/migrations/<store>/NNNN_name.{sql,cql}`` are
 applied in order and recorded in a ``schema_migrations`` table, so a second run does
-nothing. Kafka topics come from ``services/common/topics.py``; existing topics are left
+nothing. Kafka topics come from ``services/shared/contracts/topics.py``; existing topics are left
 as they are, and a partition count lower than declared is reported.
 """
 from __future__ import annotations
@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.common import cql, pg
-from services.common.settings import Settings, get_settings
-from services.common.topics import all_topics
+from services.shared.contracts.topics import all_topics
+from services.shared.settings import Settings, get_settings
+from services.shared.stores import cql, pg
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 

@@ -20,12 +20,12 @@ from functools import partial
 
 from deploy.stack.layout import REPO, Layout
 from deploy.stack.process import Daemon, StackError, spawn, stop, wait_ready
-from services.common.settings import get_settings
+from services.shared.settings import get_settings
 
 ORDER = ("cdc", "fanout", "ranker", "api")
 # The services started here run beside the local stack, on the built-in development
 # secrets unless FEED_JWT_SECRET / FEED_CURSOR_KEYS are set: the API refuses those without
-# the development flag (services/common/secret_policy.py). An explicit value is kept.
+# the development flag (services/shared/secret_policy.py). An explicit value is kept.
 DEV_MODE_ENV = "FEED_DEV_MODE"
 
 

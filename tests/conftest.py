@@ -13,11 +13,11 @@ import socket
 
 import pytest
 
-from services.common.settings import Settings
+from services.shared.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # The suite runs on the built-in development secrets, which only a development flag lets
-# the API accept (services/common/secret_policy.py); the processes tests start inherit it.
+# the API accept (services/shared/secret_policy.py); the processes tests start inherit it.
 os.environ.setdefault("FEED_DEV_MODE", "true")
 
 
@@ -83,7 +83,7 @@ def settings(run_id: str) -> Settings:
 def _drop(base: Settings, s: Settings, name: str) -> None:
     import psycopg
 
-    from services.common import cql
+    from services.shared.stores import cql
 
     try:
         with psycopg.connect(base.pg_dsn, autocommit=True) as conn:

@@ -29,10 +29,10 @@ from confluent_kafka import Consumer
 
 from deploy.migrate import migrate_kafka, migrate_postgres
 from deploy.stack.layout import REPO, Layout
-from deploy.stack.toolchain import java17, jars
-from services.common.rules import REMOVED
-from services.common.settings import Settings
-from services.common.topics import CAPTURED_TABLES, CDC_SCHEMA, cdc_topic
+from deploy.stack.toolchain import jars, java17
+from services.shared.contracts.topics import CAPTURED_TABLES, CDC_SCHEMA, cdc_topic
+from services.shared.domain.rules import REMOVED
+from services.shared.settings import Settings
 
 from .compare import Difference, Record, compare_streams
 

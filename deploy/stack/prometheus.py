@@ -35,7 +35,7 @@ def address() -> str:
 
 def targets() -> dict[str, str]:
     """Job name -> the address its metrics are served on (the services' own settings)."""
-    from services.common.settings import Settings
+    from services.shared.settings import Settings
 
     s = Settings()
     return {"feed-api": f"127.0.0.1:{s.api_port}", "feed-cdc": f"127.0.0.1:{s.cdc_metrics_port}",

@@ -16,11 +16,11 @@ import os
 import uvicorn
 from fastapi import FastAPI
 
-from services.common.secret_policy import UnsafeSecrets, require_safe_secrets
-from services.common.settings import get_settings
+from services.api.http.logs import configure_logging
+from services.shared.secret_policy import UnsafeSecrets, require_safe_secrets
+from services.shared.settings import get_settings
 
 from .app import create_app
-from .logs import configure_logging
 
 WORKER_APP = "services.api.__main__:worker_app"
 

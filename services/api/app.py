@@ -26,24 +26,26 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.telemetry import TelemetryConfig
 from starlette.types import ASGIApp
 
-from services.common import kafka_failover, pg
-from services.api.idgen import NodeLease, SnowflakeGenerator
-from services.common.secret_policy import require_safe_secrets
-from services.common.settings import Settings, get_settings
+from services.api.http.edge import Edge
+from services.api.http.metrics import ApiMetrics
+from services.api.http.problems import install_problem_handlers
+from services.api.http.readiness import (ReadinessChecks, cassandra_check, lease_check,
+                                         postgres_check)
+from services.api.stores.idempotency import purge_expired_periodically
+from services.api.write.idgen import NodeLease, SnowflakeGenerator
+from services.api.write.users import KnownUsers
+from services.shared.secret_policy import require_safe_secrets
+from services.shared.settings import Settings, get_settings
+from services.shared.stores import pg
+from services.shared.worker import kafka_failover
 
-from .edge import Edge
-from .metrics import ApiMetrics
-from .problems import install_problem_handlers
 from . import runtime
-from .readiness import ReadinessChecks, cassandra_check, lease_check, postgres_check
+from .feed.notices import run_notice_consumer
 from .feed.wiring import close_read_path, open_read_path
-from .stream.wiring import open_stream
 from .routes import feed, health, moderation, posts, preferences, social, stream, web
 from .routes.feed_fast import FeedFastPath
 from .stream.consumer import run_stream_consumer
-from .feed.notices import run_notice_consumer
-from .store.idempotency import purge_expired_periodically
-from .users import KnownUsers
+from .stream.wiring import open_stream
 
 log = logging.getLogger("services.api")
 

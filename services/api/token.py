@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from services.common.settings import get_settings
-
-from .auth import MODERATOR_ROLE, mint_token, parse_user_id
+from services.api.http.auth import MODERATOR_ROLE, mint_token, parse_user_id
+from services.shared.settings import get_settings
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,7 @@ import threading
 
 from prometheus_client import start_http_server
 
-from services.common.settings import get_settings
+from services.shared.settings import get_settings
 
 from .column_rendering import UnsupportedColumnType
 from .relay import Relay

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from services.common.topics import cdc_topic
+from services.shared.contracts.topics import cdc_topic
 
 from . import column_rendering
 from .pgoutput import UNCHANGED_TOAST, Column, Row

@@ -6,8 +6,8 @@ from typing import Callable, TextIO
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from services.common.settings import Settings
-from services.common.store_health import record_kafka_stats
+from services.shared.settings import Settings
+from services.shared.stores.store_health import record_kafka_stats
 
 from .envelope import OutRecord
 

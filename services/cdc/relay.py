@@ -18,8 +18,8 @@ import psycopg2
 import psycopg2.errors
 from psycopg2.extras import LogicalReplicationConnection, ReplicationCursor
 
-from services.common.settings import Settings
-from services.common.topics import heartbeat_topic
+from services.shared.contracts.topics import heartbeat_topic
+from services.shared.settings import Settings
 
 from . import catalog, metrics, slot
 from .ack_frontier import AckFrontier

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from services.common.settings import Settings
+from services.shared.settings import Settings
 
 from .pgoutput import lsn_from_str
 

@@ -1,7 +1,7 @@
 """``python -m services.fanout``: run the fan-out worker (metrics on fanout_metrics_port)."""
 from __future__ import annotations
 
-from services.common.faust_app import run_worker
+from services.shared.worker.faust_app import run_worker
 
 from .app import create_app
 

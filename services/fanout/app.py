@@ -3,7 +3,7 @@ and over the ranker's rank-key moves (the fan-out owns every inbox row).
 
 One agent per topic (posts, follows, blocks, rank-key-moves). Each takes messages in batches and
 applies a batch's keys concurrently (``fanout_max_in_flight`` keys), each key's changes
-in order (services/common/batch_consumer.py ``consume_in_batches``). Acks are manual: a batch
+in order (services/shared/worker/batch_consumer.py ``consume_in_batches``). Acks are manual: a batch
 is acked only after every message's effects (Cassandra rows, output events, or a dead
 letter) are acknowledged, so the committed offset never passes work that was not done
 (at-least-once; every effect is idempotent by write timestamp).
@@ -23,26 +23,28 @@ from typing import Awaitable, Callable, TypedDict
 
 import faust
 
-from services.common import cql
-from services.common.activity import ActivityStore, Window
-from services.common.batch_consumer import ConsumerLag, consume_in_batches, refresh_lag_periodically
-from services.common.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry, use_cached_rows
-from services.common.envelope import ChangeRecord, parse_change
-from services.common.event_publisher import EventPublisher
-from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
-from services.common.poison_guard import GuardedProcessing
-from services.common.settings import Settings
-from services.common.store_health import watch_cassandra
-from services.common.rank_moves import parse as parse_rank_move
-from services.common.serving_changes import Notices
-from services.common.topics import cdc_topic, rank_moves_topic, serving_changes_topic
+from services.fanout.jobs.rebuild import rebuilder
+from services.shared.contracts.envelope import ChangeRecord, parse_change
+from services.shared.contracts.rank_moves import parse as parse_rank_move
+from services.shared.contracts.topics import cdc_topic, rank_moves_topic, serving_changes_topic
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.activity import ActivityStore, Window
+from services.shared.stores.cql_async import (TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry,
+                                              use_cached_rows)
+from services.shared.stores.store_health import watch_cassandra
+from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batches,
+                                                   refresh_lag_periodically)
+from services.shared.worker.event_publisher import EventPublisher
+from services.shared.worker.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
+from services.shared.worker.notices import Notices
+from services.shared.worker.poison_guard import GuardedProcessing
 
 from .copies import CopyStore
 from .inactive import InactiveSweeper
 from .inbox import InboxStore
 from .post_events import PostFanout
 from .rank_moves import RankMoves
-from .rebuild import rebuilder
 from .relation_events import RelationChanges
 from .tier_store import TierStore
 from .tiering import CapacityEstimate, TierPolicy

@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any, Iterable, Mapping
 
-from services.common import ids
-from services.common.envelope import (UNAVAILABLE_VALUE, ChangeRecord, parse_jsonb,
-                                      parse_timestamp, require_int)
-from services.common.rules import CLOCK_SKEW, INBOX_TTL, VISIBLE
+from services.shared.contracts.envelope import (UNAVAILABLE_VALUE, ChangeRecord, parse_jsonb,
+                                                parse_timestamp, require_int)
+from services.shared.domain import ids
+from services.shared.domain.rules import CLOCK_SKEW, INBOX_TTL, VISIBLE
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from services.common.envelope import ChangeRecord, require_int
+from services.shared.contracts.envelope import ChangeRecord, require_int
 
 from .tiering import Tier
 

@@ -4,7 +4,7 @@ Every write of a CDC-derived row carries ``USING TIMESTAMP <lsn>`` (idempotent r
 deletes beat late creates), except the rank-key rows (``author_timeline`` and the copy's
 ``rank_key`` cells), which are in microseconds (0005_rank_keys.cql). A follow's state and
 its author's follower count live in ``follow_edges`` (0006_counted_edges.cql) and change
-together in one conditional batch (services/common/counted_edges.py): a crash or a retry
+together in one conditional batch (services/shared/stores/counted_edges.py): a crash or a retry
 never loses or doubles a count.
 """
 from __future__ import annotations
@@ -16,15 +16,14 @@ from typing import Any, AsyncIterator, Sequence
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from services.common import ids
-from services.common.counted_edges import CountedEdges, EdgeTable
-from services.common.cql_async import CqlRunner
-from services.common.edge_transitions import EdgeChange, EdgeStep
-from services.common.rules import REMOVED
-from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
+from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
+from services.shared.domain import ids
+from services.shared.domain.edge_transitions import EdgeChange, EdgeStep
+from services.shared.domain.rules import REMOVED
+from services.shared.stores.counted_edges import CountedEdges, EdgeTable
+from services.shared.stores.cql_async import CqlRunner
 
 from .audience import Follower, PostCopy, PostFields
-
 
 # A follow and its author's follower count (0006_counted_edges.cql).
 FOLLOW_EDGES = EdgeTable("follow_edges", partition="followed_id", edge="follower_id",
@@ -40,7 +39,7 @@ class CopyStore:
                  notices: ChangeSink = NO_NOTICES) -> None:
         self._run = runner
         # Told after every write of a copy the read path caches (post states, follows,
-        # blocks, author timelines): services/common/serving_changes.py.
+        # blocks, author timelines): services/shared/contracts/serving_changes.py.
         self._notices = notices
         p = session.prepare
         self._session = session

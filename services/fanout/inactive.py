@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
-from services.common.activity import (ACTIVE, BACKLOG_PERIODS, IDLE, SWEEP_NAME, ActivityPort,
-                                      Window)
+from services.shared.stores.activity import (ACTIVE, BACKLOG_PERIODS, IDLE, SWEEP_NAME,
+                                             ActivityPort, Window)
 
 from .metrics import READERS_GONE_IDLE, READERS_UNDONE
 

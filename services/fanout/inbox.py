@@ -2,7 +2,7 @@
 unpush, purge an author, trim the tail.
 
 A row is ``(reader_id, rank_key, post_id) -> author_id``: the post's time-invariant rank
-key (services/common/ranking.rank_key) in the clustering order, so a first page reads
+key (services/shared/domain/ranking.rank_key) in the clustering order, so a first page reads
 the top of the partition. Writes carry ``USING TIMESTAMP`` in microseconds (0005_rank_keys.cql):
 a post's rows the write time of its key, removals the time they are decided. Trimming
 deletes everything below the cap boundary with ONE range tombstone at the tail (the
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Protocol,
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from services.common.cql_async import CqlRunner
-from services.common.rules import INBOX_TTL_S
-from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
+from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
+from services.shared.domain.rules import INBOX_TTL_S
+from services.shared.stores.cql_async import CqlRunner
 
 from .audience import should_check_cap, trim_boundary
 from .cleanup import rows_to_purge

@@ -1,6 +1,6 @@
 """Prometheus metrics of the fan-out worker (port: Settings.fanout_metrics_port).
 
-Consumer lag and DLQ counts are in services/common/poison_guard.py and batch_consumer.py (shared with the ranker).
+Consumer lag and DLQ counts are in services/shared/worker/poison_guard.py and batch_consumer.py (shared with the ranker).
 """
 from __future__ import annotations
 

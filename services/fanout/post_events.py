@@ -18,25 +18,24 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Awaitable, Callable
 
-from services.common.cql_async import StoreRetry
-from services.common.envelope import ChangeRecord
-from services.common.event_publisher import EventPublisher, delivered
-from services.common.feed_events import CelebrityPosted, PostLandedInInbox
-from services.common.feed_events import encode as encode_event
-from services.common.topics import author_events_topic, inbox_events_topic
-
-from services.common.ids import EPOCH
-from services.common.rank_moves import RankKeyMoved
-from services.common.ranking import rank_key
+from services.shared.contracts.envelope import ChangeRecord
+from services.shared.contracts.feed_events import CelebrityPosted, PostLandedInInbox
+from services.shared.contracts.feed_events import encode as encode_event
+from services.shared.contracts.rank_moves import RankKeyMoved
+from services.shared.contracts.topics import author_events_topic, inbox_events_topic
+from services.shared.domain.ids import EPOCH
+from services.shared.domain.ranking import rank_key
+from services.shared.stores.cql_async import StoreRetry
+from services.shared.worker.event_publisher import EventPublisher, delivered
 
 from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_fields,
                        readers_for_post)
 from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
 from .inbox import InboxPort
-from .rank_moves import RankMoves
 from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
                       FANOUT_SECONDS, INACTIVE_ROWS_SKIPPED, INBOX_ROWS, STORE_RETRIES, TRIMS)
+from .rank_moves import RankMoves
 from .tier_store import TierStore
 from .tiering import OverlapMeter, Tier
 

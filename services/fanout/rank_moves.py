@@ -1,6 +1,6 @@
 """Rank-key moves: the ranker moved a post's key; move its rows to match.
 
-One ``RankKeyMoved`` (services/common/rank_moves.py) moves the post's author-timeline row
+One ``RankKeyMoved`` (services/shared/contracts/rank_moves.py) moves the post's author-timeline row
 and, when the post was fanned out, its row in each reader's inbox: per reader, the old
 key's tombstone and the new row go in one single-partition batch at the move's
 ``key_ts``. The audience is the fan-out's own (``readers_for_post``: followers by the
@@ -19,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Awaitable, Callable
 
-from services.common.rank_moves import RankKeyMoved
+from services.shared.contracts.rank_moves import RankKeyMoved
 
 from .audience import inbox_ttl_s, readers_for_post
 from .copies import CopyStore

@@ -11,7 +11,7 @@ Round trips of a follow change, each step's statements concurrent:
 2. the edge's new state with the moved count, in one conditional batch shared with the
    author's other follows in flight (skipped when the edge shows the change already
    applied or overtaken: a replay never counts twice, and a crash before it loses
-   nothing, services/common/counted_edges.py);
+   nothing, services/shared/stores/counted_edges.py);
 3. read the author's posts of the window (after the follow is written: see
    docs/fanout.md, post-before-follow);
 4. only when there are such posts: the block check and the posts' copies, then pushes.
@@ -22,11 +22,11 @@ import time
 from datetime import datetime
 from typing import Awaitable, Callable
 
-from services.common.envelope import ChangeRecord, parse_timestamp, require_int
-from services.common.event_publisher import EventPublisher, delivered, settle
-from services.common.feed_events import PostLandedInInbox
-from services.common.feed_events import encode as encode_event
-from services.common.topics import inbox_events_topic
+from services.shared.contracts.envelope import ChangeRecord, parse_timestamp, require_int
+from services.shared.contracts.feed_events import PostLandedInInbox
+from services.shared.contracts.feed_events import encode as encode_event
+from services.shared.contracts.topics import inbox_events_topic
+from services.shared.worker.event_publisher import EventPublisher, delivered, settle
 
 from .audience import PostCopy, backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
 from .cleanup import InboxPurge, purges_for_block, purges_for_unfollow

@@ -18,8 +18,8 @@ from typing import Callable
 
 from cassandra.cluster import Session
 
-from services.common.cql_async import CqlRunner
-from services.common.rules import CELEBRITY_SHARD, DEMOTED_MERGE_S
+from services.shared.domain.rules import CELEBRITY_SHARD, DEMOTED_MERGE_S
+from services.shared.stores.cql_async import CqlRunner
 
 from .metrics import TIER_CHANGES
 from .tiering import CapacityEstimate, Tier, TierDecision, TierPolicy, TierState, decide_tier

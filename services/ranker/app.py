@@ -1,7 +1,7 @@
 """The ranker worker: likes (CDC) and rank-feature events into per-post rank keys, and
 ``<prefix>.rank-key-moves`` when a key moves far enough for the post's rows to follow.
 
-Same delivery rules as the fan-out (services/common/batch_consumer.py, poison_guard.py): batches with keys
+Same delivery rules as the fan-out (services/shared/worker/batch_consumer.py, poison_guard.py): batches with keys
 applied concurrently and each key in order, manual acks after effects, bounded retries
 then ``<topic>.dlq``, transient store errors retried then the worker stops without
 committing. Each agent rescores the posts its batch touched once, before the ack.
@@ -14,24 +14,25 @@ from dataclasses import dataclass
 
 import faust
 
-from services.common import cql
-from services.common.batch_consumer import ConsumerLag, consume_in_batches, refresh_lag_periodically
-from services.common.cql_async import TRANSIENT_STORE_ERRORS, use_plain_tuples
-from services.common.envelope import parse_change
-from services.common.event_publisher import EventPublisher, delivered
-from services.common.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
-from services.common.poison_guard import GuardedProcessing, Handler
-from services.common.settings import Settings
-from services.common.rank_moves import RankKeyMoved
-from services.common.rank_moves import encode as encode_move
-from services.common.serving_changes import Notices
-from services.common.store_health import watch_cassandra
-from services.common.topics import cdc_topic, rank_features_topic, rank_moves_topic, serving_changes_topic
+from services.shared.contracts.envelope import parse_change
+from services.shared.contracts.rank_moves import RankKeyMoved
+from services.shared.contracts.rank_moves import encode as encode_move
+from services.shared.contracts.topics import (cdc_topic, rank_features_topic, rank_moves_topic,
+                                              serving_changes_topic)
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.cql_async import TRANSIENT_STORE_ERRORS, use_plain_tuples
+from services.shared.stores.store_health import watch_cassandra
+from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batches,
+                                                   refresh_lag_periodically)
+from services.shared.worker.event_publisher import EventPublisher, delivered
+from services.shared.worker.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
+from services.shared.worker.notices import Notices
+from services.shared.worker.poison_guard import GuardedProcessing, Handler
 
 from .features import parse_feature_event
 from .rank_keys import RankKeys
 from .store import RankStore
-
 
 
 @dataclass

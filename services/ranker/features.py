@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from services.common.envelope import MalformedEnvelope, id_string, json_object, parse_timestamp
+from services.shared.contracts.envelope import (MalformedEnvelope, id_string, json_object,
+                                                parse_timestamp)
 
 # Names are short identifiers; a bound keeps one bad producer from bloating a post row.
 MAX_FEATURES_PER_EVENT = 64

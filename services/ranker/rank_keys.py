@@ -23,9 +23,9 @@ import time
 from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
-from services.common.envelope import ChangeRecord, require_int
-from services.common.rank_moves import RankKeyMoved
-from services.common.ranking import engagement_score, needs_move, rank_key
+from services.shared.contracts.envelope import ChangeRecord, require_int
+from services.shared.contracts.rank_moves import RankKeyMoved
+from services.shared.domain.ranking import engagement_score, needs_move, rank_key
 
 from .features import FeaturesObserved
 from .store import KeyState, RankStore

@@ -1,10 +1,10 @@
 """The ranker's Cassandra rows: like copies, like counts, and the post copy's rank key.
 
-Statements go out through the shared ``CqlRunner`` (services/common/cql_async.py: the
+Statements go out through the shared ``CqlRunner`` (services/shared/stores/cql_async.py: the
 driver's async API bridged to asyncio, no thread per call), at most ``max_in_flight`` at
 once across every key of a batch. A like's state and its post's like count live in
 ``like_edges`` (0006_counted_edges.cql) and change together in one conditional batch,
-with the same rule as follows (services/common/counted_edges.py, edge_transitions.py):
+with the same rule as follows (services/shared/stores/counted_edges.py, edge_transitions.py):
 a replay reads its own LSN back and counts nothing, a crash or retry loses nothing, and
 the likes of one post in flight share a batch.
 """
@@ -15,11 +15,11 @@ from typing import Mapping, NamedTuple
 
 from cassandra.cluster import Session
 
-from services.common.counted_edges import CountedEdges, EdgeTable
-from services.common.cql_async import DEFAULT_MAX_IN_FLIGHT, CqlRunner
-from services.common.edge_transitions import EdgeChange
-from services.common.rules import VISIBLE
-from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
+from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
+from services.shared.domain.edge_transitions import EdgeChange
+from services.shared.domain.rules import VISIBLE
+from services.shared.stores.counted_edges import CountedEdges, EdgeTable
+from services.shared.stores.cql_async import DEFAULT_MAX_IN_FLIGHT, CqlRunner
 
 # A like and its post's like count (0006_counted_edges.cql).
 LIKE_EDGES = EdgeTable("like_edges", partition="post_id", edge="user_id", state="liked", count="likes")

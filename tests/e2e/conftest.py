@@ -25,13 +25,12 @@ import httpx
 import psycopg
 import pytest
 
-from services.api.auth import MODERATOR_ROLE, mint_token
-from services.common import cql
-from services.common.settings import Settings
+from services.api.http.auth import MODERATOR_ROLE, mint_token
+from services.shared.settings import Settings
+from services.shared.stores import cql
 from tests.support.api_server import new_user_id
-from tests.support.processes import drop_database_with_slots, free_port, wait_for_http
 from tests.support.feed_world import feed_ids, walk
-
+from tests.support.processes import drop_database_with_slots, free_port, wait_for_http
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = ("cdc", "fanout", "ranker", "api")

@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 
 from deploy.stack.toolchain import ensure_chromium
-from services.api.auth import mint_token
+from services.api.http.auth import mint_token
 from tests.conftest import IN_CI
 from tests.support.api_server import new_user_id
 from tests.support.waiting import wait_until
 
 from .conftest import REPO, VISIBLE_S, System, feed, post
-
 
 pytestmark = pytest.mark.e2e
 ARTIFACTS = Path(os.environ.get("FEED_TEST_ARTIFACTS", REPO / "tests" / "artifacts")) / "browser"

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from deploy.stack.layout import REPO, Layout
-from services.common.rules import iso_utc
-from services.common.settings import Settings, get_settings
+from services.shared.domain.rules import iso_utc
+from services.shared.settings import Settings, get_settings
 
 from .checker import author_tier, check
 from .injectors import HOLD_S, SCENARIOS, FaultLog, scenario

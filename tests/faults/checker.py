@@ -35,9 +35,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from services.common import cql, pg
-from services.common.rules import VISIBLE
-from services.common.settings import Settings
+from services.shared.domain.rules import VISIBLE
+from services.shared.settings import Settings
+from services.shared.stores import cql, pg
 
 from .workload import Workload
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from services.api.auth import mint_token
-from services.common.settings import Settings
+from services.api.http.auth import mint_token
+from services.shared.settings import Settings
 
 
 @dataclass

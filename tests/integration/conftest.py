@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.settings import Settings
+from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, running_api
 # The CDC relay's fixtures, used by test_cdc_relay and test_cdc_faults.
 from tests.support.cdc_relay import relays, source  # noqa: F401

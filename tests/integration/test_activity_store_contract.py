@@ -12,15 +12,13 @@ from typing import Any, Callable
 
 import pytest
 
-from services.common import cql
-from services.common.activity import ACTIVE, IDLE, REGENERATING, ActivityPort, ActivityStore
-from services.common.cql_async import CqlRunner
-from services.common.settings import Settings
 from services.fanout.copies import CopyStore
-from tests.support.memory_stores import InMemoryActivityStore
-
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.activity import ACTIVE, IDLE, REGENERATING, ActivityPort, ActivityStore
+from services.shared.stores.cql_async import CqlRunner
 from tests.support.api_server import new_user_id
-
+from tests.support.memory_stores import InMemoryActivityStore
 
 pytestmark = pytest.mark.integration
 

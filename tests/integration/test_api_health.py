@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pytest
 
-
 pytestmark = pytest.mark.integration
 
 
@@ -47,7 +46,7 @@ def test_access_log_is_json_with_the_request_id(api_server, caplog) -> None:
     import json
     import logging
 
-    from services.api.logs import JsonLogFormatter
+    from services.api.http.logs import JsonLogFormatter
     from tests.support.waiting import wait_until
 
     caplog.set_level(logging.INFO, logger="services.api.access")

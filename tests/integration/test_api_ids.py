@@ -10,8 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from services.common import ids
-from services.api.idgen import LEASE_SAFETY_MS, LeaseLost, NodeLease, SnowflakeGenerator
+from services.api.write.idgen import LEASE_SAFETY_MS, LeaseLost, NodeLease, SnowflakeGenerator
+from services.shared.domain import ids
 
 pytestmark = pytest.mark.integration
 
@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _WORKER = textwrap.dedent("""
     import sys
-    from services.api.idgen import NodeLease, SnowflakeGenerator
-    from services.common.settings import Settings
+    from services.api.write.idgen import NodeLease, SnowflakeGenerator
+    from services.shared.settings import Settings
     lease = NodeLease.acquire(Settings())
     try:
         gen = SnowflakeGenerator(lease.node_id, lease=lease)

@@ -8,8 +8,8 @@ import threading
 import psycopg
 import pytest
 
-from services.api.store.idempotency import purge_expired
-from services.common import ids
+from services.api.stores.idempotency import purge_expired
+from services.shared.domain import ids
 from tests.support.api_server import new_user_id
 
 pytestmark = pytest.mark.integration
@@ -129,7 +129,7 @@ def test_another_authors_same_key_is_independent(api_server) -> None:
 
 def test_request_while_first_is_in_flight_is_409(api_server) -> None:
     """A claimed key without a stored response is a request still running."""
-    from services.api.idempotency import request_fingerprint
+    from services.api.write.idempotency import request_fingerprint
 
     author, key = new_user_id(), _key()
     with api_server.client(author) as http:
@@ -147,7 +147,7 @@ def test_request_while_first_is_in_flight_is_409(api_server) -> None:
 
 
 def test_abandoned_claim_is_taken_over_after_its_timeout(api_server) -> None:
-    from services.api.idempotency import request_fingerprint
+    from services.api.write.idempotency import request_fingerprint
 
     author, key = new_user_id(), _key()
     with psycopg.connect(api_server.settings.pg_dsn) as conn:

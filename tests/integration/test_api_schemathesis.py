@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 
 from services.api.app import create_app
-from services.common.settings import Settings
+from services.shared.settings import Settings
 from tests.support.api_server import new_user_id
 
 pytestmark = pytest.mark.integration

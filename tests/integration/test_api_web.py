@@ -8,8 +8,7 @@ import pytest
 from pydantic import SecretStr
 
 from services.api.app import create_app
-from services.common.settings import Settings
-
+from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id, serve_in_thread, stop_server
 
 pytestmark = pytest.mark.integration

@@ -7,9 +7,8 @@ import httpx
 import pytest
 
 from bench.pull_service import create_app
-from services.api.auth import mint_token
-from services.common.settings import Settings
-
+from services.api.http.auth import mint_token
+from services.shared.settings import Settings
 from tests.support.api_server import new_user_id, serve_in_thread, stop_server
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import psycopg
 
 from services.cdc.pgoutput import lsn_from_str
-from services.common.settings import Settings
+from services.shared.settings import Settings
 from tests.support.cdc_relay import (Event, confirmed_lsn, consume, slot_row, wait_for,
                                      wait_streaming)
 

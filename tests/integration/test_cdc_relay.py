@@ -13,11 +13,11 @@ import psycopg
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.cdc.pgoutput import lsn_from_str
-from services.common.rules import REMOVED
-from services.common.settings import Settings
-from services.common.topics import cdc_topic, heartbeat_topic
-from tests.support.cdc_relay import (Event, changes, confirmed_lsn, consume, wait_for,
-                                     wait_streaming)
+from services.shared.contracts.topics import cdc_topic, heartbeat_topic
+from services.shared.domain.rules import REMOVED
+from services.shared.settings import Settings
+from tests.support.cdc_relay import Event, changes, confirmed_lsn, consume, wait_for, wait_streaming
+
 
 def test_every_committed_change_arrives_once_in_order_with_debeziums_envelope(
         source: Settings, relays) -> None:

@@ -1,5 +1,5 @@
 """Follower and like counts on real Cassandra (and Kafka): a crash or a retry at any point
-neither loses nor doubles a count (services/common/counted_edges.py).
+neither loses nor doubles a count (services/shared/stores/counted_edges.py).
 
 The changes carry duplicates and reorderings (an edge's newer change delivered before
 its older one). The truth is the number of edges whose newest change is active.
@@ -15,19 +15,18 @@ from typing import Any, Sequence
 from cassandra.query import BatchStatement
 from prometheus_client import REGISTRY
 
-from services.common.batch_consumer import apply_batch
-from services.common.counted_edges import CountedEdges
-from services.common.cql_async import CqlRunner, Executable
-from services.common.edge_transitions import EdgeChange
-from services.common.envelope import parse_change
-from services.common.faust_app import RawMessage
-from services.common.topics import cdc_topic
 from services.fanout.copies import FOLLOW_EDGES, CopyStore
 from services.fanout.inbox import InboxStore
 from services.fanout.relation_events import RelationChanges
 from services.ranker.rank_keys import RankKeys
 from services.ranker.store import RankStore
-
+from services.shared.contracts.envelope import parse_change
+from services.shared.contracts.topics import cdc_topic
+from services.shared.domain.edge_transitions import EdgeChange
+from services.shared.stores.counted_edges import CountedEdges
+from services.shared.stores.cql_async import CqlRunner, Executable
+from services.shared.worker.batch_consumer import apply_batch
+from services.shared.worker.faust_app import RawMessage
 from tests.support.cdc_events import CdcEvents, CdcMessage
 from tests.support.worker_env import follower_counts, group_caught_up, like_counts, wait_for_workers
 

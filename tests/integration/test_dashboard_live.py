@@ -26,10 +26,9 @@ import psycopg
 import pytest
 
 from deploy.stack.prometheus import RULES, config
-from services.api.auth import mint_token
-from services.common.settings import Settings
+from services.api.http.auth import mint_token
+from services.shared.settings import Settings
 from tests.conftest import require_tool
-
 from tests.support.api_server import new_user_id
 from tests.support.processes import drop_database_with_slots, free_port, wait_for_http
 from tests.support.waiting import wait_until

@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
-from services.common.topics import cdc_topic, dlq_topic
-
+from services.shared.contracts.topics import cdc_topic, dlq_topic
 from tests.support.cdc_events import CdcMessage, post_id_at
+from tests.support.kafka_topics import read_topic
 from tests.support.worker_env import (follower_counts, group_caught_up, like_counts, serving_state,
                                       wait_for_workers)
-from tests.support.kafka_topics import read_topic
-
 
 FANOUT_TOPICS = ("posts", "follows", "blocks")
 

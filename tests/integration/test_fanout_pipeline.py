@@ -5,15 +5,13 @@ import collections
 import json
 from datetime import datetime, timedelta, timezone
 
-from services.common.feed_events import parse_inbox
-from services.common.rules import CELEBRITY_SHARD
-from services.common.topics import cdc_topic, dlq_topic, inbox_events_topic
-
+from services.shared.contracts.feed_events import parse_inbox
+from services.shared.contracts.topics import cdc_topic, dlq_topic, inbox_events_topic
+from services.shared.domain.rules import CELEBRITY_SHARD
 from tests.support.cdc_events import CdcMessage, post_id_at
 from tests.support.kafka_topics import read_topic
-from tests.support.worker_env import (follower_count, follower_counts, group_caught_up, serving_state,
-                                      wait_for_workers)
-
+from tests.support.worker_env import (follower_count, follower_counts, group_caught_up,
+                                      serving_state, wait_for_workers)
 
 FANOUT_TOPICS = ("posts", "follows", "blocks")
 
@@ -142,7 +140,7 @@ def test_tier_transitions_never_lose_or_duplicate_a_post(worker_env):
 
 
 def _author_partition(env, authors: list[int], posts: list[int]) -> list[int]:
-    from services.common import ids
+    from services.shared.domain import ids
     out = []
     for a in authors:
         for bucket in sorted({ids.day_bucket(p) for p in posts}):

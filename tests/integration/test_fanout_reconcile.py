@@ -4,8 +4,8 @@ from __future__ import annotations
 import secrets
 from datetime import datetime, timezone
 
-from services.common import pg
-from services.fanout.reconcile import FollowerDrift, follower_drift, reconcile
+from services.fanout.jobs.reconcile import FollowerDrift, follower_drift, reconcile
+from services.shared.stores import pg
 
 
 def test_drift_is_the_difference_per_author_with_missing_as_zero():

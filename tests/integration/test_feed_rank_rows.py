@@ -9,12 +9,9 @@ from datetime import timedelta
 
 import pytest
 
-from services.common.settings import Settings
-
-from tests.support.feed_world import FeedWorld, feed_ids, utc_now, walk
-
+from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id, running_api
-
+from tests.support.feed_world import FeedWorld, feed_ids, utc_now, walk
 
 pytestmark = pytest.mark.integration
 
@@ -79,8 +76,8 @@ def _moved_while_fanning_out(world: FeedWorld, reader: int, author: int, score: 
     """A post the fan-out pushed under its first key, while a rank move read the copy
     before the fan-out marked it (so the move left the inbox alone) and then wrote the
     new key: the interleaving a slow store produced in the fault suite (cassandra-cut)."""
-    from services.common.rank_moves import RankKeyMoved
-    from services.common.ranking import rank_key
+    from services.shared.contracts.rank_moves import RankKeyMoved
+    from services.shared.domain.ranking import rank_key
 
     post = world.write(author, inbox_of=[reader])  # the fan-out's rows, first key
     old_key = rank_key(None, int(post.created_at.timestamp() * 1000))

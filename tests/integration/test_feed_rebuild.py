@@ -9,12 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from services.common.settings import Settings
-
-from tests.support.feed_world import FeedWorld, utc_now
-
+from services.shared.settings import Settings
 from tests.support.api_server import new_user_id
-
+from tests.support.feed_world import FeedWorld, utc_now
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +25,7 @@ def _inbox(world: FeedWorld, reader: int) -> list[int]:
 def _rebuild(settings: Settings, *readers: int) -> str:
     env = dict(os.environ, FEED_CASSANDRA_KEYSPACE=settings.cassandra_keyspace,
                FEED_TOPIC_PREFIX=settings.topic_prefix, FEED_PG_DATABASE=settings.pg_database)
-    done = subprocess.run([sys.executable, "-m", "services.fanout.rebuild_inbox",
+    done = subprocess.run([sys.executable, "-m", "services.fanout.jobs.rebuild_inbox",
                            *map(str, readers)], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr

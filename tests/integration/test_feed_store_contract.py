@@ -21,15 +21,15 @@ import pytest
 from cassandra.cluster import Session
 
 from services.api.feed.store import FeedStore
-from services.common import cql
-from services.common.cql_async import CqlRunner
-from services.common.rules import VISIBLE
-from services.common.settings import Settings
 from services.fanout.audience import PostFields
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
 from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, Tier, TierPolicy
+from services.shared.domain.rules import VISIBLE
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.cql_async import CqlRunner
 from tests.support.contracts.common import BASE, Run
 from tests.support.contracts.feed_store_contract import FeedStoreContract, FeedSubject
 

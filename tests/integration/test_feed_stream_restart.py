@@ -16,15 +16,12 @@ from typing import Any
 import pytest
 
 from services.api.stream import consumer as stream_consumer
-from services.common.settings import Settings
-
-from tests.support.feed_world import FeedWorld
-from tests.support.waiting import wait_until
-
+from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id
+from tests.support.feed_world import FeedWorld
 from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
                                       serve_stream_api, wait_ready)
-
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 RESYNC_EVENT = {"event": "resync", "data": "{}"}

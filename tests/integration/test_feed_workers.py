@@ -20,14 +20,11 @@ import httpx
 import pytest
 
 from services.api.app import create_app
-from services.api.auth import mint_token
-from services.common.settings import Settings
-
+from services.api.http.auth import mint_token
+from services.shared.settings import Settings
+from tests.support.api_server import RunningApi, new_user_id, serve_in_thread, stop_server
 from tests.support.feed_world import FeedWorld, feed_ids, utc_now
 from tests.support.waiting import wait_until
-
-from tests.support.api_server import RunningApi, new_user_id, serve_in_thread, stop_server
-
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,22 +8,19 @@ from datetime import timedelta
 
 import pytest
 
-from services.common.activity import ACTIVE, ActivityStore, Window
-from services.common.cql_async import CqlRunner
-from services.common.envelope import ChangeRecord
-from services.common.settings import Settings
 from services.fanout.inactive import InactiveSweeper
+from services.fanout.jobs.rebuild import rebuild_inbox
 from services.fanout.metrics import INACTIVE_ROWS_SKIPPED
 from services.fanout.post_events import PostFanout
-from services.fanout.rebuild import rebuild_inbox
 from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
-
+from services.shared.contracts.envelope import ChangeRecord
+from services.shared.settings import Settings
+from services.shared.stores.activity import ACTIVE, ActivityStore, Window
+from services.shared.stores.cql_async import CqlRunner
+from tests.support.api_server import RunningApi, new_user_id
 from tests.support.feed_world import FeedWorld, Post, feed_ids, utc_now
 from tests.support.waiting import wait_until
-
-from tests.support.api_server import RunningApi, new_user_id
-
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import pytest
 from cassandra.cluster import Session
 
-from services.common import cql
-from services.common.cql_async import CqlRunner
-from services.common.serving_changes import ChangeSink
-from services.common.settings import Settings
 from services.fanout.inbox import InboxStore
+from services.shared.contracts.serving_changes import ChangeSink
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.cql_async import CqlRunner
 from tests.support.contracts.inbox_store_contract import InboxStoreContract, InboxSubject
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from deploy.lag import kafka_lag, render, report
-from services.common.settings import Settings
-from services.common.topics import cdc_topic
+from services.shared.contracts.topics import cdc_topic
+from services.shared.settings import Settings
 
 
 def test_lag_command_reports_committed_group_lag_per_partition(settings: Settings) -> None:
@@ -40,7 +40,6 @@ def test_lag_command_reports_committed_group_lag_per_partition(settings: Setting
 
 def test_lag_shows_the_products_topics_and_slot_unless_asked_for_all(settings: Settings) -> None:
     from deploy.lag import product_only
-
     from services.cdc.slot import slot_name_for
 
     data = {"at": "now", "cdc_lag_seconds": 0.0, "freshness": {},

@@ -6,14 +6,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from services.common.ranking import engagement_score, rank_key
-from tests.support.schemas import examples_for
-from services.common.topics import cdc_topic, dlq_topic, rank_features_topic, rank_moves_topic
-
+from services.shared.contracts.topics import (cdc_topic, dlq_topic, rank_features_topic,
+                                              rank_moves_topic)
+from services.shared.domain.ranking import engagement_score, rank_key
 from tests.support.cdc_events import CdcMessage, post_id_at
-from tests.support.worker_env import group_caught_up, serving_state, wait_for_workers
-
 from tests.support.kafka_topics import read_topic
+from tests.support.schemas import examples_for
+from tests.support.worker_env import group_caught_up, serving_state, wait_for_workers
 
 
 def _features(topic: str, post_id: int, when: datetime, **features: float) -> CdcMessage:

@@ -146,8 +146,8 @@ def test_down_never_signals_a_process_it_did_not_start(private_env: dict[str, st
 def test_three_node_mode_runs_three_brokers_and_a_three_node_ring(private_env: dict[str, str]) -> None:
     from confluent_kafka.admin import AdminClient
 
-    from services.common import cql
-    from services.common.settings import Settings
+    from services.shared.settings import Settings
+    from services.shared.stores import cql
 
     result = stack(private_env, "up", "--nodes", "3", timeout=600)
     assert result.returncode == 0, result.stderr

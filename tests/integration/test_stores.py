@@ -6,15 +6,15 @@ import gc
 import time
 import uuid
 
-from confluent_kafka import Consumer, Producer, TopicPartition
 from cassandra.cluster import ResponseFuture
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.api.feed.snapshot_writer import SlotRow
 from services.api.feed.store import FeedStore
-from services.common import cql, pg
-from services.common.cql_async import CqlRunner
-from services.common.settings import Settings
+from services.shared.settings import Settings
+from services.shared.stores import cql, pg
+from services.shared.stores.cql_async import CqlRunner
 
 
 def _new_topic(settings: Settings, partitions: int = 1) -> str:

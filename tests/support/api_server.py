@@ -13,8 +13,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from services.api.app import create_app
-from services.api.auth import MODERATOR_ROLE, mint_token
-from services.common.settings import Settings
+from services.api.http.auth import MODERATOR_ROLE, mint_token
+from services.shared.settings import Settings
 from tests.support.waiting import wait_until
 
 STARTUP_DEADLINE_S = 60.0

@@ -15,9 +15,9 @@ from typing import Any, Iterable
 
 from confluent_kafka import Producer
 
-from services.common import ids
-from services.common.rules import VISIBLE
-from services.common.topics import cdc_topic
+from services.shared.contracts.topics import cdc_topic
+from services.shared.domain import ids
+from services.shared.domain.rules import VISIBLE
 
 _LSN = itertools.count(24_000_000, 8)  # process-wide, so every builder's LSNs increase
 

@@ -22,8 +22,8 @@ from confluent_kafka import Consumer
 from deploy.migrate import migrate_kafka, migrate_postgres
 from services.cdc.pgoutput import lsn_from_str
 from services.cdc.slot import slot_name_for
-from services.common.settings import Settings
-from services.common.topics import CAPTURED_TABLES, cdc_topic
+from services.shared.contracts.topics import CAPTURED_TABLES, cdc_topic
+from services.shared.settings import Settings
 from tests.support.processes import drop_database_with_slots, free_port
 from tests.support.waiting import wait_until
 

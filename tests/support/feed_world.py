@@ -25,26 +25,29 @@ from typing import Any, Callable, Coroutine, TypeVar
 import httpx
 from confluent_kafka import Producer
 
-from services.common import cql, ids
-from services.common.cql_async import CqlRunner
-from services.common.rules import REMOVED, VISIBLE
-from services.common.settings import Settings
-from services.common.event_publisher import EventPublisher
-from services.common.feed_events import CelebrityPosted, PostLandedInInbox
-from services.common.feed_events import encode as encode_event
-from services.common.serving_changes import Notices, ServingChange
-from services.common.topics import author_events_topic, inbox_events_topic, serving_changes_topic
-from .waiting import wait_until
 from services.fanout.audience import PostFields
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
+from services.fanout.rank_moves import RankMoves
 from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
-from services.common.ranking import rank_key
-from services.fanout.rank_moves import RankMoves
 from services.ranker.rank_keys import planned_move
 from services.ranker.store import RankStore
+from services.shared.contracts.feed_events import CelebrityPosted, PostLandedInInbox
+from services.shared.contracts.feed_events import encode as encode_event
+from services.shared.contracts.serving_changes import ServingChange
+from services.shared.contracts.topics import (author_events_topic, inbox_events_topic,
+                                              serving_changes_topic)
+from services.shared.domain import ids
+from services.shared.domain.ranking import rank_key
+from services.shared.domain.rules import REMOVED, VISIBLE
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.cql_async import CqlRunner
+from services.shared.worker.event_publisher import EventPublisher
+from services.shared.worker.notices import Notices
 
+from .waiting import wait_until
 
 T = TypeVar("T")
 _SEQ = itertools.count(1)

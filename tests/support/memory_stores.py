@@ -1,6 +1,6 @@
 """In-memory stores for unit tests, held to the real ones by contract suites.
 
-``InMemoryActivityStore`` implements ``services.common.activity.ActivityPort`` the way
+``InMemoryActivityStore`` implements ``services.shared.stores.activity.ActivityPort`` the way
 ``ActivityStore`` does on Cassandra; tests/integration/test_activity_store_contract.py
 runs one suite against both, so a unit test's store cannot drift from the real one.
 TTLs are not modelled (nothing in the contract depends on expiry).
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, AsyncIterator, Iterable, Literal, Sequence, ov
 from services.api.feed import snapshot
 from services.api.feed.snapshot_writer import SlotRow
 from services.api.feed.store import CelebrityRow, PostRow, PostTextRow, SourceRow
-from services.common import ids
-from services.common.activity import ACTIVE, SWEEP_NAME, Activity
-from services.common.rules import INBOX_TTL_S, REMOVED
-from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.fanout.audience import should_check_cap, trim_boundary
 from services.fanout.cleanup import rows_to_purge
 from services.fanout.inbox import InboxRow, StoredRow
+from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
+from services.shared.domain import ids
+from services.shared.domain.rules import INBOX_TTL_S, REMOVED
+from services.shared.stores.activity import ACTIVE, SWEEP_NAME, Activity
 
 if TYPE_CHECKING:
     from services.api.feed.store import FeedPort

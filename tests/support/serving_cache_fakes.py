@@ -10,8 +10,8 @@ from typing import Any, Literal, Sequence, overload
 
 from services.api.feed.serving_cache import CachedFeedStore, ServingCache
 from services.api.feed.store import PostRow, PostTextRow, SourceRow
-from services.common import ids
-from services.common.rules import VISIBLE
+from services.shared.domain import ids
+from services.shared.domain.rules import VISIBLE
 from tests.support.memory_stores import InMemoryFeedStore
 
 READER, AUTHOR, OTHER = 11, 22, 33

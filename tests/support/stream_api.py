@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import httpx
 
 from services.api.app import create_app
-from services.common.settings import Settings
+from services.shared.settings import Settings
 
 from .api_server import RunningApi, serve_in_thread, stop_server
 from .feed_world import SseReader

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.common import cql
-from services.common.settings import Settings
+from services.shared.settings import Settings
+from services.shared.stores import cql
 
 from .cdc_events import CdcEvents, CdcMessage, send
 from .waiting import wait_until
-
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 _SEQ = itertools.count(1)

@@ -7,9 +7,9 @@ import logging
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from services.api.edge import Edge
-from services.api.logs import ACCESS_LOGGER, configure_logging
-from services.api.metrics import ApiMetrics
+from services.api.http.edge import Edge
+from services.api.http.logs import ACCESS_LOGGER, configure_logging
+from services.api.http.metrics import ApiMetrics
 
 
 def _answering(status: int):

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 from starlette.types import Message, Receive, Scope, Send
 
-from services.api.edge import Edge
-from services.api.metrics import ApiMetrics
+from services.api.http.edge import Edge
+from services.api.http.metrics import ApiMetrics
 
 
 def _answering(status: int, route: str | None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from services.api.__main__ import usable_cores, worker_count
-from services.common.settings import Settings
+from services.shared.settings import Settings
 
 
 def test_by_default_the_api_runs_one_worker_per_usable_core(monkeypatch) -> None:

@@ -6,8 +6,8 @@ import time
 import jwt
 import pytest
 
-from services.api.auth import (LEEWAY_SECONDS, MODERATOR_ROLE, TokenRejected, VerifiedTokens,
-                               mint_token, parse_user_id, verify_token)
+from services.api.http.auth import (LEEWAY_SECONDS, MODERATOR_ROLE, TokenRejected, VerifiedTokens,
+                                    mint_token, parse_user_id, verify_token)
 
 SECRET = "unit-test-secret-0123456789abcdef-0123"
 

@@ -5,7 +5,7 @@ import json
 
 from services.cdc import publisher as pub
 from services.cdc.envelope import OutRecord
-from services.common.settings import Settings
+from services.shared.settings import Settings
 
 
 class _Msg:

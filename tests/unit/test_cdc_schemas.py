@@ -14,8 +14,8 @@ import pytest
 from services.cdc import column_rendering as cr
 from services.cdc.envelope import CapturedTable, MappingOptions, SourcePosition, row_change_records
 from services.cdc.pgoutput import Column
+from services.shared.contracts.topics import CAPTURED_TABLES
 from tests.support.schemas import examples_for, topic_suffixes, validation_errors
-from services.common.topics import CAPTURED_TABLES
 
 
 def schema_consumer(topic_suffix: str) -> Callable[[Any, Any], None]:

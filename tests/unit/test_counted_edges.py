@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.common.edge_transitions import (CountedRound, EdgeChange, EdgeState, EdgeStep, EdgeWrite,
-                                              plan_round)
+from services.shared.domain.edge_transitions import (CountedRound, EdgeChange, EdgeState, EdgeStep,
+                                                     EdgeWrite, plan_round)
 
 
 @pytest.mark.parametrize("stored,count,changes,steps,writes,new_count,moves", [

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from deploy.migrate import _speculative_retry
-from services.common import cql
-from services.common.settings import Settings
+from services.shared.settings import Settings
+from services.shared.stores import cql
 
 
 def test_one_replica_keeps_the_drivers_heartbeat_and_replicas_convict_in_seconds():

@@ -13,15 +13,15 @@ SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 
 def exported_names() -> set[str]:
     import services.cdc.metrics  # noqa: F401 - registers the relay's collectors
-    import services.common.batch_consumer  # noqa: F401
-    import services.common.counted_edges  # noqa: F401 - the fan-out's and ranker's counted edges
-    import services.common.poison_guard  # noqa: F401
-    from services.common.store_health import CassandraHosts  # also feed_kafka_brokers
     import services.fanout.metrics  # noqa: F401
+    import services.shared.stores.counted_edges  # noqa: F401 - the fan-out's and ranker's counted edges
+    import services.shared.worker.batch_consumer  # noqa: F401
+    import services.shared.worker.poison_guard  # noqa: F401
     from services.api.feed.metrics import FeedMetrics
     from services.api.feed.notices import NoticeStats, register_collector
     from services.api.feed.serving_cache import ServingCache
-    from services.api.metrics import ApiMetrics
+    from services.api.http.metrics import ApiMetrics
+    from services.shared.stores.store_health import CassandraHosts  # also feed_kafka_brokers
 
     api = ApiMetrics()
     FeedMetrics(api.registry)

@@ -1,4 +1,4 @@
-"""Acks that wait for deliveries without holding the agent (services/common/batch_consumer.py
+"""Acks that wait for deliveries without holding the agent (services/shared/worker/batch_consumer.py
 ``InOrderAcks``, event_publisher.py ``delivered``), and Kafka errors that are not poison."""
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import asyncio
 import pytest
 from aiokafka.errors import KafkaTimeoutError, NotLeaderForPartitionError, RecordTooLargeError
 
-from services.common.batch_consumer import InOrderAcks
-from services.common.event_publisher import deferred_deliveries, delivered, retriable_kafka_error
-from services.common.faust_app import RawMessage
-from services.common.poison_guard import GuardedProcessing, WorkerMustStop
-from services.common.serving_changes import Notices, ServingChange
-from services.common.settings import Settings
-
+from services.shared.contracts.serving_changes import ServingChange
+from services.shared.settings import Settings
+from services.shared.worker.batch_consumer import InOrderAcks
+from services.shared.worker.event_publisher import (deferred_deliveries, delivered,
+                                                    retriable_kafka_error)
+from services.shared.worker.faust_app import RawMessage
+from services.shared.worker.notices import Notices
+from services.shared.worker.poison_guard import GuardedProcessing, WorkerMustStop
 from tests.support.fakes import RecordingPublisher
 
 

@@ -1,4 +1,4 @@
-"""Debezium envelope parsing shared by every CDC consumer (services/common/envelope.py)."""
+"""Debezium envelope parsing shared by every CDC consumer (services/shared/contracts/envelope.py)."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from services.common.envelope import (MalformedEnvelope, parse_change, parse_jsonb, parse_key,
-                                      parse_timestamp)
+from services.shared.contracts.envelope import (MalformedEnvelope, parse_change, parse_jsonb,
+                                                parse_key, parse_timestamp)
 
 
 def _value(op="c", before=None, after=None, lsn=24023128, **source):

@@ -1,18 +1,17 @@
-"""Batches (services/common/batch_consumer.py) and the one-read transitions of follows and likes."""
+"""Batches (services/shared/worker/batch_consumer.py) and the one-read transitions of follows and likes."""
 from __future__ import annotations
 
 import asyncio
 
 import pytest
 
-from services.common.batch_consumer import apply_batch, batches, key_groups
-from services.common.edge_transitions import EdgeState, EdgeStep, edge_step
-from services.common.envelope import MalformedEnvelope
-from services.common.faust_app import RawMessage
-from services.common.poison_guard import GuardedProcessing, WorkerMustStop
-from services.common.settings import Settings
 from services.fanout.tiering import OverlapMeter
-
+from services.shared.contracts.envelope import MalformedEnvelope
+from services.shared.domain.edge_transitions import EdgeState, EdgeStep, edge_step
+from services.shared.settings import Settings
+from services.shared.worker.batch_consumer import apply_batch, batches, key_groups
+from services.shared.worker.faust_app import RawMessage
+from services.shared.worker.poison_guard import GuardedProcessing, WorkerMustStop
 from tests.support.fakes import RecordingPublisher, TransientError
 
 
@@ -158,7 +157,7 @@ def test_a_short_window_is_not_a_sample():
 def test_store_retry_retries_one_step_and_reports_each_timeout():
     from cassandra import OperationTimedOut
 
-    from services.common.cql_async import StoreRetry
+    from services.shared.stores.cql_async import StoreRetry
 
     slept: list[float] = []
 

@@ -7,17 +7,17 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from services.common.envelope import MalformedEnvelope, parse_change
-from services.common.faust_app import RawMessage
-from services.common.poison_guard import (FailureBudget, GuardedProcessing, WorkerMustStop,
-                                          backoff_delays, dead_letter_headers)
-from services.common.settings import Settings
 from services.fanout.audience import (Follower, PostAction, backfill_posts, post_action,
                                       readers_for_post, should_check_cap, trim_boundary)
 from services.fanout.cleanup import (post_removal_reaches_inboxes, purges_for_block,
                                      purges_for_unfollow, rows_to_purge)
-from services.common.feed_events import CelebrityPosted, PostLandedInInbox, encode
 from services.fanout.tiering import Tier
+from services.shared.contracts.envelope import MalformedEnvelope, parse_change
+from services.shared.contracts.feed_events import CelebrityPosted, PostLandedInInbox, encode
+from services.shared.settings import Settings
+from services.shared.worker.faust_app import RawMessage
+from services.shared.worker.poison_guard import (FailureBudget, GuardedProcessing, WorkerMustStop,
+                                                 backoff_delays, dead_letter_headers)
 from tests.support.fakes import RecordingPublisher, TransientError
 
 T = datetime(2026, 11, 1, 12, tzinfo=timezone.utc)
@@ -54,8 +54,8 @@ def test_readers_are_followers_since_before_the_post_and_not_blocked():
 
 
 def test_inbox_rows_expire_a_ttl_after_the_post_was_made_not_after_the_write():
-    from services.common.rules import INBOX_TTL_S
     from services.fanout.audience import inbox_ttl_s
+    from services.shared.domain.rules import INBOX_TTL_S
     made = datetime(2026, 11, 1, tzinfo=timezone.utc)
     assert inbox_ttl_s(made, made) == INBOX_TTL_S == 7 * 86400
     assert inbox_ttl_s(made, made + timedelta(days=6)) == 86400      # a late fan-out
@@ -142,7 +142,7 @@ def test_poison_is_retried_then_dead_lettered_with_the_error_in_headers():
     assert len(calls) == 3
     [(topic, key, value, headers)] = pub.sent
     assert topic == "t.public.posts.dlq" and value == b"x"
-    assert headers["dlq.error.class"] == b"services.common.envelope.MalformedEnvelope"
+    assert headers["dlq.error.class"] == b"services.shared.contracts.envelope.MalformedEnvelope"
     assert headers["dlq.error.message"] == b"bad row"
     assert (headers["dlq.original.partition"], headers["dlq.original.offset"]) == (b"2", b"41")
 

@@ -7,13 +7,12 @@ from datetime import datetime, timedelta, timezone
 
 from cassandra import OperationTimedOut
 
-from services.common.cql_async import StoreRetry
-from services.common.envelope import ChangeRecord
-from services.common.rules import INBOX_TTL_S
 from services.fanout.audience import Follower, PostCopy
 from services.fanout.post_events import PostFanout
 from services.fanout.tiering import CapacityEstimate, Tier, TierDecision
-
+from services.shared.contracts.envelope import ChangeRecord
+from services.shared.domain.rules import INBOX_TTL_S
+from services.shared.stores.cql_async import StoreRetry
 from tests.support.fakes import RecordingPublisher
 from tests.support.memory_stores import InMemoryInboxStore
 

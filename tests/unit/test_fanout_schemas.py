@@ -7,13 +7,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from services.common.envelope import parse_change
-from tests.support.schemas import examples_for, validation_errors
 from services.fanout.audience import post_action, post_fields
 from services.fanout.cleanup import purges_for_block, purges_for_unfollow
-from services.common.feed_events import CelebrityPosted, PostLandedInInbox, encode as encode_event
-from services.common import rank_moves
 from services.ranker.features import parse_feature_event
+from services.shared.contracts import rank_moves
+from services.shared.contracts.envelope import parse_change
+from services.shared.contracts.feed_events import CelebrityPosted, PostLandedInInbox
+from services.shared.contracts.feed_events import encode as encode_event
+from tests.support.schemas import examples_for, validation_errors
 
 OWN_TOPICS = ("inbox-events", "author-events", "rank-features", "rank-key-moves")
 
@@ -76,6 +77,6 @@ def test_rank_key_moves_round_trip_and_their_examples_are_parsed_by_the_fanout()
                                  b'{"post_id":"1","author_id":"2","created_at":"2026-11-29T10:00:00Z",'
                                  b'"from_keys":[],"to_key":1.0,"key_ts":5}'])
 def test_a_malformed_rank_move_is_refused_for_the_dead_letter_queue(bad):
-    from services.common.envelope import MalformedEnvelope
+    from services.shared.contracts.envelope import MalformedEnvelope
     with pytest.raises(MalformedEnvelope):
         rank_moves.parse(bad)

@@ -1,4 +1,4 @@
-"""The fan-out's feed events (services/common/feed_events.py): what the fan-out encodes
+"""The fan-out's feed events (services/shared/contracts/feed_events.py): what the fan-out encodes
 the API's stream consumer parses back, ids are deterministic, records from before
 ``event_id`` still parse, and a malformed record is refused with a clear error."""
 from __future__ import annotations
@@ -10,9 +10,10 @@ from datetime import datetime, timezone
 import pytest
 
 from services.api.stream.consumer import _dispatch
-from services.common.envelope import MalformedEnvelope
-from services.common.feed_events import (CelebrityPosted, PostLandedInInbox, author_event_id,
-                                         encode, inbox_event_id, parse_author, parse_inbox)
+from services.shared.contracts.envelope import MalformedEnvelope
+from services.shared.contracts.feed_events import (CelebrityPosted, PostLandedInInbox,
+                                                   author_event_id, encode, inbox_event_id,
+                                                   parse_author, parse_inbox)
 from tests.support.schemas import examples_for, validation_errors
 
 T = datetime(2026, 11, 29, 10, 1, 0, 500000, tzinfo=timezone.utc)

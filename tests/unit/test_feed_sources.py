@@ -69,7 +69,7 @@ def test_posts_with_rows_under_two_keys_are_in_doubt_and_the_live_row_wins() -> 
 
 def test_latest_rows_are_keyed_by_creation_time_one_per_post() -> None:
     from services.api.feed.candidates import latest_key, latest_rows
-    from services.common import ids
+    from services.shared.domain import ids
 
     old, new, newest = (ids.compose(1_790_000_000_000 + ms, 1, 0) for ms in (0, 5_000, 9_000))
     inbox = [(9.5, old, 1), (3.0, newest, 2), (7.0, new, 3), (2.0, old, 1)]  # old: two rows (a move)
@@ -84,7 +84,7 @@ def test_latest_rows_are_keyed_by_creation_time_one_per_post() -> None:
 
 def test_rows_below_a_full_reads_last_row_wait_for_the_extension() -> None:
     from services.api.feed.candidates import read_through
-    from services.common import ids
+    from services.shared.domain import ids
 
     post = [ids.compose(1_790_000_000_000 + i, 1, 0) for i in range(10)]
     inbox = [(10.0 - i, post[i], 1) for i in range(4)]          # 10, 9, 8, 7: not full
@@ -106,7 +106,7 @@ def test_a_walk_by_extension_visits_every_row_once_in_order(inbox_keys: list, ce
     below the last row kept, merges, and keeps what ``read_through`` allows. Before the
     cut, rows of a celebrity partition read ``per`` at a time were skipped for good."""
     from services.api.feed.candidates import read_through
-    from services.common import ids
+    from services.shared.domain import ids
 
     posts = iter(ids.compose(1_790_000_000_000, 1, i) for i in range(1000))  # one day bucket
     inbox = [(k, next(posts), 1) for k in inbox_keys]

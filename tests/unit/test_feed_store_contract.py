@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from services.common.rules import VISIBLE
+from services.shared.domain.rules import VISIBLE
 from tests.support.contracts.feed_store_contract import FeedStoreContract, FeedSubject
 from tests.support.memory_stores import InMemoryFeedStore, InMemoryInboxStore, to_ms
 

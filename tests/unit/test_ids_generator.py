@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from services.common import ids
-from services.api.idgen import ClockMovedBackwards, LeaseLost, SnowflakeGenerator
+from services.api.write.idgen import ClockMovedBackwards, LeaseLost, SnowflakeGenerator
+from services.shared.domain import ids
 
 START_MS = ids.EPOCH_MS + 1_000_000
 

@@ -6,8 +6,8 @@ import asyncio
 from datetime import timedelta
 
 from services.api.feed.activity import ReaderActivity
-from services.common.activity import ACTIVE, IDLE, REGENERATING, SWEEP_NAME, Window
 from services.fanout.inactive import InactiveSweeper
+from services.shared.stores.activity import ACTIVE, IDLE, REGENERATING, SWEEP_NAME, Window
 from tests.support.memory_stores import InMemoryActivityStore
 
 DAY_MS = 24 * 3600 * 1000
@@ -215,7 +215,7 @@ def test_a_slow_store_does_not_hold_the_page():
 
 
 def test_the_window_is_set_in_seconds_or_iso_8601_and_0_turns_it_off(monkeypatch):
-    from services.common.settings import Settings
+    from services.shared.settings import Settings
     for raw, expected in (("0", timedelta(0)), ("1209600", timedelta(days=14)),
                           ("P14D", timedelta(days=14)), ("PT40S", timedelta(seconds=40))):
         monkeypatch.setenv("FEED_INACTIVE_AFTER", raw)

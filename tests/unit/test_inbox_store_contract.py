@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.common.serving_changes import ChangeSink
+from services.shared.contracts.serving_changes import ChangeSink
 from tests.support.contracts.inbox_store_contract import InboxStoreContract, InboxSubject
 from tests.support.memory_stores import InMemoryInboxStore
 

@@ -1,4 +1,4 @@
-"""Brokers that failed are asked last (services/common/kafka_failover.py), against the
+"""Brokers that failed are asked last (services/shared/worker/kafka_failover.py), against the
 pinned aiokafka's client with a fake cluster (no broker needed)."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import aiokafka.client as aioclient
 from aiokafka.conn import CloseReason
 
-from services.common import kafka_failover
-from services.common.kafka_failover import SuspectBrokers
+from services.shared.worker import kafka_failover
+from services.shared.worker.kafka_failover import SuspectBrokers
 
 
 class Clock:

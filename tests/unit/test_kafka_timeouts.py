@@ -3,8 +3,8 @@ the workers' group consumers after no less than their session timeout (faust's r
 from __future__ import annotations
 
 from services.cdc.publisher import producer_config
-from services.common.faust_app import build_faust_app
-from services.common.settings import Settings
+from services.shared.settings import Settings
+from services.shared.worker.faust_app import build_faust_app
 
 
 def test_the_relay_and_the_workers_use_the_request_timeout() -> None:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.api.feed import paging, snapshot
-from services.common.ranking import Ranked, sort_key
+from services.shared.domain.ranking import Ranked, sort_key
 
 ENTRIES = [Ranked(5.0, 50, 1), Ranked(3.0, 40, 1), Ranked(3.0, 30, 2), Ranked(1.0, 60, 2),
            Ranked(-2.0, 10, 1)]

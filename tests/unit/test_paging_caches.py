@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.api.feed import paging, snapshot
-from services.common.ranking import Ranked
+from services.shared.domain.ranking import Ranked
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 

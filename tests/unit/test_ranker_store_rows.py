@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from services.common.rules import VISIBLE
 from services.ranker.store import KeyState, RankStore
+from services.shared.domain.rules import VISIBLE
 
 
 class _Statement:

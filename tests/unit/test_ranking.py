@@ -1,11 +1,11 @@
-"""The ranking formula (services/common/ranking.py, docs/ranking.md)."""
+"""The ranking formula (services/shared/domain/ranking.py, docs/ranking.md)."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.common.ranking import HALF_LIFE_S, Ranked, engagement_score, rank_at, sort_key
+from services.shared.domain.ranking import HALF_LIFE_S, Ranked, engagement_score, rank_at, sort_key
 
 NOW = 1_800_000_000_000
 HOUR_MS = 3_600_000
@@ -57,7 +57,7 @@ def test_feed_order_is_rank_then_post_id_newest_first():
        st.integers(0, 10**10))
 def test_rank_keys_order_posts_as_ranks_do_at_any_time(s1, t1, s2, t2, later):
     """The stored key is time-invariant: comparing keys is comparing ranks, now or later."""
-    from services.common.ranking import rank_key, rank_of_key
+    from services.shared.domain.ranking import rank_key, rank_of_key
     created1, created2 = NOW - t1, NOW - t2
     now = NOW + later
     k1, k2 = rank_key(s1, created1), rank_key(s2, created2)
@@ -67,7 +67,7 @@ def test_rank_keys_order_posts_as_ranks_do_at_any_time(s1, t1, s2, t2, later):
 
 
 def test_rows_move_only_when_the_key_moves_by_the_threshold():
-    from services.common.ranking import MOVE_THRESHOLD, needs_move
+    from services.shared.domain.ranking import MOVE_THRESHOLD, needs_move
     assert needs_move(None, 3.0)
     assert not needs_move(3.0, 3.0 + MOVE_THRESHOLD * 0.99)
     assert needs_move(3.0, 3.0 - MOVE_THRESHOLD)
@@ -76,7 +76,7 @@ def test_rows_move_only_when_the_key_moves_by_the_threshold():
 def test_a_ranker_move_is_coalesced_and_never_made_for_a_hidden_post():
     from services.ranker.rank_keys import planned_move
     from services.ranker.store import KeyState
-    from services.common.ranking import rank_key
+    from services.shared.domain.ranking import rank_key
     key0 = rank_key(0.0, NOW)
     state = KeyState(author_id=5, created_at_ms=NOW, alive=True, rank_key=key0,
                      rank_key_next=None, key_ts=1_000)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from services.api.request_context import RequestIdSource, choose_request_id
+from services.api.http.request_context import RequestIdSource, choose_request_id
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 

@@ -8,9 +8,9 @@ import pytest
 
 from services.api import __main__ as api_main
 from services.api.app import create_app
-from services.common.secret_policy import (MIN_SECRET_BYTES, UnsafeSecrets, require_safe_secrets,
+from services.shared.secret_policy import (MIN_SECRET_BYTES, UnsafeSecrets, require_safe_secrets,
                                            secret_problems)
-from services.common.settings import Settings, get_settings
+from services.shared.settings import Settings, get_settings
 
 STRONG = "s" * MIN_SECRET_BYTES
 SHORT = "s" * (MIN_SECRET_BYTES - 1)

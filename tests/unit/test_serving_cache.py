@@ -1,5 +1,5 @@
 """The serving cache's rules (services/api/feed/serving_cache.py) and the notices that
-drive it (services/common/serving_changes.py), over the in-memory store counting the
+drive it (services/shared/contracts/serving_changes.py), over the in-memory store counting the
 reads the cache lets through (tests/support/serving_cache_fakes.py)."""
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import pytest
 from services.api.feed.bodies import BodyCache, PostCopies
 from services.api.feed.notices import NoticeStats, _apply
 from services.api.feed.serving_cache import ServingCache
-from services.common.envelope import MalformedEnvelope
+from services.shared.contracts.envelope import MalformedEnvelope
+from services.shared.contracts.serving_changes import MAX_IDS, ServingChange, encode, parse, split
+from services.shared.domain.rules import VISIBLE
+from services.shared.worker.notices import Notices
 from tests.support.schemas import examples_for, validation_errors
-from services.common.rules import VISIBLE
-from tests.support.serving_cache_fakes import (AUTHOR, BUCKET, INBOX, OTHER, POST, READER,
-                                               TIMELINE, Clock, FakeStore, make, run)
-from services.common.serving_changes import MAX_IDS, Notices, ServingChange, encode, parse, split
+from tests.support.serving_cache_fakes import (AUTHOR, BUCKET, INBOX, OTHER, POST, READER, TIMELINE,
+                                               Clock, FakeStore, make, run)
 
 
 def views(cache: ServingCache, store: FakeStore) -> PostCopies:

@@ -8,9 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 from services.api.feed import candidates as cand
 from services.api.feed.reuse import SnapshotReuse
-from services.common import ids
-from services.common.serving_changes import ServingChange
-
+from services.shared.contracts.serving_changes import ServingChange
+from services.shared.domain import ids
 from tests.support.serving_cache_fakes import AUTHOR, BUCKET, OTHER, POST, READER, make, run
 
 LIMITS = cand.Limits(depth=100, per_celebrity=20, max_celebrities=10, fallback_authors=16,

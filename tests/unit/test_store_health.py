@@ -1,4 +1,4 @@
-"""The stores' nodes as the services see them (services/common/store_health.py)."""
+"""The stores' nodes as the services see them (services/shared/stores/store_health.py)."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry
 
-from services.common.store_health import CassandraHosts, kafka_broker_states, watch_cassandra
+from services.shared.stores.store_health import CassandraHosts, kafka_broker_states, watch_cassandra
 
 
 class _Cluster:

@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from bench.workload import GraphSpec, generate
-from services.common import ids
+from services.shared.domain import ids
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 SPEC = GraphSpec(users=3_000, celebrities=2, history_posts=500)

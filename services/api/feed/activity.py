@@ -13,7 +13,7 @@ partitions (``regenerating``: the reader's followed authors' partitions read as 
 fallback reads a slice of them, candidates.py) with the warning ``regenerating``. The
 regeneration, in order: the state ``regenerating`` (other processes serve the same way),
 the flags deleted (the fan-out writes the reader's rows again from here on), the inbox
-rebuilt from the authors' timelines (services/fanout/rebuild.py: whatever the fan-out
+rebuilt from the authors' timelines (services/fanout/jobs/rebuild.py: whatever the fan-out
 skipped before the flags went is there), then ``active``. One that does not finish
 (its process died) is started again by the next page after ``stale_s``.
 """
@@ -28,13 +28,14 @@ from typing import Awaitable, Callable
 
 from cassandra.cluster import Session
 
-from services.common.activity import ACTIVE, IDLE, REGENERATING, Activity, ActivityPort, Window
-from services.common.cql_async import CqlRunner
-from services.common.serving_changes import ChangeSink
-from services.common.settings import Settings
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
-from services.fanout.rebuild import rebuilder
+from services.fanout.jobs.rebuild import rebuilder
+from services.shared.contracts.serving_changes import ChangeSink
+from services.shared.settings import Settings
+from services.shared.stores.activity import (ACTIVE, IDLE, REGENERATING, Activity, ActivityPort,
+                                             Window)
+from services.shared.stores.cql_async import CqlRunner
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +156,7 @@ class ReaderActivity:
 
 
 class InboxRebuilder:
-    """The fan-out's inbox rebuild (services/fanout/rebuild.py), run by this process for
+    """The fan-out's inbox rebuild (services/fanout/jobs/rebuild.py), run by this process for
     a returning reader. Its statements are prepared at start; its serving-changes notices
     (every API process drops the reader's cached inbox top) go out through ``notices``,
     the process's ``notices.ApiNotices``."""

@@ -38,13 +38,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
-from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Iterable, Mapping, Sequence
 
-from services.common import ids
-from services.common.rules import DEMOTED_MERGE_S
+from services.shared.domain import ids
+from services.shared.domain.rules import DEMOTED_MERGE_S
 
 from .awaiting import settled
 from .graph import GraphUnavailable

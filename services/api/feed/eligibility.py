@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Mapping
 
-from services.common.rules import VISIBLE
+from services.shared.domain.rules import VISIBLE
 
 
 @dataclass(frozen=True, slots=True)

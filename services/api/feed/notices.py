@@ -29,12 +29,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from services.common.event_publisher import EventPublisher
-from services.common.serving_changes import Notices, ServingChange, parse
-from services.common.settings import Settings
-from services.common.topics import serving_changes_topic
+from services.shared.contracts.serving_changes import ServingChange, parse
+from services.shared.contracts.topics import serving_changes_topic
+from services.shared.settings import Settings
+from services.shared.worker.event_publisher import EventPublisher
+from services.shared.worker.kafka_consumers import restart_delay, wait_for_assignment
+from services.shared.worker.notices import Notices
 
-from ..stream.consumer import restart_delay, wait_for_assignment
 from .serving_cache import ServingCache
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from services.common.ranking import Ranked, sort_key
+from services.shared.domain.ranking import Ranked, sort_key
 
 
 def start_after(entries: Sequence[Ranked], boundary: tuple[float, int] | None) -> int:

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from services.api.feed.cursor import RANKED
-from services.common.serving_changes import NO_NOTICES, ChangeSink, ServingChange
+from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
 from .store import FeedPort
 

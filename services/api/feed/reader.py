@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, Sequence
 
-from services.common import ids
-from services.common.activity import REGENERATING
 from services.api.feed.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
-                                    decode_cursor, encode_cursor)
-from services.common.ranking import Ranked
-from services.common.serving_changes import NO_NOTICES, ChangeSink
-from services.common.settings import Settings
+                                      decode_cursor, encode_cursor)
+from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink
+from services.shared.domain import ids
+from services.shared.domain.ranking import Ranked
+from services.shared.settings import Settings
+from services.shared.stores.activity import REGENERATING
 
 from . import candidates as cand
 from . import paging, snapshot

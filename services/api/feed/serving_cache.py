@@ -12,7 +12,7 @@ snapshot_writer.py), instead of six to ten requests.
 Correctness rests on three rules:
 
 * **Dropped on notice.** Every worker write of a cached copy is followed, after
-  Cassandra acknowledged it, by a ``serving-changes`` notice (services/common/
+  Cassandra acknowledged it, by a ``serving-changes`` notice (services/shared/
   serving_changes.py) that this process's consumer applies: the entry is dropped, and
   the next read sees the new state. A change therefore reaches pages as soon as its
   notice arrives (milliseconds after the copy is written; the copy itself lags the
@@ -46,8 +46,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeAlias, TypeVar
 
-from services.common import ids
-from services.common.serving_changes import ServingChange
+from services.shared.contracts.serving_changes import ServingChange
+from services.shared.domain import ids
 
 from .store import FeedPort, SourceRow
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Sequence, overload
 
-from services.common.ranking import Ranked
+from services.shared.domain.ranking import Ranked
 
 FORMAT_V2 = 2
 _HEADER = 2

@@ -17,13 +17,13 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Literal, Protocol, Sequence, TypeAlias, overload
 
 from cassandra.cluster import ExecutionProfile, Session
-from cassandra.pool import Host
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.pool import Host
 from cassandra.query import PreparedStatement, tuple_factory
 
-from services.common.cql_async import release
-from services.common.cql import CONSISTENCY, SERIAL_CONSISTENCY
-from services.common.rules import CELEBRITY_SHARD
+from services.shared.domain.rules import CELEBRITY_SHARD
+from services.shared.stores.cql import CONSISTENCY, SERIAL_CONSISTENCY
+from services.shared.stores.cql_async import release
 
 from . import snapshot
 from .snapshot_writer import SlotRow

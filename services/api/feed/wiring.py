@@ -14,11 +14,11 @@ import asyncio
 
 from fastapi import FastAPI
 
-from services.common import cql
-from services.common.activity import ActivityStore, Window
-from services.common.cql_async import CqlRunner
-from services.common.settings import Settings
-from services.common.store_health import watch_cassandra
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.activity import ActivityStore, Window
+from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.store_health import watch_cassandra
 
 from .activity import InboxRebuilder, ReaderActivity
 from .bodies import BodyCache, PostCopies

@@ -19,12 +19,12 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from services.api.feed.cursor import LATEST, MAX_CURSOR_CHARS, CursorRejected
-from services.common.ranking import rank_of_key
-from services.common.rules import iso_utc
+from services.api.http.auth import CurrentUser
+from services.api.http.problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
+from services.shared.domain.ranking import rank_of_key
+from services.shared.domain.rules import iso_utc
 
-from ..auth import CurrentUser
 from ..feed.reader import FeedPage, FeedReader, FeedUnavailable
-from ..problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
 
 router = APIRouter(tags=["feed"])
 

@@ -5,13 +5,12 @@ from typing import Literal
 
 from fastapi import APIRouter
 
-from services.common.rules import REMOVED, VISIBLE
-
-from ..auth import Moderator
-from ..deps import Pg
-from ..models import ModerationOut, ModerationRequest, PostIdPath
-from ..problems import NOT_FOUND, ProblemError, problem_responses
-from ..store import moderation
+from services.api.http.auth import Moderator
+from services.api.http.deps import Pg
+from services.api.http.models import ModerationOut, ModerationRequest, PostIdPath
+from services.api.http.problems import NOT_FOUND, ProblemError, problem_responses
+from services.api.stores import moderation
+from services.shared.domain.rules import REMOVED, VISIBLE
 
 router = APIRouter(prefix="/internal/moderation", tags=["moderation"])
 

@@ -6,21 +6,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse
 
-from services.common import ids as snowflake
-from services.api.idgen import ClockMovedBackwards, IdGenerationError, LeaseLost
-from services.common.rules import VISIBLE
-
-from .. import idempotency
-from ..auth import CurrentUser
-from ..deps import Ids, Metrics, Pg
-from ..idempotency import Outcome, StoredKey
-from ..models import IdempotencyKey, PostCreate, PostIdPath, PostOut
-from ..problems import (FORBIDDEN, IDEMPOTENCY_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED, NOT_FOUND,
-                        UNAVAILABLE, ProblemError, problem_responses)
-from ..store import idempotency as keys
-from ..store import posts as post_rows
-from ..store.posts import StoredPost
-from ..visibility import visible_to
+from services.api.http.auth import CurrentUser
+from services.api.http.deps import Ids, Metrics, Pg
+from services.api.http.models import IdempotencyKey, PostCreate, PostIdPath, PostOut
+from services.api.http.problems import (FORBIDDEN, IDEMPOTENCY_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED,
+                                        NOT_FOUND, UNAVAILABLE, ProblemError, problem_responses)
+from services.api.stores import idempotency as keys
+from services.api.stores import posts as post_rows
+from services.api.write import idempotency
+from services.api.write.idempotency import Outcome, StoredKey
+from services.api.write.idgen import ClockMovedBackwards, IdGenerationError, LeaseLost
+from services.api.write.visibility import StoredPost, visible_to
+from services.shared.domain import ids as snowflake
+from services.shared.domain.rules import VISIBLE
 
 router = APIRouter(prefix="/v1/posts", tags=["posts"])
 

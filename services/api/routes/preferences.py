@@ -8,8 +8,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..auth import CurrentUser
-from ..problems import UNAVAILABLE, ProblemError, problem_responses
+from services.api.http.auth import CurrentUser
+from services.api.http.problems import UNAVAILABLE, ProblemError, problem_responses
+
 from .feed import FeedOrder, feed_reader
 
 router = APIRouter(prefix="/v1/me", tags=["preferences"])

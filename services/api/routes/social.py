@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from ..auth import CurrentUser
-from ..deps import Pg
-from ..models import FollowOut, PostIdPath, UserIdPath
-from ..problems import FORBIDDEN, NOT_FOUND, VALIDATION_FAILED, ProblemError, problem_responses
-from ..store import posts as post_rows
-from ..store import social
-from ..visibility import likeable_by
+from services.api.http.auth import CurrentUser
+from services.api.http.deps import Pg
+from services.api.http.models import FollowOut, PostIdPath, UserIdPath
+from services.api.http.problems import (FORBIDDEN, NOT_FOUND, VALIDATION_FAILED, ProblemError,
+                                        problem_responses)
+from services.api.stores import posts as post_rows
+from services.api.stores import social
+from services.api.write.visibility import likeable_by
 
 router = APIRouter(prefix="/v1", tags=["social"])
 

@@ -21,9 +21,9 @@ from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from services.api.feed.snapshot import MAX_VERSION_CHARS
+from services.api.http.auth import CurrentUser
+from services.api.http.problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
 
-from ..auth import CurrentUser
-from ..problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
 from ..stream.hub import ResyncNeeded, StreamEvent, StreamHub
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ development mode only, ``POST /dev/token`` for the page's "mint a token" button.
 The page talks to the same public API as any client (``/v1/...`` with a bearer token);
 it adds no endpoint a production deployment serves except the static files. The token
 route exists only while ``FEED_DEV_MODE`` is set, the flag that also lets the API run on
-the built-in development secrets (services/common/secret_policy.py): otherwise 404.
+the built-in development secrets (services/shared/secret_policy.py): otherwise 404.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..auth import mint_token
-from ..problems import NOT_FOUND, ProblemError, problem_responses
+from services.api.http.auth import mint_token
+from services.api.http.problems import NOT_FOUND, ProblemError, problem_responses
 
 WEB = Path(__file__).resolve().parents[1] / "web"
 # A page session's token: a working day.

@@ -19,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from fastapi import FastAPI
 
-from services.common.feed_events import parse_author, parse_inbox
-from services.common.settings import Settings
-from services.common.topics import author_events_topic, inbox_events_topic
+from services.shared.contracts.feed_events import parse_author, parse_inbox
+from services.shared.contracts.topics import author_events_topic, inbox_events_topic
+from services.shared.settings import Settings
+from services.shared.worker.kafka_consumers import restart_delay, wait_for_assignment
 
 from ..feed.metrics import FeedMetrics
 from .hub import StreamHub
@@ -37,42 +37,12 @@ log = logging.getLogger(__name__)
 # Records per poll: bounds the eligibility checks in flight per batch.
 MAX_RECORDS = 200
 POLL_TIMEOUT_MS = 500
-# Restart backoff after a consumer failure: 0.5 s doubling to 10 s, with jitter so the
-# API processes do not reconnect in step after a broker restart.
-BACKOFF_BASE_S = 0.5
-BACKOFF_CAP_S = 10.0
-# Metadata for two topics arrives in one round trip; 15 s covers a broker that is still
-# electing leaders after a restart.
-ASSIGNMENT_DEADLINE_S = 15.0
-ASSIGNMENT_POLL_S = 0.05
 # Longest gap a restarted consumer replays instead of telling streams to resync. An
 # event for a reader not connected here costs 15-20 us to dispatch (measured on the
 # 2-core machine under a benchmark), so 20,000 take under a second with the fetches: the
 # events behind them wait less than the freshness target (1.5 s), and no client refetches.
 # A longer gap (a consumer down for minutes under load) is cheaper as one resync.
 MAX_REPLAY_EVENTS = 20_000
-
-
-def restart_delay(failures: int) -> float:
-    """Seconds before restarting a consumer after its ``failures``-th failure in a row."""
-    delay: float = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** (failures - 1)) * random.uniform(0.5, 1.0)
-    return delay
-
-
-async def wait_for_assignment(consumer: AIOKafkaConsumer,
-                              topics: list[str]) -> list[TopicPartition]:
-    """Every partition of ``topics``, once aiokafka has assigned them (shared with the
-    serving cache's notice consumer, feed/notices.py).
-
-    Without a group, aiokafka assigns every partition of the subscribed topics itself
-    once it has their metadata.
-    """
-    deadline = asyncio.get_running_loop().time() + ASSIGNMENT_DEADLINE_S
-    while {tp.topic for tp in consumer.assignment()} != set(topics):
-        if asyncio.get_running_loop().time() > deadline:
-            raise RuntimeError(f"no partitions assigned for {topics} (run the migrations)")
-        await asyncio.sleep(ASSIGNMENT_POLL_S)
-    return sorted(consumer.assignment())
 
 
 async def _position_consumer(consumer: AIOKafkaConsumer, topics: list[str],
@@ -106,7 +76,7 @@ async def _position_consumer(consumer: AIOKafkaConsumer, topics: list[str],
 
 
 async def _dispatch(hub: StreamHub, topic: str, inbox_topic: str, value: bytes | None) -> str:
-    """One record to the hub; a malformed one raises ``MalformedEnvelope`` (services/common/
+    """One record to the hub; a malformed one raises ``MalformedEnvelope`` (services/shared/
     feed_events.py), counted and skipped by the caller."""
     if value is None:
         return "empty"

@@ -12,7 +12,7 @@ import asyncio
 
 from fastapi import FastAPI
 
-from services.common.settings import Settings
+from services.shared.settings import Settings
 
 from .gate import EligibilityGate
 from .hub import StreamHub

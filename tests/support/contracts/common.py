@@ -1,7 +1,7 @@
 """What both contract suites use: ids and times built as the real code builds them, and
 a sink that records the serving-changes notices a store sends.
 
-Users are random 62-bit ids and posts Snowflake ids (services/common/ids.py) on a random
+Users are random 62-bit ids and posts Snowflake ids (services/shared/domain/ids.py) on a random
 node, so runs never share a partition (the Cassandra tables are shared by the session).
 Posts are made on a fixed day (``BASE``), whatever the machine's clock: their day
 buckets are then known, and no store under contract reads the clock. Times are whole
@@ -14,9 +14,8 @@ import secrets
 from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable
 
-from services.common import ids
-from services.common.serving_changes import ServingChange
-
+from services.shared.contracts.serving_changes import ServingChange
+from services.shared.domain import ids
 from tests.support.memory_stores import to_ms
 
 BASE = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)

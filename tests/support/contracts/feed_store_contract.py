@@ -19,10 +19,9 @@ from typing import Protocol
 from services.api.feed import snapshot
 from services.api.feed.snapshot_writer import SlotRow
 from services.api.feed.store import FeedPort, SourceRow
-from services.common import ids
-from services.common.rules import REMOVED, VISIBLE
 from services.fanout.inbox import InboxPort
-
+from services.shared.domain import ids
+from services.shared.domain.rules import REMOVED, VISIBLE
 from tests.support.contracts.common import BASE, DAY, Run, new_post_id, new_user_id, us
 from tests.support.memory_stores import to_ms
 

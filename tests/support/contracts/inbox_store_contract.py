@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
 
-from services.common.serving_changes import ChangeSink, ServingChange
 from services.fanout.audience import should_check_cap
 from services.fanout.inbox import PUSH_BATCH_ROWS, InboxPort, InboxRow, StoredRow
-
+from services.shared.contracts.serving_changes import ChangeSink, ServingChange
 from tests.support.contracts.common import BASE, RecordedChanges, Run, new_post_id, new_user_id, us
 
 CAP = 5

@@ -1,0 +1,1 @@
+"""What every request goes through: the edge layer, authentication, problem+json, request ids, logs, metrics, readiness, bodies."""

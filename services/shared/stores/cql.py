@@ -1,0 +1,60 @@
+"""Cassandra sessions for the project's processes (cassandra-driver)."""
+from __future__ import annotations
+
+import socket
+
+from cassandra import ConsistencyLevel
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+from services.shared.settings import Settings
+
+# Every store call has a timeout: a slow node must not hold a request or a worker.
+DEFAULT_TIMEOUT_S = 2.0
+# Native protocol v4, not v5: v5 wraps every frame in checksummed segments, and
+# cassandra-driver 3.30 codes them in pure Python (cassandra/segment.py is not compiled;
+# its CRC24 header check is a bit loop, CRC32 is zlib). Measured on the bench machine:
+# ~40 us of CPU per statement in the segment codec, ~7% of the driver's CPU for a point
+# read, spent on the reactor thread every read waits on. Nothing here uses a v5-only
+# feature, and pinning a version skips the negotiation down from the driver's default.
+PROTOCOL_VERSION = 4
+# Every read and write at LOCAL_QUORUM (LWTs: LOCAL_SERIAL). With RF 1 (the one-node
+# stack) that is one replica, as before; with RF 3 (the three-node stack) two of three:
+# one node may be dead, paused or cut off, and since reads and writes overlap (2 + 2 > 3)
+# a read sees every write acknowledged before it. The pipeline relies on that everywhere:
+# the fan-out decides from copies it wrote, the ranker from counts, the API's serving
+# cache re-reads a copy right after its serving-changes notice (docs/operations.md has
+# the table per query).
+CONSISTENCY = ConsistencyLevel.LOCAL_QUORUM
+SERIAL_CONSISTENCY = ConsistencyLevel.LOCAL_SERIAL
+
+
+def cluster(settings: Settings, *, timeout: float = DEFAULT_TIMEOUT_S) -> Cluster:
+    profile = ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+        request_timeout=timeout, consistency_level=CONSISTENCY,
+        serial_consistency_level=SERIAL_CONSISTENCY,
+    )
+    return Cluster(settings.cassandra_contact_points, port=settings.cassandra_port,
+                   protocol_version=PROTOCOL_VERSION,
+                   execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=5,
+                   **_heartbeat(settings),
+                   # Nagle + delayed ACK held small request frames back ~40 ms (measured on
+                   # the feed's first page: p50 62 -> 9 ms); every process sends them at once.
+                   sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+
+
+def _heartbeat(settings: Settings) -> dict[str, float]:
+    """A silent node convicted in seconds (Settings.cassandra_heartbeat_s) where there are
+    other replicas to go to; with one, the driver's defaults: convicting the only node
+    (a long GC pause on a loaded machine) would fail every request until it reconnects."""
+    if settings.cassandra_replication_factor <= 1:
+        return {}
+    return {"idle_heartbeat_interval": settings.cassandra_heartbeat_s,
+            "idle_heartbeat_timeout": settings.cassandra_heartbeat_timeout_s}
+
+
+def session(settings: Settings, *, keyspace: str | None = None,
+            timeout: float = DEFAULT_TIMEOUT_S) -> Session:
+    """A connected session on the feed keyspace (or ``keyspace``)."""
+    return cluster(settings, timeout=timeout).connect(keyspace or settings.cassandra_keyspace)

@@ -1,0 +1,243 @@
+"""Cassandra calls from the asyncio loop: driver futures bridged to asyncio, bounded fan-in.
+
+``CqlRunner.execute`` awaits one statement (the driver's own I/O thread does the work);
+``run_bounded`` keeps at most ``max_in_flight`` statements of one caller outstanding,
+which is how a fan-out writes thousands of rows concurrently; ``page`` / ``pages`` read a
+large partition a page at a time (bounded memory). Every statement also takes one of the runner's
+``max_in_flight`` permits, so the many keys of a batch together never queue more than
+that in the driver or the node (requests would time out waiting, not run faster).
+
+Two costs of the driver that dominate a worker applying thousands of small statements
+a second (measured with py-spy) are avoided here: completions are handed to the event
+loop in bunches (``_Completions``: one loop wake-up per bunch, not one per response), and
+rows are built from one cached namedtuple class per column list (``cached_row_factory``;
+the driver's default defines a new class for every response), or are plain tuples
+(``use_plain_tuples``). Used by the fan-out, the ranker and the inbox rebuild.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence, TypeAlias, TypeVar
+
+from cassandra import OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, NoHostAvailable, Session
+from cassandra.connection import ConnectionException
+from cassandra.query import BatchStatement, PreparedStatement, named_tuple_factory, tuple_factory
+
+
+def release(response: Any) -> None:
+    """Break a finished request's reference cycles, so reference counting frees it.
+
+    The driver's ``ResponseFuture`` keeps its timer (which holds the future's own bound
+    ``_on_timeout``) after it is done, and its callbacks (our closures) as long as it
+    lives: ~50 objects a request that only the cyclic collector could free. Under the
+    read benchmark that was all the API's cyclic garbage, and the full collections that
+    freed it paused the event loop 25-115 ms. (``_timer`` is the driver's attribute,
+    cassandra-driver 3.30; on a driver without it this sets a harmless one.) Never raises:
+    it runs inside the driver's completion callbacks, where an error would keep the
+    answer from its caller."""
+    try:
+        response._timer = None
+        response.clear_callbacks()
+    except Exception:  # noqa: BLE001 - a future of another shape: left to the collector
+        pass
+
+
+class WriteContended(Exception):
+    """A conditional write kept losing its condition to other writers of the partition;
+    later, once they are done, it applies (services/shared/stores/counted_edges.py)."""
+
+
+# Errors worth retrying with backoff (the node is slow, restarting or overloaded, or
+# other writers hold a partition); anything else from the driver (invalid query, bad
+# value) is a bug or poison data.
+TRANSIENT_STORE_ERRORS: tuple[type[BaseException], ...] = (
+    OperationTimedOut, ReadTimeout, WriteTimeout, Unavailable, NoHostAvailable,
+    ConnectionException, WriteContended,
+)
+
+T = TypeVar("T")
+
+
+def backoff_delays(attempts: int, base_s: float, cap_s: float = 5.0) -> list[float]:
+    """Exponential backoff between ``attempts`` tries: base, 2*base, ... capped."""
+    return [min(cap_s, base_s * (2 ** i)) for i in range(max(0, attempts - 1))]
+
+
+class StoreRetry:
+    """Retries one idempotent step on a transient store error, with backoff.
+
+    For a step inside a long message (a page of a large fan-out): without it, one timed
+    out row fails the message and the guard redoes every row of it, which under load
+    multiplies the work exactly when the store is slowest. ``on_retry`` is told of each
+    failure (the fan-out lowers its capacity estimate).
+    """
+
+    def __init__(self, attempts: int = 1, base_s: float = 0.2,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 transient: tuple[type[BaseException], ...] = TRANSIENT_STORE_ERRORS) -> None:
+        self._delays = backoff_delays(attempts, base_s)
+        self._sleep = sleep
+        self._transient = transient
+
+    async def __call__(self, work: Callable[[], Awaitable[T]],
+                       on_retry: Callable[[BaseException], None] | None = None) -> T:
+        for delay in [*self._delays, None]:
+            try:
+                return await work()
+            except self._transient as exc:
+                if on_retry is not None:
+                    on_retry(exc)
+                if delay is None:
+                    raise
+                await self._sleep(delay)
+        raise AssertionError("unreachable")
+
+
+Executable: TypeAlias = PreparedStatement | BatchStatement
+Statement: TypeAlias = tuple[Executable, Sequence[Any]]
+
+
+# Process-wide default: see Settings.store_max_in_flight.
+DEFAULT_MAX_IN_FLIGHT = 256
+
+
+_ROW_CLASSES: dict[tuple[str, ...], type] = {}
+
+
+def cached_row_factory(colnames: list[str], rows: list[Any]) -> list[Any]:
+    """The driver's namedtuple rows, with the class built once per column list."""
+    if not rows:
+        return []
+    key = tuple(colnames)
+    row_class = _ROW_CLASSES.get(key)
+    if row_class is None:
+        row_class = _ROW_CLASSES[key] = type(named_tuple_factory(colnames, rows[:1])[0])
+    return [row_class(*row) for row in rows]
+
+
+def use_cached_rows(session: Session) -> None:
+    """Make the session's default profile build rows with ``cached_row_factory``."""
+    session.cluster.profile_manager.profiles[EXEC_PROFILE_DEFAULT].row_factory = cached_row_factory
+
+
+def use_plain_tuples(session: Session) -> None:
+    """Rows as plain tuples for this process's session: cheaper still than
+    ``cached_row_factory``, for a store that reads columns by position (the ranker's)."""
+    session.cluster.profile_manager.profiles[EXEC_PROFILE_DEFAULT].row_factory = tuple_factory
+
+
+class _Completions:
+    """Driver callbacks (its I/O thread) to asyncio futures, one loop wake-up per bunch."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        # (future, its rows or None when there is an error, the error)
+        self._done: deque[tuple[asyncio.Future[list[Any]], Any, BaseException | None]] = deque()
+        self._lock = threading.Lock()
+        self._wake_pending = False
+
+    def put(self, fut: asyncio.Future[list[Any]], value: Any, exc: BaseException | None) -> None:
+        self._done.append((fut, value, exc))
+        with self._lock:
+            if self._wake_pending:
+                return  # the drain already scheduled will see this completion
+            self._wake_pending = True
+        self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            self._wake_pending = False  # before popping: a later put schedules again
+        while self._done:
+            _resolve(*self._done.popleft())
+
+
+class CqlRunner:
+    def __init__(self, session: Session, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+        self.session = session
+        self._max_in_flight = max(1, max_in_flight)
+        self._permits: asyncio.Semaphore | None = None  # made on the worker's loop
+        self._completions: _Completions | None = None
+
+    def _limit(self) -> asyncio.Semaphore:
+        if self._permits is None:
+            self._permits = asyncio.Semaphore(self._max_in_flight)
+        return self._permits
+
+    def _bridge(self, loop: asyncio.AbstractEventLoop) -> _Completions:
+        if self._completions is None or self._completions._loop is not loop:
+            self._completions = _Completions(loop)
+        return self._completions
+
+    async def execute(self, statement: Executable, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one statement; returns its (first page of) rows."""
+        rows, _ = await self._call(statement, params, None)
+        return rows
+
+    async def _call(self, statement: Executable, params: Sequence[Any],
+                    paging_state: bytes | None) -> tuple[list[Any], bytes | None]:
+        async with self._limit():
+            loop = asyncio.get_running_loop()
+            done: asyncio.Future[list[Any]] = loop.create_future()
+            bridge = self._bridge(loop)
+            response = self.session.execute_async(statement, params, paging_state=paging_state)
+            response.add_callbacks(lambda rows: bridge.put(done, list(rows or []), None),
+                                   lambda exc: bridge.put(done, None, exc))
+            rows = await done
+            # The callback got this page's rows; the state of the next page is on the
+            # finished future (result() does not block once it is done).
+            paging_state = response.result().paging_state
+            release(response)
+            return rows, paging_state
+
+    async def run_bounded(self, statements: Iterable[Statement], max_in_flight: int) -> int:
+        """Run statements concurrently, at most ``max_in_flight`` at once; first error raises."""
+        limit = asyncio.Semaphore(max(1, max_in_flight))
+        tasks: list[asyncio.Task[list[Any]]] = []
+        errors: list[BaseException] = []
+
+        async def one(stmt: Executable, params: Sequence[Any]) -> list[Any]:
+            try:
+                return await self.execute(stmt, params)
+            except BaseException as exc:
+                errors.append(exc)
+                raise
+            finally:
+                limit.release()
+
+        for stmt, params in statements:
+            await limit.acquire()
+            if errors:
+                limit.release()
+                break
+            tasks.append(asyncio.ensure_future(one(stmt, params)))
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if errors:
+            raise errors[0]
+        return len(tasks)
+
+    async def page(self, statement: PreparedStatement, params: Sequence[Any],
+                   paging_state: bytes | None) -> tuple[list[Any], bytes | None]:
+        """One page of a paged read (page size = the statement's fetch_size)."""
+        return await self._call(statement, params, paging_state)
+
+    async def pages(self, statement: PreparedStatement, params: Sequence[Any]) -> AsyncIterator[list[Any]]:
+        """Every page of a paged read in turn (bounded memory for any partition); the last
+        page may be empty."""
+        state: bytes | None = None
+        while True:
+            rows, state = await self.page(statement, params, state)
+            yield rows
+            if state is None:
+                return
+
+
+def _resolve(fut: asyncio.Future[list[Any]], value: Any, exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(value)

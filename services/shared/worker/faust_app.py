@@ -1,0 +1,105 @@
+"""The faust side of a worker: the app, raw topics, our view of a message, and the
+resources its agents open once.
+
+* ``build_faust_app``: a faust app configured for this project (at-least-once, manual
+  acks, no web server, internal leader topic disabled: the broker refuses auto-create).
+* ``raw_topic`` / ``raw_message``: topics read as bytes and the ``RawMessage`` the rest of
+  the pipeline sees (``poison_guard``, ``batch_consumer``).
+* ``OpenedOnce``: sessions and producers opened on the worker's loop by the first agent.
+* ``run_worker``: a worker process's entry point (``python -m services.<role>``).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
+
+import faust
+from prometheus_client import start_http_server
+
+from services.shared.settings import Settings, get_settings
+
+from . import kafka_failover
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]] = ()
+
+
+def build_faust_app(settings: Settings, app_id: str) -> faust.App:
+    """A faust app for one worker role. Offsets are acked manually by the agents."""
+    kafka_failover.install(settings.kafka_failed_broker_hold_s)
+    return faust.App(
+        app_id,
+        broker=[f"kafka://{h}" for h in settings.kafka_bootstrap.split(",")],
+        web_enabled=False,
+        topic_disable_leader=True,
+        topic_replication_factor=1 if settings.kafka_bootstrap.count(",") == 0 else 3,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.kafka_session_timeout_s,
+        # faust refuses a request timeout under the session timeout.
+        broker_request_timeout=max(settings.kafka_request_timeout_s, settings.kafka_session_timeout_s),
+        broker_heartbeat_interval=max(1.0, settings.kafka_session_timeout_s / 4),
+        producer_request_timeout=settings.kafka_request_timeout_s,
+        broker_commit_interval=settings.kafka_commit_interval_s,
+        stream_wait_empty=False,
+        producer_acks=-1,
+    )
+
+
+def raw_topic(app: faust.App, name: str) -> faust.TopicT:
+    """A topic read as raw bytes: envelopes are parsed by our code, so a malformed
+    message reaches the poison path instead of failing inside faust's deserializer."""
+    return app.topic(name, key_type=bytes, value_type=bytes,
+                     key_serializer="raw", value_serializer="raw")
+
+
+def raw_message(event: Any) -> RawMessage:
+    """Our view of a faust event (tolerates faust's header forms)."""
+    m = event.message
+    headers = m.headers or ()
+    if isinstance(headers, dict):
+        headers = list(headers.items())
+    return RawMessage(m.topic, m.partition, m.offset, m.key, m.value, tuple(headers))
+
+
+class OpenedOnce(Generic[T]):
+    """Resources (sessions, producers) opened once on the worker's loop by whichever
+    agent needs them first; agents start concurrently."""
+
+    def __init__(self, opener: Callable[[], Awaitable[T]]) -> None:
+        self._opener = opener
+        self._value: T | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def get(self) -> T:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._value is None:
+                self._value = await self._opener()
+        return self._value
+
+    @property
+    def opened(self) -> T | None:
+        return self._value
+
+
+def run_worker(create_app: Callable[[Settings], faust.App],
+               metrics_port: Callable[[Settings], int]) -> None:
+    """Run one worker role in this process: logging, Prometheus metrics on
+    ``metrics_port(settings)`` (localhost), then faust's worker until it stops."""
+    settings = get_settings()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    start_http_server(metrics_port(settings), addr="127.0.0.1")
+    app = create_app(settings)
+    faust.Worker(app, loglevel="INFO").execute_from_commandline()
