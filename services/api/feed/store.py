@@ -161,8 +161,13 @@ class FeedStore:
                                   "FROM following WHERE follower_id=? AND followed_id IN ?")
         self._following_one = p("SELECT toUnixTimestamp(following_since) FROM following "
                                 "WHERE follower_id=? AND followed_id=?")
-        self._blocks = p("SELECT other_id FROM blocks WHERE user_id=?")
+        # A reader's blocks in slices of max_following rows (one page each), each slice
+        # after the last id of the one before: the whole set, however large.
+        self._blocks_page = max_following
+        self._blocks = p("SELECT other_id FROM blocks WHERE user_id=? LIMIT ?")
         self._blocks.fetch_size = max_following
+        self._blocks_after = p("SELECT other_id FROM blocks WHERE user_id=? AND other_id > ? LIMIT ?")
+        self._blocks_after.fetch_size = max_following
         self._blocks_between = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
         self._celebrities = p("SELECT author_id, toUnixTimestamp(until) FROM celebrities "
                               "WHERE shard=?")
@@ -299,8 +304,15 @@ class FeedStore:
         return (rows[0][0] or 0) if rows else None
 
     async def blocked(self, reader_id: int) -> frozenset[int]:
-        """Everyone the reader blocks or is blocked by (both directions share the partition)."""
-        return frozenset(r[0] for r in await self._rows(self._blocks, (reader_id,)))
+        """Everyone the reader blocks or is blocked by (both directions share the partition),
+        read slice by slice: a set cut at a page would let the posts of the rest through."""
+        limit = self._blocks_page
+        rows = await self._rows(self._blocks, (reader_id, limit))
+        out = {r[0] for r in rows}
+        while len(rows) == limit:  # a full slice: the partition may go on
+            rows = await self._rows(self._blocks_after, (reader_id, rows[-1][0], limit))
+            out.update(r[0] for r in rows)
+        return frozenset(out)
 
     async def blocked_between(self, reader_id: int, other_id: int) -> bool:
         return bool(await self._rows(self._blocks_between, (reader_id, other_id)))

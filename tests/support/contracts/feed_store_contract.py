@@ -123,6 +123,20 @@ class FeedStoreContract:
         assert run(store.blocked_between(x, z)) and run(store.blocked_between(z, x))
         assert not run(store.blocked_between(y, z)) and not run(store.blocked_between(x, w))
 
+    def test_every_block_is_read_however_many(self, subject: FeedSubject) -> None:
+        # More than a page of the store's reads (the Cassandra subject reads 50 rows at a
+        # time), with pairs blocked both ways (two rows for one user): a block set cut at
+        # a page would let the posts of the users past it through.
+        reader = new_user_id()
+        others = [new_user_id() for _ in range(157)]
+        for i, other in enumerate(others):
+            subject.writer.block(reader, other)
+            if i % 3 == 0:
+                subject.writer.block(other, reader)
+        store, run = subject.store, subject.run
+        assert run(store.blocked(reader)) == frozenset(others)
+        assert run(store.blocked(others[-1])) == frozenset({reader})
+
     def test_celebrities_are_listed_by_author_with_the_time_of_a_demotion(
             self, subject: FeedSubject) -> None:
         current, demoted = sorted(new_user_id() for _ in range(2))
