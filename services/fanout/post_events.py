@@ -19,7 +19,7 @@ from functools import partial
 from typing import Awaitable, Callable
 
 from services.shared.contracts.envelope import ChangeRecord
-from services.shared.contracts.feed_events import CelebrityPosted, PostLandedInInbox
+from services.shared.contracts.feed_events import CelebrityPosted, encode_landed
 from services.shared.contracts.feed_events import encode as encode_event
 from services.shared.contracts.rank_moves import RankKeyMoved
 from services.shared.contracts.topics import author_events_topic, inbox_events_topic
@@ -171,9 +171,8 @@ class PostFanout:
                     sample = self._meter.wrote(self._monotonic(), written)
                     if sample is not None:
                         self._tiers.capacity.observe(*sample)
-                for reader in readers:
-                    event_key, value = encode_event(PostLandedInInbox(reader, post_id, copy.author_id,
-                                                                      copy.created_at))
+                for event_key, value in encode_landed(readers, post_id, copy.author_id,
+                                                      copy.created_at):
                     pending.append(await self._publisher.send(self._inbox_topic, event_key, value))
                 TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, self._now_us()))
         finally:

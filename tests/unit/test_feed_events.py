@@ -8,16 +8,29 @@ import json
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from services.api.stream.consumer import _dispatch
 from services.shared.contracts.envelope import MalformedEnvelope
 from services.shared.contracts.feed_events import (CelebrityPosted, PostLandedInInbox,
-                                                   author_event_id, encode, inbox_event_id,
-                                                   parse_author, parse_inbox)
+                                                   author_event_id, encode, encode_landed,
+                                                   inbox_event_id, parse_author, parse_inbox)
 from tests.support.schemas import examples_for, validation_errors
 
 T = datetime(2026, 11, 29, 10, 1, 0, 500000, tzinfo=timezone.utc)
 READER, POST, AUTHOR = 1311768467294899, 1311768467294912, 1311768467294800
+
+
+IDS = st.integers(min_value=0, max_value=2**63 - 1)
+
+
+@given(readers=st.lists(IDS, max_size=20), post=IDS, author=IDS,
+       created=st.datetimes(min_value=datetime(2026, 1, 1), max_value=datetime(2099, 12, 31),
+                            timezones=st.just(timezone.utc)))
+def test_a_page_of_inbox_events_is_what_encode_makes_one_by_one(readers, post, author, created):
+    assert encode_landed(readers, post, author, created) == [
+        encode(PostLandedInInbox(r, post, author, created)) for r in readers]
 
 
 def test_an_inbox_event_round_trips_and_conforms_to_its_schema():

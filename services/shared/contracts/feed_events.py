@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from services.shared.domain.rules import iso_utc
 
@@ -111,6 +111,18 @@ def encode(event: FeedEvent) -> tuple[bytes, bytes]:
     return _key(event.author_id), _value({
         "event_id": event.event_id, "author_id": str(event.author_id),
         "post_id": str(event.post_id), "created_at": iso_utc(event.created_at)})
+
+
+def encode_landed(reader_ids: Iterable[int], post_id: int, author_id: int,
+                  created_at: datetime) -> list[tuple[bytes, bytes]]:
+    """``encode(PostLandedInInbox(reader, post_id, author_id, created_at))`` for each
+    reader, byte for byte, with the post's part encoded once: the fan-out builds one per
+    follower, and ids are digits, so only the reader's part needs formatting."""
+    post = _value({"post_id": str(post_id), "author_id": str(author_id),
+                   "created_at": iso_utc(created_at)})[1:]  # '"post_id":...}'
+    return [(f'"{reader}"'.encode(),
+             f'{{"event_id":"inbox:{reader}:{post_id}","reader_id":"{reader}",'.encode() + post)
+            for reader in reader_ids]
 
 
 def _object(raw_value: bytes | str | None, what: str) -> dict[str, Any]:
