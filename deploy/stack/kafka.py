@@ -87,9 +87,10 @@ def _properties(layout: Layout, i: int) -> str:
     if rf == 3:
         # A broker that stops heartbeating is fenced, and its partitions led elsewhere,
         # after this (default 9 s, heartbeats every 2 s): a dead or cut-off broker's
-        # partitions stalled the pipeline that long (docs/reliability.md, broker-kill).
-        props["broker.session.timeout.ms"] = "5000"
-        props["broker.heartbeat.interval.ms"] = "1000"
+        # partitions stall the pipeline that long, and with acks=all every partition it
+        # follows in too (docs/reliability.md, broker-kill). Six heartbeats fit in it.
+        props["broker.session.timeout.ms"] = "3000"
+        props["broker.heartbeat.interval.ms"] = "500"
     return "\n".join(f"{k}={v}" for k, v in props.items()) + "\n"
 
 
