@@ -171,9 +171,9 @@ class PostFanout:
                     sample = self._meter.wrote(self._monotonic(), written)
                     if sample is not None:
                         self._tiers.capacity.observe(*sample)
-                for event_key, value in encode_landed(readers, post_id, copy.author_id,
-                                                      copy.created_at):
-                    pending.append(await self._publisher.send(self._inbox_topic, event_key, value))
+                pending += await self._publisher.send_keyed(
+                    self._inbox_topic, encode_landed(readers, post_id, copy.author_id,
+                                                     copy.created_at))
                 TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, self._now_us()))
         finally:
             finished = self._monotonic()

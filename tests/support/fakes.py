@@ -16,6 +16,10 @@ class RecordingPublisher:
         fut.set_result(None)
         return fut
 
+    async def send_keyed(self, topic, records):
+        """``EventPublisher.send_keyed``: every record recorded as ``send`` would."""
+        return [await self.send(topic, key, value) for key, value in records]
+
 
 class TransientError(Exception):
     """A store error the code under test is told to retry."""

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import collections
 import time
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 READ_DEADLINE_S = 60
 
 
-def read_topic(bootstrap: str, topic: str, *, with_headers: bool = False) -> list[tuple]:
-    """Every record in ``topic`` up to its end offsets now, as ``(key, value)`` (or
-    ``(key, value, headers)``), partition by partition in offset order."""
+def _messages(bootstrap: str, topic: str) -> list[Any]:
+    """Every message in ``topic`` up to its end offsets now, partition by partition in
+    offset order."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:
@@ -19,7 +20,7 @@ def read_topic(bootstrap: str, topic: str, *, with_headers: bool = False) -> lis
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
                 for p in meta.topics[topic].partitions}
         consumer.subscribe([topic])
-        out: list[tuple] = []
+        out: list[Any] = []
         seen: collections.Counter[int] = collections.Counter()
         stop = time.monotonic() + READ_DEADLINE_S
         while any(seen[p] < ends[p] for p in ends) and time.monotonic() < stop:
@@ -27,7 +28,20 @@ def read_topic(bootstrap: str, topic: str, *, with_headers: bool = False) -> lis
             if m is None or m.error():
                 continue
             seen[m.partition()] = m.offset() + 1
-            out.append((m.key(), m.value(), m.headers() or []) if with_headers else (m.key(), m.value()))
+            out.append(m)
         return out
     finally:
         consumer.close()
+
+
+def read_topic(bootstrap: str, topic: str, *, with_headers: bool = False) -> list[tuple]:
+    """Every record in ``topic`` up to its end offsets now, as ``(key, value)`` (or
+    ``(key, value, headers)``), partition by partition in offset order."""
+    return [(m.key(), m.value(), m.headers() or []) if with_headers else (m.key(), m.value())
+            for m in _messages(bootstrap, topic)]
+
+
+def read_topic_partitions(bootstrap: str, topic: str) -> list[tuple]:
+    """Every record in ``topic`` up to its end offsets now, as ``(key, value,
+    partition)``."""
+    return [(m.key(), m.value(), m.partition()) for m in _messages(bootstrap, topic)]

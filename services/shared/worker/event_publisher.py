@@ -11,12 +11,16 @@ written meanwhile. Outside a batch (jobs, tests) ``delivered`` awaits them at on
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Awaitable, Iterable, Iterator, Sequence
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.errors import KafkaError, KafkaTimeoutError, ProducerClosed
+from aiokafka.partitioner import DefaultPartitioner, murmur2
+from aiokafka.structs import TopicPartition
 
 if TYPE_CHECKING:
     from aiokafka.structs import RecordMetadata
@@ -28,6 +32,10 @@ from services.shared.settings import Settings
 # and waits for it to drain once full; 16 KB is ~100 inbox events). Under the broker's
 # message.max.bytes (1 MiB) and aiokafka's max_request_size (1 MiB).
 MAX_BATCH_BYTES = 256 * 1024
+
+# Keys whose murmur2 hash ``send_keyed`` remembers: the fan-out's keys are reader ids, and
+# the same readers come back post after post (pure-Python murmur2 is ~4 µs a key).
+KEY_HASH_CACHE = 1 << 17
 
 _DEFERRED: ContextVar[list[asyncio.Future[Any]] | None] = ContextVar("feed_deferred_deliveries",
                                                                       default=None)
@@ -64,6 +72,28 @@ async def delivered(futures: Iterable[asyncio.Future[Any]]) -> None:
     await settle(list(futures))
 
 
+@functools.lru_cache(maxsize=KEY_HASH_CACHE)
+def key_hash(key: bytes) -> int:
+    """aiokafka's (and the Java client's) default partitioner hash of a record key."""
+    hashed: int = murmur2(key) & 0x7FFFFFFF
+    return hashed
+
+
+def partition_of(key: bytes, partitions: Sequence[int]) -> int:
+    """The partition of ``key`` among ``partitions`` (sorted): aiokafka's default
+    partitioner (the Java client's too), whose hash ``key_hash`` caches."""
+    return partitions[key_hash(key) % len(partitions)]
+
+
+def key_partitioner(key: bytes | None, all_partitions: list[int], available: list[int]) -> int:
+    """The publisher's partitioner, for ``send`` and ``send_keyed`` alike: the default
+    one, with the hash of a key cached."""
+    if key is None:
+        chosen: int = DefaultPartitioner()(key, all_partitions, available)
+        return chosen
+    return partition_of(key, all_partitions)
+
+
 async def settle(futures: Sequence[Awaitable[Any]]) -> None:
     """Await ``futures`` (or any independent steps) together; the first error is raised
     after all settled."""
@@ -85,7 +115,7 @@ class EventPublisher:
     async def start(self) -> None:
         self._producer = AIOKafkaProducer(
             bootstrap_servers=self._settings.kafka_bootstrap, acks="all",
-            enable_idempotence=True, max_batch_size=MAX_BATCH_BYTES,
+            enable_idempotence=True, max_batch_size=MAX_BATCH_BYTES, partitioner=key_partitioner,
             # 5 ms lets a fan-out's events share batches without adding visible latency.
             linger_ms=5, request_timeout_ms=self._settings.kafka_request_timeout_ms)
         await self._producer.start()
@@ -101,3 +131,60 @@ class EventPublisher:
         delivery: asyncio.Future[RecordMetadata] = await self._producer.send(
             topic, value=value, key=key, headers=list(headers))
         return delivery
+
+    async def send_keyed(self, topic: str, records: Sequence[tuple[bytes, bytes]],
+                         ) -> list[asyncio.Future[Any]]:
+        """Enqueue many keyed records (no headers), each on the partition ``send`` would
+        pick for its key, as one record batch per partition; the returned futures (a
+        few, not one per record) resolve when the broker acknowledged their batch.
+
+        What the fan-out publishes per follower: ``send`` costs a future, a record
+        metadata and the partitioner's pure-Python hash per record (a quarter of the
+        worker's CPU in a py-spy profile, bench/results/2026-12-02-fanout-profile-s15);
+        here a record costs an append to aiokafka's C batch builder and a cached hash.
+
+        The batch joins the producer's queue for its partition exactly as a full batch
+        of ``send``'s does (aiokafka's ``_append_batch``): idempotent, acks=all, in order
+        behind what was sent before, and it never waits. aiokafka's public
+        ``send_batch`` waits for the partition's queued batch to be sent first; with
+        acks=all that is the previous produce's acknowledgement, so while a partition
+        was between leaders every fan-out handler stood still in it, and 4 s of that
+        raised ``KafkaTimeoutError`` (seen in the broker-cut fault run, 2026-12-02).
+        Where that private method is missing (another aiokafka), records go one by one
+        through ``send``."""
+        producer = self._producer
+        assert producer is not None, "EventPublisher.start() was not awaited"
+        if not records:
+            return []
+        accumulator = getattr(producer, "_message_accumulator", None)
+        if accumulator is None or not hasattr(accumulator, "_append_batch"):
+            return [await self.send(topic, key, value) for key, value in records]
+        partitions = sorted(await producer.partitions_for(topic))
+        by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
+        for key, value in records:
+            by_partition.setdefault(partition_of(key, partitions), []).append((key, value))
+        futures: list[asyncio.Future[Any]] = []
+        for partition, batch_records in by_partition.items():
+            tp = TopicPartition(topic, partition)
+            batch = producer.create_batch()
+            for key, value in batch_records:
+                if batch.append(key=key, value=value, timestamp=None) is None:
+                    # Full (MAX_BATCH_BYTES): queue it and start the next.
+                    futures.append(_queue(accumulator, batch, tp))
+                    batch = producer.create_batch()
+                    if batch.append(key=key, value=value, timestamp=None) is None:
+                        raise ValueError(f"a record of {len(key) + len(value)} bytes does "
+                                         f"not fit a batch of {MAX_BATCH_BYTES}")
+            futures.append(_queue(accumulator, batch, tp))
+        return futures
+
+
+def _queue(accumulator: Any, batch: Any, tp: TopicPartition) -> asyncio.Future[Any]:
+    """Put a filled ``BatchBuilder`` at the end of ``tp``'s queue in aiokafka's
+    accumulator, as ``MessageAccumulator.add_batch`` does once the queue is empty."""
+    if accumulator._closed:
+        raise ProducerClosed()
+    if accumulator._exception is not None:
+        raise copy.copy(accumulator._exception)
+    queued: asyncio.Future[Any] = asyncio.shield(accumulator._append_batch(batch, tp).future)
+    return queued
