@@ -17,6 +17,7 @@ the driver's default defines a new class for every response), or are plain tuple
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence, TypeAlias, TypeVar
@@ -104,18 +105,22 @@ Statement: TypeAlias = tuple[Executable, Sequence[Any]]
 DEFAULT_MAX_IN_FLIGHT = 256
 
 
-_ROW_CLASSES: dict[tuple[str, ...], type] = {}
+_ROW_CLASSES: dict[tuple[str, ...], Callable[[Any], Any]] = {}
 
 
 def cached_row_factory(colnames: list[str], rows: list[Any]) -> list[Any]:
-    """The driver's namedtuple rows, with the class built once per column list."""
+    """The driver's namedtuple rows, with the class built once per column list. Each row
+    is made by ``tuple.__new__`` straight from the driver's tuple (150 ns a row against
+    250 through the namedtuple's own ``__new__``, which unpacks the row into arguments:
+    the fan-out reads a page of 500 followers per page of rows it writes)."""
     if not rows:
         return []
     key = tuple(colnames)
-    row_class = _ROW_CLASSES.get(key)
-    if row_class is None:
-        row_class = _ROW_CLASSES[key] = type(named_tuple_factory(colnames, rows[:1])[0])
-    return [row_class(*row) for row in rows]
+    make = _ROW_CLASSES.get(key)
+    if make is None:
+        row_class = type(named_tuple_factory(colnames, rows[:1])[0])
+        make = _ROW_CLASSES[key] = functools.partial(tuple.__new__, row_class)
+    return list(map(make, rows))
 
 
 def use_cached_rows(session: Session) -> None:
