@@ -141,8 +141,9 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
                 lift_cut(log)
         elif name == "broker-cut":
             broker = busiest_broker(layout.kafka_bootstrap)
-            cut_off(layout.hosts[broker - 1], [layout.kafka_port, layout.kafka_controller_port], log,
-                    f"kafka-{broker}", layout)
+            # The broker's listeners and its own sockets; the controller beside it on the
+            # same address is another process and keeps its quorum (deploy/stack/kafka.py).
+            cut_off(layout.hosts[broker - 1], kafka.broker_ports(layout), log, f"kafka-{broker}", layout)
             try:
                 await asyncio.sleep(hold_s)
             finally:
