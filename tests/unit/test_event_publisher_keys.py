@@ -23,3 +23,30 @@ def test_reader_keys_hash_the_same_cached_or_not(reader: int) -> None:
     partitions = [0, 1, 2]
     first = partition_of(key, partitions)
     assert partition_of(key, partitions) == first == DefaultPartitioner()(key, partitions, partitions)
+
+
+def test_an_aiokafka_without_the_accumulator_parts_gets_one_send_per_record() -> None:
+    import asyncio
+
+    from services.shared.settings import Settings
+    from services.shared.worker.event_publisher import EventPublisher
+
+    class Producer:  # no _message_accumulator: another aiokafka
+        def __init__(self) -> None:
+            self.sent: list[tuple[str, bytes, bytes]] = []
+
+        async def send(self, topic, value=None, key=None, headers=None):
+            self.sent.append((topic, key, value))
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_result(None)
+            return fut
+
+    async def main() -> tuple[int, list]:
+        publisher = EventPublisher(Settings())
+        producer = Producer()
+        publisher._producer = producer  # type: ignore[assignment]
+        futures = await publisher.send_keyed("t", [(b'"1"', b"a"), (b'"2"', b"b")])
+        return len(futures), producer.sent
+
+    count, sent = asyncio.run(main())
+    assert count == 2 and sent == [("t", b'"1"', b"a"), ("t", b'"2"', b"b")]

@@ -150,14 +150,14 @@ class EventPublisher:
         acks=all that is the previous produce's acknowledgement, so while a partition
         was between leaders every fan-out handler stood still in it, and 4 s of that
         raised ``KafkaTimeoutError`` (seen in the broker-cut fault run, 2026-12-02).
-        Where that private method is missing (another aiokafka), records go one by one
-        through ``send``."""
+        Where the accumulator lacks what this uses (another aiokafka), records go one
+        by one through ``send``."""
         producer = self._producer
         assert producer is not None, "EventPublisher.start() was not awaited"
         if not records:
             return []
         accumulator = getattr(producer, "_message_accumulator", None)
-        if accumulator is None or not hasattr(accumulator, "_append_batch"):
+        if not all(hasattr(accumulator, name) for name in _ACCUMULATOR_PARTS):
             return [await self.send(topic, key, value) for key, value in records]
         partitions = sorted(await producer.partitions_for(topic))
         by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
@@ -177,6 +177,10 @@ class EventPublisher:
                                          f"not fit a batch of {MAX_BATCH_BYTES}")
             futures.append(_queue(accumulator, batch, tp))
         return futures
+
+
+# What ``_queue`` uses of aiokafka's ``MessageAccumulator`` (0.14), all private.
+_ACCUMULATOR_PARTS = ("_append_batch", "_closed", "_exception")
 
 
 def _queue(accumulator: Any, batch: Any, tp: TopicPartition) -> asyncio.Future[Any]:
