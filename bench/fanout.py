@@ -39,6 +39,7 @@ from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from bench.raw_writer import best_raw_rate  # noqa: E402
+from bench.wrk_load import tree_cpu_s  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.shared.contracts.topics import all_topics, inbox_events_topic  # noqa: E402
 from services.shared.domain.rules import INBOX_TTL_S  # noqa: E402
@@ -130,11 +131,13 @@ def main() -> int:
         posts = [m for i in range(args.posts)
                  for m in events.post_created(events.post_row(post_id_at(now, i), big, now))]
         before = scrape(port, "feed_fanout_inbox_rows_total")
+        cpu = tree_cpu_s(worker.pid)
         start = time.perf_counter()
         send(s.kafka_bootstrap, posts)
         wait(lambda: scrape(port, "feed_fanout_inbox_rows_total") - before >= rows, 600, "fan-out",
              FANOUT_POLL_S)
         fan = rows / (time.perf_counter() - start)
+        fan_cpu_us = (tree_cpu_s(worker.pid) - cpu) * 1e6 / rows
         # The same rows again, by the best raw writer, into a scratch table of the same
         # keyspace (same replication), the worker running and idle.
         session.execute("CREATE TABLE IF NOT EXISTS raw_inbox (reader_id bigint, rank_key double, "
@@ -144,6 +147,8 @@ def main() -> int:
         print(f"raw writer: {raw['rows_per_s']:,} rows/s, best of {len(raw['tried'])} settings: {raw['best']}")
         print(f"fan-out:    {fan:,.0f} rows/s ({args.posts} posts x {args.followers} followers) "
               f"= {fan / raw['rows_per_s']:.0%} of the best raw writer (computed)")
+        print(f"CPU per row (computed from /proc and process_time): worker {fan_cpu_us:.1f} µs, "
+              f"raw writer {raw['best']['client CPU µs per row (computed)']} µs")
 
         consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": f"{name}.bench",
                              "auto.offset.reset": "latest", "enable.auto.commit": False})

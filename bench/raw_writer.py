@@ -51,6 +51,7 @@ class Tried:
     in_flight: int
     rows: int
     seconds: float
+    cpu_s: float = 0.0  # this process's CPU (every thread: the driver's I/O loop too)
 
     @property
     def rows_per_s(self) -> float:
@@ -59,7 +60,8 @@ class Tried:
     def summary(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "rows per request (at most)": self.size,
                 "in flight": self.in_flight, "rows": self.rows, "seconds": round(self.seconds, 2),
-                "rows/s": round(self.rows_per_s)}
+                "rows/s": round(self.rows_per_s),
+                "client CPU µs per row (computed)": round(self.cpu_s * 1e6 / self.rows, 1) if self.rows else None}
 
 
 def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence[tuple[int, int]],
@@ -94,10 +96,11 @@ def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence
 async def _one(session: Any, runner: CqlRunner, stmt: Any, strategy: str, size: int, in_flight: int,
                pairs: Sequence[tuple[int, int]], ttl_s: int) -> Tried:
     # Building the batches is the client's work too: it is inside the timed window.
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     requests = _requests(session, stmt, strategy, size, pairs, ttl_s, time.time_ns() // 1000)
     await runner.run_bounded(requests, in_flight)
-    return Tried(strategy, size, in_flight, len(pairs), time.perf_counter() - start)
+    return Tried(strategy, size, in_flight, len(pairs), time.perf_counter() - start,
+                 time.process_time() - cpu)
 
 
 def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
