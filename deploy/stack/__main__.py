@@ -67,7 +67,7 @@ def cmd_status(layout: Layout, as_json: bool) -> int:
     else:
         for r in rows:
             state = f"up   pid {r['pid']:<7} rss {r['rss_mb']:>7.1f} MB" if r["pid"] else "down"
-            print(f"{r['name']:<12} {r['address']:<18} {state}   {r['log']}")
+            print(f"{r['name']:<18} {r['address']:<18} {state}   {r['log']}")
     return 0 if all(r["pid"] for r in rows) else 3
 
 

@@ -6,7 +6,7 @@
 Needs the three-node stack with migrations and services running (``make faults`` does
 all of it). First a warm-up: the same workload with no fault for ``--warm-up`` seconds
 and on until the stack is steady (``steady``: a window with no failed answer and fresh
-posts, at most 3x ``--warm-up``), then the lag back to zero (a stack just started has
+posts, at most 5x ``--warm-up``), then the lag back to zero (a stack just started has
 cold JVMs: in the first scenario after one, reads timed out on every node and posts
 took 50-100 s to show before any fault; ``<out>/warm-up.json`` keeps what it saw). Per
 scenario: set-up (fresh users and follows), the workload with the fault injected after
@@ -49,7 +49,10 @@ WARMUP_S = 20.0
 # answers 503 and freshness p95 16 s in the kill that followed, 2026-12-01).
 STEADY_WINDOW_S = 15.0
 STEADY_FRESHNESS_S = 5.0
-WARM_UP_LIMIT_FACTOR = 3
+# 3x (180 s) ran out on 2026-12-02 while freshness was coming down through 1-2 s (the
+# three-node stack now runs six Kafka processes), and the first scenario then measured
+# the end of the cold start.
+WARM_UP_LIMIT_FACTOR = 5
 # The alert each scenario must raise while its fault lasts and clear after the lift
 # (deploy/prometheus/rules.yml, evaluated by the stack's Prometheus scraping the services).
 # Only faults that outlast the rule's 1 min "for": broker-kill's broker is back within
