@@ -8,7 +8,7 @@ from collections import defaultdict
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from services.shared.settings import Settings
-from services.shared.worker.event_publisher import EventPublisher
+from services.shared.worker.event_publisher import MAX_BATCH_BYTES, EventPublisher
 from tests.support.kafka_topics import read_topic_partitions
 
 
@@ -23,8 +23,9 @@ def test_keyed_batches_land_where_send_puts_each_key(settings: Settings) -> None
     batched, one_by_one = f"{settings.topic_prefix}.keyed", f"{settings.topic_prefix}.single"
     _topics(settings, batched, one_by_one)
     keys = [f'"{reader}"'.encode() for reader in range(10**12, 10**12 + 400)]
-    # Two records a key, in two calls, and far more than one batch's bytes in the first.
-    first = [(k, b"1" + b"x" * 700) for k in keys]
+    # Two records a key, in two calls; the first holds more than one batch's bytes
+    # (MAX_BATCH_BYTES) for every partition, so full batches are queued mid-call.
+    first = [(k, b"1" + b"x" * (3 * MAX_BATCH_BYTES // len(keys) * 2)) for k in keys]
     second = [(k, b"2") for k in keys]
 
     async def main() -> int:
