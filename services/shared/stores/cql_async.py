@@ -105,7 +105,7 @@ Statement: TypeAlias = tuple[Executable, Sequence[Any]]
 DEFAULT_MAX_IN_FLIGHT = 256
 
 
-_ROW_CLASSES: dict[tuple[str, ...], Callable[[Any], Any]] = {}
+_ROW_MAKERS: dict[tuple[str, ...], Callable[[Any], Any]] = {}
 
 
 def cached_row_factory(colnames: list[str], rows: list[Any]) -> list[Any]:
@@ -116,10 +116,10 @@ def cached_row_factory(colnames: list[str], rows: list[Any]) -> list[Any]:
     if not rows:
         return []
     key = tuple(colnames)
-    make = _ROW_CLASSES.get(key)
+    make = _ROW_MAKERS.get(key)
     if make is None:
         row_class = type(named_tuple_factory(colnames, rows[:1])[0])
-        make = _ROW_CLASSES[key] = functools.partial(tuple.__new__, row_class)
+        make = _ROW_MAKERS[key] = functools.partial(tuple.__new__, row_class)
     return list(map(make, rows))
 
 

@@ -111,6 +111,9 @@ class EventPublisher:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._producer: AIOKafkaProducer | None = None
+        # The producer's accumulator, where ``send_keyed`` queues its batches; None where
+        # this aiokafka lacks what ``_queue`` uses (records then go one by one).
+        self._accumulator: Any = None
 
     async def start(self) -> None:
         self._producer = AIOKafkaProducer(
@@ -118,6 +121,9 @@ class EventPublisher:
             enable_idempotence=True, max_batch_size=MAX_BATCH_BYTES, partitioner=key_partitioner,
             # 5 ms lets a fan-out's events share batches without adding visible latency.
             linger_ms=5, request_timeout_ms=self._settings.kafka_request_timeout_ms)
+        accumulator = getattr(self._producer, "_message_accumulator", None)
+        if all(hasattr(accumulator, name) for name in _ACCUMULATOR_PARTS):
+            self._accumulator = accumulator
         await self._producer.start()
 
     async def stop(self) -> None:
@@ -156,8 +162,8 @@ class EventPublisher:
         assert producer is not None, "EventPublisher.start() was not awaited"
         if not records:
             return []
-        accumulator = getattr(producer, "_message_accumulator", None)
-        if not all(hasattr(accumulator, name) for name in _ACCUMULATOR_PARTS):
+        accumulator = self._accumulator
+        if accumulator is None:
             return [await self.send(topic, key, value) for key, value in records]
         partitions = sorted(await producer.partitions_for(topic))
         by_partition: dict[int, list[tuple[bytes, bytes]]] = {}
