@@ -66,6 +66,17 @@ async def raw_insert_rate(session, rows: int, in_flight: int) -> float:
     return rows / (time.perf_counter() - start)
 
 
+def raw_table_cql(cluster, keyspace: str, table: str) -> str:
+    """``feed_inbox``'s CREATE TABLE (every option, from the driver's schema metadata),
+    renamed ``table``."""
+    cluster.refresh_table_metadata(keyspace, "feed_inbox")
+    cql_text = cluster.metadata.keyspaces[keyspace].tables["feed_inbox"].as_cql_query()
+    prefix = f"CREATE TABLE {keyspace}.feed_inbox ("
+    if not cql_text.startswith(prefix):
+        raise SystemExit(f"bench: unexpected schema text for feed_inbox: {cql_text[:80]!r}")
+    return f"CREATE TABLE IF NOT EXISTS {keyspace}.{table} (" + cql_text[len(prefix):]
+
+
 def scrape(port: int, name: str) -> float:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     for line in body.splitlines():
@@ -139,9 +150,10 @@ def main() -> int:
         fan = rows / (time.perf_counter() - start)
         fan_cpu_us = (tree_cpu_s(worker.pid) - cpu) * 1e6 / rows
         # The same rows again, by the best raw writer, into a scratch table of the same
-        # keyspace (same replication), the worker running and idle.
-        session.execute("CREATE TABLE IF NOT EXISTS raw_inbox (reader_id bigint, rank_key double, "
-                        "post_id bigint, author_id bigint, PRIMARY KEY ((reader_id), rank_key, post_id))")
+        # keyspace (same replication), the worker running and idle. The table is
+        # feed_inbox's own definition under another name: same clustering order,
+        # compaction, default TTL and compression as the rows the fan-out wrote.
+        session.execute(raw_table_cql(cluster, name, "raw_inbox"))
         pairs = [(10_000 + f, post_id_at(now, i)) for i in range(args.posts) for f in range(args.followers)]
         raw = best_raw_rate(session, pairs, INBOX_TTL_S, table="raw_inbox")
         print(f"raw writer: {raw['rows_per_s']:,} rows/s, best of {len(raw['tried'])} settings: {raw['best']}")
