@@ -11,7 +11,10 @@ stack, with a real ``python -m services.fanout`` worker subprocess.
    once; rows/s from the first post produced to the worker's row counter reaching
    followers*posts (scraped from its /metrics).
 2. raw: the best raw writer (``bench/raw_writer.py``) on the same (reader, post) rows, TTL
-   and keyspace, after the fan-out, with the worker running and idle.
+   and keyspace, into a copy of ``feed_inbox``'s definition, after the fan-out, with the
+   worker running and idle. Beside it, the raw writer's best writing post by post (as the
+   fan-out does), and CPU per row of the worker, the raw writer and Cassandra (computed
+   from /proc and ``process_time``).
 3. latency: ``--rate`` posts/s for ``--seconds`` s by an author with 100 followers; per
    post, from the CDC event's commit time (source.ts_ms = when produced) to its inbox
    event arriving on ``<prefix>.inbox-events`` (published after the inbox rows are written).
@@ -64,6 +67,16 @@ async def raw_insert_rate(session, rows: int, in_flight: int) -> float:
     await runner.run_bounded(((stmt, (10**12 + i % 5000, float(i), i, 1, 1)) for i in range(rows)),
                              in_flight)
     return rows / (time.perf_counter() - start)
+
+
+def cassandra_cpu_meter():
+    """A function giving the CPU seconds so far of the stack's Cassandra nodes (all of
+    them: a write costs every replica), from /proc; their pids are looked up once."""
+    out = subprocess.run([sys.executable, "-m", "deploy.stack", "status", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60).stdout
+    pids = [int(r["pid"]) for r in json.loads(out or "[]")
+            if r.get("pid") and r["name"].startswith("cassandra")]
+    return lambda: sum(tree_cpu_s(p) for p in pids)
 
 
 def raw_table_cql(cluster, keyspace: str, table: str) -> str:
@@ -142,25 +155,37 @@ def main() -> int:
         posts = [m for i in range(args.posts)
                  for m in events.post_created(events.post_row(post_id_at(now, i), big, now))]
         before = scrape(port, "feed_fanout_inbox_rows_total")
-        cpu = tree_cpu_s(worker.pid)
+        cassandra_cpu_s = cassandra_cpu_meter()
+        cpu, cass = tree_cpu_s(worker.pid), cassandra_cpu_s()
         start = time.perf_counter()
         send(s.kafka_bootstrap, posts)
         wait(lambda: scrape(port, "feed_fanout_inbox_rows_total") - before >= rows, 600, "fan-out",
              FANOUT_POLL_S)
         fan = rows / (time.perf_counter() - start)
         fan_cpu_us = (tree_cpu_s(worker.pid) - cpu) * 1e6 / rows
+        fan_cass_us = (cassandra_cpu_s() - cass) * 1e6 / rows
         # The same rows again, by the best raw writer, into a scratch table of the same
         # keyspace (same replication), the worker running and idle. The table is
         # feed_inbox's own definition under another name: same clustering order,
         # compaction, default TTL and compression as the rows the fan-out wrote.
         session.execute(raw_table_cql(cluster, name, "raw_inbox"))
         pairs = [(10_000 + f, post_id_at(now, i)) for i in range(args.posts) for f in range(args.followers)]
-        raw = best_raw_rate(session, pairs, INBOX_TTL_S, table="raw_inbox")
+        raw = best_raw_rate(session, pairs, INBOX_TTL_S, table="raw_inbox", server_cpu=cassandra_cpu_s)
         print(f"raw writer: {raw['rows_per_s']:,} rows/s, best of {len(raw['tried'])} settings: {raw['best']}")
         print(f"fan-out:    {fan:,.0f} rows/s ({args.posts} posts x {args.followers} followers) "
               f"= {fan / raw['rows_per_s']:.0%} of the best raw writer (computed)")
         print(f"CPU per row (computed from /proc and process_time): worker {fan_cpu_us:.1f} µs, "
-              f"raw writer {raw['best']['client CPU µs per row (computed)']} µs")
+              f"raw writer {raw['best']['client CPU µs per row (computed)']} µs; Cassandra "
+              f"{fan_cass_us:.1f} µs during the fan-out, "
+              f"{raw['best']['Cassandra CPU µs per row (computed)']} µs during the raw writer's best")
+        by_post = max((t for t in raw["tried"] if t["strategy"] == "posts"),
+                      key=lambda t: t["rows/s"], default=None)
+        if by_post is not None:
+            # What the fan-out can do at best: it writes each post as it arrives, one
+            # partition mutation per row; the best raw writer groups a reader's rows.
+            print(f"raw writer post by post (as the fan-out writes): {by_post['rows/s']:,} rows/s, "
+                  f"Cassandra {by_post['Cassandra CPU µs per row (computed)']} µs a row; the fan-out is "
+                  f"{fan / by_post['rows/s']:.0%} of it (computed)")
 
         consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": f"{name}.bench",
                              "auto.offset.reset": "latest", "enable.auto.commit": False})

@@ -13,8 +13,13 @@ to a random set of readers. Every strategy is one prepared INSERT, token-aware r
 
 * ``rows``: one row per request;
 * ``partition``: unlogged batches of one reader's rows (one partition, up to ``size``);
-* ``replicas``: unlogged batches of readers sharing their replicas, up to ``size`` rows
-  (what the fan-out sends for one post; on one node every reader shares them).
+* ``replicas``: unlogged batches of readers sharing their replicas, up to ``size`` rows,
+  each reader's rows together (one partition mutation for all of a reader's posts);
+* ``posts``: batches of one post's readers sharing their replicas, posts in the order
+  given: what the fan-out sends, which writes each post as it arrives (one partition
+  mutation per row). Not the baseline's best in general; it
+  is reported beside it to show how much of the gap is the grouping by reader that
+  knowing every row in advance allows.
 
 Each at several requests in flight; the best rows/s is the baseline, and every tried
 setting is reported beside it. One Python process, like the fan-out worker.
@@ -28,7 +33,7 @@ import struct
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from cassandra.query import BatchStatement, BatchType
 
@@ -40,6 +45,7 @@ SETTINGS: tuple[tuple[str, int, int], ...] = (
     ("rows", 1, 64), ("rows", 1, 256),
     ("partition", 50, 16), ("partition", 50, 64),
     ("replicas", 50, 16), ("replicas", 50, 64), ("replicas", 200, 16),
+    ("posts", 50, 16), ("posts", 200, 16),
 )
 _BIGINT = struct.Struct(">q")
 
@@ -52,6 +58,7 @@ class Tried:
     rows: int
     seconds: float
     cpu_s: float = 0.0  # this process's CPU (every thread: the driver's I/O loop too)
+    server_cpu_s: float | None = None  # the store's processes' CPU, when the caller can see them
 
     @property
     def rows_per_s(self) -> float:
@@ -61,7 +68,9 @@ class Tried:
         return {"strategy": self.strategy, "rows per request (at most)": self.size,
                 "in flight": self.in_flight, "rows": self.rows, "seconds": round(self.seconds, 2),
                 "rows/s": round(self.rows_per_s),
-                "client CPU µs per row (computed)": round(self.cpu_s * 1e6 / self.rows, 1) if self.rows else None}
+                "client CPU µs per row (computed)": round(self.cpu_s * 1e6 / self.rows, 1) if self.rows else None,
+                "Cassandra CPU µs per row (computed)": (round(self.server_cpu_s * 1e6 / self.rows, 1)
+                                                        if self.rows and self.server_cpu_s is not None else None)}
 
 
 def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence[tuple[int, int]],
@@ -71,18 +80,30 @@ def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence
 
     if strategy == "rows":
         return [(stmt, params(r, p)) for r, p in pairs]
+    metadata = session.cluster.metadata
+    by_replicas: dict[frozenset, list[tuple[int, int]]] = defaultdict(list)
+    if strategy == "posts":
+        # One post's readers that share replicas, in the order given: a batch never
+        # holds two posts (nor, so, two rows of one reader).
+        by_post: dict[tuple[frozenset, int], list[tuple[int, int]]] = defaultdict(list)
+        for r, p in pairs:
+            by_post[frozenset(metadata.get_replicas(session.keyspace, _BIGINT.pack(r))), p].append((r, p))
+        return _batched(stmt, params, list(by_post.values()), size)
     by_reader: dict[int, list[int]] = defaultdict(list)
     for r, p in pairs:
         by_reader[r].append(p)
     if strategy == "partition":
         groups = [[(r, p) for p in posts] for r, posts in by_reader.items()]
     else:
-        metadata = session.cluster.metadata
-        by_replicas: dict[frozenset, list[tuple[int, int]]] = defaultdict(list)
         for r, posts in by_reader.items():
             replicas = frozenset(metadata.get_replicas(session.keyspace, _BIGINT.pack(r)))
             by_replicas[replicas] += [(r, p) for p in posts]
         groups = list(by_replicas.values())
+    return _batched(stmt, params, groups, size)
+
+
+def _batched(stmt: Any, params: Any, groups: list[list[tuple[int, int]]],
+             size: int) -> list[tuple[Any, Sequence[Any]]]:
     out: list[tuple[Any, Sequence[Any]]] = []
     for group in groups:
         for start in range(0, len(group), size):
@@ -94,21 +115,26 @@ def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence
 
 
 async def _one(session: Any, runner: CqlRunner, stmt: Any, strategy: str, size: int, in_flight: int,
-               pairs: Sequence[tuple[int, int]], ttl_s: int) -> Tried:
+               pairs: Sequence[tuple[int, int]], ttl_s: int,
+               server_cpu: Callable[[], float] | None = None) -> Tried:
     # Building the batches is the client's work too: it is inside the timed window.
+    server = server_cpu() if server_cpu else None
     start, cpu = time.perf_counter(), time.process_time()
     requests = _requests(session, stmt, strategy, size, pairs, ttl_s, time.time_ns() // 1000)
     await runner.run_bounded(requests, in_flight)
-    return Tried(strategy, size, in_flight, len(pairs), time.perf_counter() - start,
-                 time.process_time() - cpu)
+    seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    return Tried(strategy, size, in_flight, len(pairs), seconds, cpu_s,
+                 server_cpu() - server if server_cpu and server is not None else None)
 
 
 def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
                   settings: Iterable[tuple[str, int, int]] = SETTINGS,
-                  table: str = "feed_inbox") -> dict[str, Any]:
+                  table: str = "feed_inbox",
+                  server_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """Write ``pairs`` (reader, post) once per setting, after a warm-up pass; the best
     rows/s and every setting tried. ``session`` is on a scratch keyspace, or ``table`` is
-    a scratch table of ``feed_inbox``'s shape."""
+    a scratch table of ``feed_inbox``'s shape. ``server_cpu`` (CPU seconds of the store's
+    processes so far) adds the store's CPU per row to each setting."""
     stmt = session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
                            "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
     runner = CqlRunner(session)
@@ -119,7 +145,8 @@ def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
         # One row a request is an order of magnitude slower: a quarter of the rows is
         # enough for its rate and keeps the sweep short.
         return [await _one(session, runner, stmt, s, size, n,
-                           pairs[: max(1, len(pairs) // 4)] if s == "rows" else pairs, ttl_s)
+                           pairs[: max(1, len(pairs) // 4)] if s == "rows" else pairs, ttl_s,
+                           server_cpu)
                 for s, size, n in settings]
 
     tried = asyncio.run(sweep())

@@ -62,7 +62,8 @@ def test_the_raw_writer_sends_every_row_once_whatever_the_grouping(monkeypatch: 
     session = SimpleNamespace(keyspace="k", cluster=SimpleNamespace(
         metadata=SimpleNamespace(get_replicas=lambda _ks, _key: [host])))
     stmt = object()
-    for strategy, size in (("rows", 1), ("partition", 50), ("replicas", 50), ("replicas", 200)):
+    for strategy, size in (("rows", 1), ("partition", 50), ("replicas", 50), ("replicas", 200),
+                           ("posts", 5), ("posts", 50)):
         requests = _requests(session, stmt, strategy, size, pairs, 604800, 1)
         sent = []
         for request, params in requests:
@@ -72,8 +73,13 @@ def test_the_raw_writer_sends_every_row_once_whatever_the_grouping(monkeypatch: 
                 assert len(request.entries) <= size
                 if strategy == "partition":
                     assert len({e[0] for e in request.entries}) == 1  # one reader's partition
+                if strategy == "posts":  # as the fan-out writes: a post's readers, in order
+                    readers = [e[0] for e in request.entries]
+                    assert len(set(readers)) == len(readers)
                 sent += request.entries
         assert sorted((p[0], p[2]) for p in sent) == sorted(pairs), strategy
+        if strategy == "posts":
+            assert [(p[0], p[2]) for p in sent] == pairs  # the order given
         assert all(p[4] == 604800 for p in sent)
 
 
