@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from bench.raw_writer import best_raw_rate  # noqa: E402
+from bench.raw_writer import best_of, best_raw_rate  # noqa: E402
+from bench.read_servers import stack_pids  # noqa: E402
 from bench.wrk_load import tree_cpu_s  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.shared.contracts.topics import all_topics, inbox_events_topic  # noqa: E402
@@ -72,10 +73,7 @@ async def raw_insert_rate(session, rows: int, in_flight: int) -> float:
 def cassandra_cpu_meter():
     """A function giving the CPU seconds so far of the stack's Cassandra nodes (all of
     them: a write costs every replica), from /proc; their pids are looked up once."""
-    out = subprocess.run([sys.executable, "-m", "deploy.stack", "status", "--json"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60).stdout
-    pids = [int(r["pid"]) for r in json.loads(out or "[]")
-            if r.get("pid") and r["name"].startswith("cassandra")]
+    pids = [pid for kind, pid in stack_pids() if kind == "cassandra"]
     return lambda: sum(tree_cpu_s(p) for p in pids)
 
 
@@ -178,8 +176,7 @@ def main() -> int:
               f"raw writer {raw['best']['client CPU µs per row (computed)']} µs; Cassandra "
               f"{fan_cass_us:.1f} µs during the fan-out, "
               f"{raw['best']['Cassandra CPU µs per row (computed)']} µs during the raw writer's best")
-        by_post = max((t for t in raw["tried"] if t["strategy"] == "posts"),
-                      key=lambda t: t["rows/s"], default=None)
+        by_post = best_of(raw, "posts")
         if by_post is not None:
             # What the fan-out can do at best: it writes each post as it arrives, one
             # partition mutation per row; the best raw writer groups a reader's rows.

@@ -81,25 +81,26 @@ def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence
     if strategy == "rows":
         return [(stmt, params(r, p)) for r, p in pairs]
     metadata = session.cluster.metadata
-    by_replicas: dict[frozenset, list[tuple[int, int]]] = defaultdict(list)
+    replicas: dict[int, frozenset] = {}
+
+    def replicas_of(reader: int) -> frozenset:
+        if reader not in replicas:
+            replicas[reader] = frozenset(metadata.get_replicas(session.keyspace, _BIGINT.pack(reader)))
+        return replicas[reader]
+
+    groups: dict[Any, list[tuple[int, int]]] = defaultdict(list)
     if strategy == "posts":
         # One post's readers that share replicas, in the order given: a batch never
         # holds two posts (nor, so, two rows of one reader).
-        by_post: dict[tuple[frozenset, int], list[tuple[int, int]]] = defaultdict(list)
         for r, p in pairs:
-            by_post[frozenset(metadata.get_replicas(session.keyspace, _BIGINT.pack(r))), p].append((r, p))
-        return _batched(stmt, params, list(by_post.values()), size)
+            groups[replicas_of(r), p].append((r, p))
+        return _batched(stmt, params, list(groups.values()), size)
     by_reader: dict[int, list[int]] = defaultdict(list)
     for r, p in pairs:
         by_reader[r].append(p)
-    if strategy == "partition":
-        groups = [[(r, p) for p in posts] for r, posts in by_reader.items()]
-    else:
-        for r, posts in by_reader.items():
-            replicas = frozenset(metadata.get_replicas(session.keyspace, _BIGINT.pack(r)))
-            by_replicas[replicas] += [(r, p) for p in posts]
-        groups = list(by_replicas.values())
-    return _batched(stmt, params, groups, size)
+    for r, posts in by_reader.items():
+        groups[r if strategy == "partition" else replicas_of(r)] += [(r, p) for p in posts]
+    return _batched(stmt, params, list(groups.values()), size)
 
 
 def _batched(stmt: Any, params: Any, groups: list[list[tuple[int, int]]],
@@ -118,13 +119,13 @@ async def _one(session: Any, runner: CqlRunner, stmt: Any, strategy: str, size: 
                pairs: Sequence[tuple[int, int]], ttl_s: int,
                server_cpu: Callable[[], float] | None = None) -> Tried:
     # Building the batches is the client's work too: it is inside the timed window.
-    server = server_cpu() if server_cpu else None
+    server = server_cpu() if server_cpu else 0.0
     start, cpu = time.perf_counter(), time.process_time()
     requests = _requests(session, stmt, strategy, size, pairs, ttl_s, time.time_ns() // 1000)
     await runner.run_bounded(requests, in_flight)
     seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
     return Tried(strategy, size, in_flight, len(pairs), seconds, cpu_s,
-                 server_cpu() - server if server_cpu and server is not None else None)
+                 server_cpu() - server if server_cpu else None)
 
 
 def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
@@ -155,6 +156,12 @@ def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
     return {"rows_per_s": round(best.rows_per_s), "best": best.summary(), "rows": len(pairs),
             "readers (partitions)": readers, "ttl_s": ttl_s,
             "tried": [t.summary() for t in tried]}
+
+
+def best_of(result: dict[str, Any], strategy: str) -> dict[str, Any] | None:
+    """The fastest setting of ``strategy`` among ``best_raw_rate``'s tried ones, if any."""
+    tried = [t for t in result.get("tried", []) if t["strategy"] == strategy]
+    return max(tried, key=lambda t: t["rows/s"]) if tried else None
 
 
 def history_pairs(follower: Sequence[int], followed: Sequence[int],

@@ -51,14 +51,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stack_pids() -> list[tuple[str, int]]:
+    """(component, pid) of every running process of the stack, e.g. ("cassandra", 123)
+    once per node."""
+    out = subprocess.run([sys.executable, "-m", "deploy.stack", "status", "--json"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60).stdout
+    return [(r["name"].split("-")[0], int(r["pid"])) for r in json.loads(out or "[]") if r.get("pid")]
+
+
 def store_pids() -> dict[str, int]:
     """Pids of the running stack's Postgres and Cassandra (the stores' CPU is shared with
     anything else using them on this machine)."""
-    out = subprocess.run([sys.executable, "-m", "deploy.stack", "status", "--json"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60).stdout
-    rows = json.loads(out or "[]")
-    return {r["name"].split("-")[0]: int(r["pid"]) for r in rows
-            if r.get("pid") and r["name"].split("-")[0] in ("postgres", "cassandra")}
+    return {kind: pid for kind, pid in stack_pids() if kind in ("postgres", "cassandra")}
 
 
 class Servers:

@@ -27,6 +27,7 @@ import psycopg
 from bench import inactive, mix, phases, read_wrk, report
 from bench.pipeline import (PORTS, Sampler, Services, bench_settings, drop_slots, fresh_stores,
                             topic_sizes, wait_caught_up)
+from bench.raw_writer import best_of
 from bench.workload import GraphSpec, generate, load_graph, load_history, publish_feature_events
 from deploy.lag import scrape
 from services.shared.stores import cql
@@ -339,12 +340,11 @@ def headline(r: dict) -> list[dict]:
                               f"{best['rows per request (at most)']} rows a request, {best['in flight']} in flight)"),
                  "ratio": report._ratio(fan, raw["rows_per_s"]), "target": "≥ 0.8",
                  "verdict": v(fan / raw["rows_per_s"] if fan and raw["rows_per_s"] else None, ">=", 0.8)})
-    by_post = [t for t in raw.get("tried", []) if t["strategy"] == "posts"]
-    if by_post:
+    post_best = best_of(raw, "posts")
+    if post_best is not None:
         # Not a target: how much of the gap is the raw writer grouping each reader's rows
         # of several posts into one partition mutation, which a fan-out writing each post
         # as it arrives cannot do (bench/raw_writer.py).
-        post_best = max(by_post, key=lambda t: t["rows/s"])
         rows.append({"figure": "fan-out rows/s against the raw writer writing post by post",
                      "ours": fan,
                      "baseline": (f"raw writer, post by post {post_best['rows/s']} "
