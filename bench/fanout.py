@@ -1,15 +1,19 @@
 """Fan-out benchmark: sustained fan-out rows/s against the raw insert rate of the same
 Cassandra in the same run, and commit-to-inbox latency p50/p95 under a steady post rate.
 
-    .venv/bin/python bench/fanout.py [--followers 5000] [--posts 10] [--rate 4] [--seconds 20]
-        [--worker-root DIR]
+    .venv/bin/python bench/fanout.py [--followers 5000] [--posts 10] [--authors 1]
+        [--rate 4] [--seconds 20] [--worker-root DIR]
 
 Runs on its own keyspace and topic prefix (dropped at the end) against the running
 stack, with a real ``python -m services.fanout`` worker subprocess.
 
-1. fan-out: one ordinary author with ``followers`` followers publishes ``posts`` posts at
-   once; rows/s from the first post produced to the worker's row counter reaching
-   followers*posts (scraped from its /metrics).
+1. fan-out: ``authors`` ordinary authors with ``followers`` followers each publish
+   ``posts`` posts each at once; rows/s from the first post produced to the worker's row
+   counter reaching authors*followers*posts (scraped from its /metrics). One author (the
+   default) is a large audience; many authors with small audiences (``--authors 200
+   --followers 100``) is the full run's history, where each post's own reads and writes
+   weigh beside its rows. Several authors draw their followers from one pool of readers
+   (each reader follows about 8 of them, as in the full run's graph).
 2. raw: the best raw writer (``bench/raw_writer.py``) on the same (reader, post) rows, TTL
    and keyspace, into a copy of ``feed_inbox``'s definition, after the fan-out, with the
    worker running and idle. Beside it, the raw writer's best writing post by post (as the
@@ -25,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import secrets
 import socket
 import statistics
@@ -111,10 +116,21 @@ def wait(cond, timeout: float, what: str, every: float = 0.05):
     return result
 
 
+def audiences_of(authors: list[int], followers: int) -> dict[int, list[int]]:
+    """Each author's followers: readers from 10,000 on; several authors share a pool of
+    readers, each reader following about 8 of them (a fixed seed: the same every run)."""
+    if len(authors) == 1:
+        return {authors[0]: list(range(10_000, 10_000 + followers))}
+    pool = range(10_000, 10_000 + max(followers, len(authors) * followers // 8))
+    rng = random.Random(14)
+    return {a: sorted(rng.sample(pool, followers)) for a in authors}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--followers", type=int, default=5000)
-    ap.add_argument("--posts", type=int, default=10)
+    ap.add_argument("--posts", type=int, default=10, help="posts per author")
+    ap.add_argument("--authors", type=int, default=1)
     ap.add_argument("--rate", type=float, default=4.0)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--worker-root", type=Path, default=ROOT,
@@ -130,11 +146,13 @@ def main() -> int:
     port = free_port()
     worker = None
     try:
-        rows = args.followers * args.posts
+        rows = args.authors * args.followers * args.posts
         events = CdcEvents(name)
         since = datetime.now(timezone.utc) - timedelta(hours=1)
-        big, small = 1, 2
-        follows = [m for f in range(10_000, 10_000 + args.followers) for m in events.followed(f, big, since)]
+        small = 2
+        authors = [1] if args.authors == 1 else list(range(1_000_000, 1_000_000 + args.authors))
+        audiences = audiences_of(authors, args.followers)
+        follows = [m for a in authors for f in audiences[a] for m in events.followed(f, a, since)]
         follows += [m for f in range(900_000, 900_100) for m in events.followed(f, small, since)]
         send(s.kafka_bootstrap, follows)
         env = {**os.environ, "FEED_TOPIC_PREFIX": name, "FEED_CASSANDRA_KEYSPACE": name,
@@ -145,13 +163,19 @@ def main() -> int:
                                   stdout=log, stderr=subprocess.STDOUT)
         # The author's follower count: the static count of its follow_edges partition.
         stat = session.prepare("SELECT followers FROM follow_edges WHERE followed_id=? LIMIT 1")
-        wait(lambda: (r := list(session.execute(stat, (big,)))) and r[0].followers == args.followers
-             and (r2 := list(session.execute(stat, (small,)))) and r2[0].followers == 100,
-             300, "follows applied")
+
+        def count(author: int) -> int:
+            found = list(session.execute(stat, (author,)))
+            return found[0].followers if found else 0
+        wait(lambda: count(small) == 100 and all(count(a) == args.followers for a in authors),
+             900, "follows applied", every=1.0)
 
         now = datetime.now(timezone.utc)
-        posts = [m for i in range(args.posts)
-                 for m in events.post_created(events.post_row(post_id_at(now, i), big, now))]
+        # Post i of author k: authors interleaved, as a history's posts arrive.
+        post_ids = {(i, a): post_id_at(now, i * len(authors) + k)
+                    for i in range(args.posts) for k, a in enumerate(authors)}
+        posts = [m for (i, a), pid in post_ids.items()
+                 for m in events.post_created(events.post_row(pid, a, now))]
         before = scrape(port, "feed_fanout_inbox_rows_total")
         cassandra_cpu_s = cassandra_cpu_meter()
         cpu, cass = tree_cpu_s(worker.pid), cassandra_cpu_s()
@@ -167,10 +191,11 @@ def main() -> int:
         # feed_inbox's own definition under another name: same clustering order,
         # compaction, default TTL and compression as the rows the fan-out wrote.
         session.execute(raw_table_cql(cluster, name, "raw_inbox"))
-        pairs = [(10_000 + f, post_id_at(now, i)) for i in range(args.posts) for f in range(args.followers)]
+        pairs = [(f, pid) for (_, a), pid in post_ids.items() for f in audiences[a]]
         raw = best_raw_rate(session, pairs, INBOX_TTL_S, table="raw_inbox", server_cpu=cassandra_cpu_s)
         print(f"raw writer: {raw['rows_per_s']:,} rows/s, best of {len(raw['tried'])} settings: {raw['best']}")
-        print(f"fan-out:    {fan:,.0f} rows/s ({args.posts} posts x {args.followers} followers) "
+        print(f"fan-out:    {fan:,.0f} rows/s ({args.authors} authors x {args.posts} posts x "
+              f"{args.followers} followers) "
               f"= {fan / raw['rows_per_s']:.0%} of the best raw writer (computed)")
         print(f"CPU per row (computed from /proc and process_time): worker {fan_cpu_us:.1f} µs, "
               f"raw writer {raw['best']['client CPU µs per row (computed)']} µs; Cassandra "
