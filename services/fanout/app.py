@@ -33,6 +33,7 @@ from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.cql_async import (TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry,
                                               use_cached_rows)
 from services.shared.stores.store_health import watch_cassandra
+from services.shared.stores.write_coalescer import WriteCoalescer
 from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batches,
                                                    refresh_lag_periodically)
 from services.shared.worker.event_publisher import EventPublisher
@@ -88,15 +89,26 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     publisher = EventPublisher(settings)
     await publisher.start()
     notices = Notices(publisher, serving_changes_topic(settings.topic_prefix))
-    copies = CopyStore(session, runner, settings.fanout_follower_page, notices)
+    linger = settings.fanout_coalesce_s if settings.fanout_coalesce_s >= 0 else None
+    # Two coalescers: inbox rows keep their own bound (fanout_push_batches_in_flight), so
+    # a large audience's queued batches never hold back the small writes (copies, marks,
+    # timeline rows) every other post waits on; those take only the runner's permits.
+    copy_writes = inbox_writes = None
+    if linger is not None:
+        copy_writes = WriteCoalescer(runner, linger_s=linger, max_in_flight=settings.store_max_in_flight)
+        inbox_writes = WriteCoalescer(runner, linger_s=linger,
+                                      max_in_flight=settings.fanout_push_batches_in_flight)
+    copies = CopyStore(session, runner, settings.fanout_follower_page, notices, copy_writes,
+                       read_linger_s=linger)
     inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
                        cap=settings.inbox_cap, trim_every=settings.inbox_trim_every,
                        push_batches_in_flight=settings.fanout_push_batches_in_flight,
-                       notices=notices)
+                       notices=notices, writes=inbox_writes, read_linger_s=linger)
     capacity = CapacityEstimate(settings.fanout_capacity_floor_rows_per_s,
                                 settings.fanout_capacity_pinned_rows_per_s)
-    tiers = TierStore(session, runner, tier_policy(settings), capacity, _utc_now)
-    activity = ActivityStore(session, runner)
+    tiers = TierStore(session, runner, tier_policy(settings), capacity, _utc_now,
+                      read_linger_s=linger)
+    activity = ActivityStore(session, runner, read_linger_s=linger)
     tracked = settings.inactive_after.total_seconds() > 0
     inactive = activity.inactive_followers if tracked else None
     sweeper = None

@@ -22,6 +22,8 @@ from services.shared.domain.edge_transitions import EdgeChange, EdgeStep
 from services.shared.domain.rules import REMOVED
 from services.shared.stores.counted_edges import CountedEdges, EdgeTable
 from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.read_coalescer import PartitionReads
+from services.shared.stores.write_coalescer import Row, WriteCoalescer
 
 from .audience import Follower, PostCopy, PostFields
 
@@ -36,8 +38,12 @@ READ_POSTS_PER_QUERY = 50
 
 class CopyStore:
     def __init__(self, session: Session, runner: CqlRunner, follower_page: int,
-                 notices: ChangeSink = NO_NOTICES) -> None:
+                 notices: ChangeSink = NO_NOTICES, writes: WriteCoalescer | None = None,
+                 read_linger_s: float | None = None) -> None:
         self._run = runner
+        # Single-row writes of concurrent posts leave together (write_coalescer.py); with
+        # none, each is its own request.
+        self._writes = writes
         # Told after every write of a copy the read path caches (post states, follows,
         # blocks, author timelines): services/shared/contracts/serving_changes.py.
         self._notices = notices
@@ -78,6 +84,29 @@ class CopyStore:
         self._blocks_of = p("SELECT other_id FROM blocks WHERE user_id=?")
         self._blocks_of.fetch_size = follower_page
         self._blocks_between = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
+        # With a linger, concurrent posts' reads of these partitions leave as one IN read
+        # each (read_coalescer.py); without, each is its own request.
+        self._coalesced: tuple[PartitionReads, PartitionReads, PartitionReads] | None = None
+        if read_linger_s is not None:
+            blocks_in = p("SELECT user_id, other_id FROM blocks WHERE user_id IN ?")
+            blocks_in.fetch_size = follower_page
+            count_in = p(f"SELECT {FOLLOW_EDGES.partition}, {FOLLOW_EDGES.count} FROM {FOLLOW_EDGES.name} "
+                         f"WHERE {FOLLOW_EDGES.partition} IN ? PER PARTITION LIMIT 1")
+            self._coalesced = (PartitionReads(runner, self._read_posts, linger_s=read_linger_s),
+                               PartitionReads(runner, blocks_in, linger_s=read_linger_s),
+                               PartitionReads(runner, count_in, linger_s=read_linger_s))
+
+    async def _write(self, statement: PreparedStatement, params: Sequence[Any]) -> None:
+        if self._writes is not None:
+            await self._writes.write(statement, params)
+        else:
+            await self._run.execute(statement, params)
+
+    async def _write_all(self, rows: list[Row]) -> None:
+        if self._writes is not None:
+            await self._writes.write_all(rows)
+        else:
+            await self._run.run_bounded(rows, len(rows))
 
     # -- posts ---------------------------------------------------------------------------
     def _post_writer(self, with_text: bool, with_media: bool) -> PreparedStatement:
@@ -95,11 +124,14 @@ class CopyStore:
         params: list[object] = [lsn, post.author_id, post.created_at]
         params += ([post.text] if with_text else []) + ([post.media_ids] if with_media else [])
         params += [post.visibility if not post.deleted else REMOVED, post.deleted, post.post_id]
-        await self._run.execute(self._post_writer(with_text, with_media), params)
+        await self._write(self._post_writer(with_text, with_media), params)
         await self._notices.changed(ServingChange(posts=(post.post_id,)))
 
     async def read_post(self, post_id: int) -> PostCopy | None:
-        rows = await self._run.execute(self._read_post, (post_id,))
+        if self._coalesced is not None:
+            rows = await self._coalesced[0].rows(post_id)
+        else:
+            rows = await self._run.execute(self._read_post, (post_id,))
         return _post_copy(post_id, rows[0]) if rows else None
 
     async def read_posts(self, post_ids: Sequence[int]) -> list[PostCopy]:
@@ -109,29 +141,28 @@ class CopyStore:
         return [_post_copy(r.post_id, r) for rows in results for r in rows]
 
     async def mark_fanned_out(self, post_id: int, fanned_out: bool, lsn: int) -> None:
-        await self._run.execute(self._mark_fanned_out, (lsn, fanned_out, post_id))
+        await self._write(self._mark_fanned_out, (lsn, fanned_out, post_id))
 
     async def set_rank_key(self, post_id: int, rank_key: float, key_ts: int) -> None:
         """The key the post's rows are clustered by, written at ``key_ts`` (µs)."""
-        await self._run.execute(self._set_rank_key, (key_ts, rank_key, post_id))
+        await self._write(self._set_rank_key, (key_ts, rank_key, post_id))
         await self._notices.changed(ServingChange(posts=(post_id,)))
 
     async def set_rank_key_next(self, post_id: int, rank_key: float, key_ts: int) -> None:
         """The key the post's rows are moving to (written before the first row moves)."""
-        await self._run.execute(self._set_rank_key_next, (key_ts, rank_key, post_id))
+        await self._write(self._set_rank_key_next, (key_ts, rank_key, post_id))
         await self._notices.changed(ServingChange(posts=(post_id,)))
 
     async def add_author_post(self, author_id: int, post_id: int, rank_key: float, key_ts: int) -> None:
-        await self._run.execute(self._add_author_post,
-                                (author_id, ids.day_bucket(post_id), rank_key, post_id, key_ts))
+        await self._write(self._add_author_post,
+                          (author_id, ids.day_bucket(post_id), rank_key, post_id, key_ts))
         await self._notices.changed(_timeline(author_id, post_id))
 
     async def remove_author_post(self, author_id: int, post_id: int, keys: Sequence[float],
                                  ts: int) -> None:
         bucket = ids.day_bucket(post_id)
-        await self._run.run_bounded(
-            [(self._del_author_post, (ts, author_id, bucket, k, post_id)) for k in dict.fromkeys(keys)],
-            2)
+        await self._write_all(
+            [(self._del_author_post, (ts, author_id, bucket, k, post_id)) for k in dict.fromkeys(keys)])
         await self._notices.changed(_timeline(author_id, post_id))
 
     async def move_author_post(self, author_id: int, post_id: int, old_keys: Sequence[float],
@@ -157,18 +188,18 @@ class CopyStore:
                                    since: datetime | None, lsn: int) -> None:
         """The reader-side copy (``following``): a row, or its tombstone when ``since`` is None."""
         if since is None:
-            await self._run.execute(self._del_following, (lsn, follower_id, followed_id))
+            await self._write(self._del_following, (lsn, follower_id, followed_id))
         else:
-            await self._run.execute(self._add_following, (follower_id, followed_id, since, lsn))
+            await self._write(self._add_following, (follower_id, followed_id, since, lsn))
         await self._notices.changed(ServingChange(graphs=(follower_id,)))
 
     async def write_follower_copy(self, follower_id: int, followed_id: int,
                                   since: datetime | None, lsn: int) -> None:
         """The author-side copy (``followers``): a row, or its tombstone when ``since`` is None."""
         if since is None:
-            await self._run.execute(self._del_follower, (lsn, followed_id, follower_id))
+            await self._write(self._del_follower, (lsn, followed_id, follower_id))
         else:
-            await self._run.execute(self._add_follower, (followed_id, follower_id, since, lsn))
+            await self._write(self._add_follower, (followed_id, follower_id, since, lsn))
 
     async def apply_follow(self, follower_id: int, followed_id: int, since: datetime | None,
                            lsn: int) -> EdgeStep:
@@ -199,6 +230,9 @@ class CopyStore:
 
     async def followers_count(self, author_id: int) -> int:
         """The author's follower count (what the tier decision weighs)."""
+        if self._coalesced is not None:
+            rows = await self._coalesced[2].rows(author_id)
+            return int(rows[0][1] or 0) if rows else 0
         return await self._follows.count(author_id)
 
     async def follower_pages(self, author_id: int) -> AsyncIterator[list[Follower]]:
@@ -209,17 +243,17 @@ class CopyStore:
 
     # -- blocks --------------------------------------------------------------------------
     async def add_block(self, blocker_id: int, blocked_id: int, lsn: int) -> None:
-        await self._run.run_bounded([
+        await self._write_all([
             (self._add_block, (blocker_id, blocked_id, "out", lsn)),
             (self._add_block, (blocked_id, blocker_id, "in", lsn)),
-        ], 2)
+        ])
         await self._notices.changed(ServingChange(graphs=(blocker_id, blocked_id)))
 
     async def remove_block(self, blocker_id: int, blocked_id: int, lsn: int) -> None:
-        await self._run.run_bounded([
+        await self._write_all([
             (self._del_block, (lsn, blocker_id, blocked_id, "out")),
             (self._del_block, (lsn, blocked_id, blocker_id, "in")),
-        ], 2)
+        ])
         await self._notices.changed(ServingChange(graphs=(blocker_id, blocked_id)))
 
     async def blocked_either_way(self, user_id: int, other_id: int) -> bool:
@@ -227,6 +261,8 @@ class CopyStore:
 
     async def blocked_set(self, user_id: int) -> frozenset[int]:
         """Everyone ``user_id`` blocks or is blocked by (small for ordinary authors)."""
+        if self._coalesced is not None:
+            return frozenset(r[1] for r in await self._coalesced[1].rows(user_id))
         out: set[int] = set()
         async for rows in self._run.pages(self._blocks_of, (user_id,)):
             out.update(r.other_id for r in rows)

@@ -31,6 +31,8 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.domain.rules import INBOX_TTL_S
 from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.read_coalescer import PartitionReads
+from services.shared.stores.write_coalescer import WriteCoalescer
 
 from .audience import should_check_cap, trim_boundary
 from .cleanup import rows_to_purge
@@ -86,8 +88,14 @@ class InboxPort(Protocol):
 class InboxStore:
     def __init__(self, session: Session, runner: CqlRunner, *, max_in_flight: int,
                  cap: int, trim_every: int, push_batches_in_flight: int = 16,
-                 notices: ChangeSink = NO_NOTICES) -> None:
+                 notices: ChangeSink = NO_NOTICES, writes: WriteCoalescer | None = None,
+                 read_linger_s: float | None = None) -> None:
         self._run = runner
+        # A push's rows join those of the other posts being fanned out at once, grouped by
+        # replicas (write_coalescer.py): a batch carries rows of several posts, and a
+        # reader's rows of several posts are one mutation. None: each push batches its
+        # own rows (``_send_grouped``).
+        self._writes = writes
         # Told which readers' rows changed after every write (serving_changes.py): the
         # API caches inbox tops.
         self._notices = notices
@@ -106,6 +114,11 @@ class InboxStore:
         self._rows = p("SELECT rank_key, post_id, author_id FROM feed_inbox WHERE reader_id=?")
         self._rows.fetch_size = 1000
         self._trim = p("DELETE FROM feed_inbox USING TIMESTAMP ? WHERE reader_id=? AND rank_key < ?")
+        # The sampled cap checks of concurrent posts read their heads as one IN read
+        # (read_coalescer.py), with a linger.
+        self._heads = None if read_linger_s is None else PartitionReads(
+            runner, p("SELECT reader_id, rank_key FROM feed_inbox WHERE reader_id IN ? PER PARTITION LIMIT ?"),
+            extra=(cap + 1,), linger_s=read_linger_s)
 
     def _permits(self) -> asyncio.Semaphore:
         if self._push_permits is None:
@@ -155,8 +168,12 @@ class InboxStore:
             return 0  # too old for any inbox (and TTL 0 would mean "never expires")
         push = self._push
         readers = list(reader_ids)
-        written = await self._send_grouped(
-            readers, lambda r: [(push, (r, rank_key, post_id, author_id, ttl_s, key_ts))])
+        if self._writes is not None:
+            written = await self._writes.write_all(
+                (push, (r, rank_key, post_id, author_id, ttl_s, key_ts)) for r in readers)
+        else:
+            written = await self._send_grouped(
+                readers, lambda r: [(push, (r, rank_key, post_id, author_id, ttl_s, key_ts))])
         await self._changed(readers)
         return written
 
@@ -255,8 +272,11 @@ class InboxStore:
         return sum(results)
 
     async def _trim_one(self, reader_id: int, ts: int) -> int:
-        rows = await self._run.execute(self._head, (reader_id, self._cap + 1))
-        boundary = trim_boundary([r[0] for r in rows], self._cap)
+        if self._heads is not None:
+            keys = [r[1] for r in await self._heads.rows(reader_id)]
+        else:
+            keys = [r[0] for r in await self._run.execute(self._head, (reader_id, self._cap + 1))]
+        boundary = trim_boundary(keys, self._cap)
         if boundary is None:
             return 0
         await self._run.execute(self._trim, (ts, reader_id, boundary))

@@ -20,6 +20,7 @@ from cassandra.cluster import Session
 
 from services.shared.domain.rules import CELEBRITY_SHARD, DEMOTED_MERGE_S
 from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.read_coalescer import PartitionReads
 
 from .metrics import TIER_CHANGES
 from .tiering import CapacityEstimate, Tier, TierDecision, TierPolicy, TierState, decide_tier
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 
 class TierStore:
     def __init__(self, session: Session, runner: CqlRunner, policy: TierPolicy,
-                 capacity: CapacityEstimate, clock: Callable[[], datetime]) -> None:
+                 capacity: CapacityEstimate, clock: Callable[[], datetime], *,
+                 read_linger_s: float | None = None) -> None:
         self._run = runner
         self._policy = policy
         self.capacity = capacity
@@ -40,9 +42,16 @@ class TierStore:
         self._promote = p("INSERT INTO celebrities (shard, author_id, since, until) VALUES (?,?,?,null)")
         self._demote = p("INSERT INTO celebrities (shard, author_id, since, until) VALUES (?,?,?,?) USING TTL ?")
         self._since = p("SELECT since FROM celebrities WHERE shard=? AND author_id=?")
+        # Concurrent posts' tier reads as one IN read (read_coalescer.py), with a linger.
+        self._states = None if read_linger_s is None else PartitionReads(
+            runner, p("SELECT author_id, tier, changed_at FROM author_tiers WHERE author_id IN ?"),
+            linger_s=read_linger_s)
 
     async def state(self, author_id: int) -> TierState:
-        rows = await self._run.execute(self._read, (author_id,))
+        if self._states is not None:
+            rows = await self._states.rows(author_id)
+        else:
+            rows = await self._run.execute(self._read, (author_id,))
         if not rows or rows[0].tier is None:
             return TierState()
         changed = rows[0].changed_at

@@ -82,6 +82,14 @@ class Settings(BaseSettings):
     # Inbox batches (up to 50 rows of one replica set) in flight per fan-out process: about
     # 800 rows, enough to keep a shared 2-core node busy; more only queues on the node.
     fanout_push_batches_in_flight: int = 16
+    # The fan-out's single-row writes and inbox rows of concurrent posts wait this long for
+    # company before leaving as a shared batch (services/shared/stores/write_coalescer.py),
+    # and its reads of small partitions (a post's copy, its author's tier, count, blocks,
+    # inactive followers, sampled inbox heads) before leaving as one IN read
+    # (read_coalescer.py); a full batch (50 rows or keys) leaves at once. A negative value
+    # turns coalescing off: each post batches its own inbox rows, every other statement is
+    # its own request.
+    fanout_coalesce_s: float = 0.001
     # Followers read per page: bounded memory for authors of any size.
     fanout_follower_page: int = 500
     # Inbox length cap (soft): ranking candidates for several pages; older rows are

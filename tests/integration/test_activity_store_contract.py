@@ -30,7 +30,7 @@ class Subject:
     run: Callable[[Any], Any]
 
 
-@pytest.fixture(params=["memory", "cassandra"])
+@pytest.fixture(params=["memory", "cassandra", "cassandra, coalesced reads"])
 def subject(request: pytest.FixtureRequest, settings: Settings) -> Iterator[Subject]:
     loop = asyncio.new_event_loop()
     if request.param == "memory":
@@ -48,7 +48,8 @@ def subject(request: pytest.FixtureRequest, settings: Settings) -> Iterator[Subj
             reader_id, author_id, datetime.now(timezone.utc), next(lsn)))
 
     try:
-        yield Subject(ActivityStore(session, runner), follow, loop.run_until_complete)
+        linger = 0.001 if request.param == "cassandra, coalesced reads" else None
+        yield Subject(ActivityStore(session, runner, read_linger_s=linger), follow, loop.run_until_complete)
     finally:
         loop.close()
         session.cluster.shutdown()

@@ -15,6 +15,7 @@ from services.shared.contracts.serving_changes import ChangeSink
 from services.shared.settings import Settings
 from services.shared.stores import cql
 from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.write_coalescer import WriteCoalescer
 from tests.support.contracts.inbox_store_contract import InboxStoreContract, InboxSubject
 
 pytestmark = pytest.mark.integration
@@ -28,13 +29,20 @@ def cassandra(settings: Settings) -> Iterator[Session]:
 
 
 class TestCassandraInboxStore(InboxStoreContract):
-    @pytest.fixture
-    def subject(self, cassandra: Session) -> Iterator[InboxSubject]:
+    """Pushes batched post by post and each cap check its own read (``fanout_coalesce_s``
+    < 0), and joined with other posts' rows and reads by the fan-out's ``WriteCoalescer``
+    and ``PartitionReads`` (the default)."""
+
+    @pytest.fixture(params=["own batches", "coalesced"])
+    def subject(self, cassandra: Session, request: pytest.FixtureRequest) -> Iterator[InboxSubject]:
         runner = CqlRunner(cassandra)
+        coalesced = request.param == "coalesced"
+        writes = WriteCoalescer(runner) if coalesced else None
 
         def factory(*, cap: int, trim_every: int, notices: ChangeSink) -> InboxStore:
             return InboxStore(cassandra, runner, max_in_flight=16, cap=cap, trim_every=trim_every,
-                              notices=notices)
+                              notices=notices, writes=writes,
+                              read_linger_s=0.001 if coalesced else None)
 
         loop = asyncio.new_event_loop()
         try:

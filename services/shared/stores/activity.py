@@ -24,6 +24,7 @@ from typing import AsyncIterator, Protocol, Sequence
 from cassandra.cluster import Session
 
 from .cql_async import CqlRunner
+from .read_coalescer import PartitionReads
 
 ACTIVE = "active"
 IDLE = "idle"
@@ -101,7 +102,8 @@ class ActivityPort(Protocol):
 class ActivityStore:
     """Every statement on the activity tables (and the follow list the flags need)."""
 
-    def __init__(self, session: Session, runner: CqlRunner, page_size: int = 1000) -> None:
+    def __init__(self, session: Session, runner: CqlRunner, page_size: int = 1000, *,
+                 read_linger_s: float | None = None) -> None:
         p = session.prepare
         self._run = runner
         self._record = p("UPDATE reader_activity SET last_period=? WHERE reader_id=?")
@@ -119,6 +121,13 @@ class ActivityStore:
         self._unflag = p("DELETE FROM inactive_followers WHERE followed_id=? AND follower_id=?")
         self._flagged = p("SELECT follower_id FROM inactive_followers WHERE followed_id=?")
         self._flagged.fetch_size = page_size
+        # The fan-out's reads of the flags of concurrent posts' authors as one IN read
+        # (read_coalescer.py), with a linger.
+        self._flagged_in = None
+        if read_linger_s is not None:
+            flagged_in = p("SELECT followed_id, follower_id FROM inactive_followers WHERE followed_id IN ?")
+            flagged_in.fetch_size = page_size
+            self._flagged_in = PartitionReads(runner, flagged_in, linger_s=read_linger_s)
         self._progress = p("SELECT through_period FROM activity_sweeps WHERE name=?")
         self._save_progress = p("UPDATE activity_sweeps SET through_period=? WHERE name=?")
 
@@ -163,6 +172,8 @@ class ActivityStore:
     # -- the fan-out side --------------------------------------------------------------------
     async def inactive_followers(self, author_id: int) -> frozenset[int]:
         """The author's followers the fan-out skips (one partition, paged)."""
+        if self._flagged_in is not None:
+            return frozenset(r[1] for r in await self._flagged_in.rows(author_id))
         out: set[int] = set()
         async for rows in self._run.pages(self._flagged, (author_id,)):
             out.update(r[0] for r in rows)

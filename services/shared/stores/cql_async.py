@@ -25,7 +25,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence, 
 from cassandra import OperationTimedOut, ReadTimeout, Unavailable, WriteTimeout
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, NoHostAvailable, Session
 from cassandra.connection import ConnectionException
-from cassandra.query import BatchStatement, PreparedStatement, named_tuple_factory, tuple_factory
+from cassandra.query import (BatchStatement, BoundStatement, PreparedStatement, named_tuple_factory,
+                             tuple_factory)
 
 
 def release(response: Any) -> None:
@@ -97,7 +98,7 @@ class StoreRetry:
         raise AssertionError("unreachable")
 
 
-Executable: TypeAlias = PreparedStatement | BatchStatement
+Executable: TypeAlias = PreparedStatement | BoundStatement | BatchStatement
 Statement: TypeAlias = tuple[Executable, Sequence[Any]]
 
 

@@ -1,0 +1,110 @@
+"""``WriteCoalescer`` on the session's Cassandra: concurrent single-row writes leave as
+shared batches, every row is stored with its own write time, a failed batch fails every
+caller of it, and statements that cannot share a batch are refused."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+
+import pytest
+from cassandra import InvalidRequest
+from cassandra.cluster import Session
+
+from services.shared.settings import Settings
+from services.shared.stores import cql
+from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.write_coalescer import MAX_ROWS, WriteCoalescer
+
+pytestmark = pytest.mark.integration
+
+_READERS = itertools.count(7_300_000_000)
+
+
+@pytest.fixture(scope="module")
+def cassandra(settings: Settings) -> Iterator[Session]:
+    session = cql.session(settings)
+    yield session
+    session.cluster.shutdown()
+
+
+def _run(coro):  # type: ignore[no-untyped-def]
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def test_concurrent_rows_leave_in_shared_batches_and_keep_their_own_write_times(cassandra: Session) -> None:
+    push = cassandra.prepare("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
+                             "VALUES (?,?,?,?) USING TIMESTAMP ?")
+    readers = [next(_READERS) for _ in range(120)]
+
+    async def main() -> WriteCoalescer:
+        writes = WriteCoalescer(CqlRunner(cassandra), linger_s=0.005)
+        # 120 callers, one row each, and one caller of 3 rows of one reader: a caller
+        # resumes only once its row is stored.
+        await asyncio.gather(*(writes.write(push, (r, 1.0, 11, 5, 1_000 + i)) for i, r in enumerate(readers)),
+                             writes.write_all([(push, (readers[0], float(k), 20 + k, 6, 9_000)) for k in range(3)]))
+        return writes
+
+    writes = _run(main())
+    assert writes.rows == 123
+    # Every row in a batch of at most MAX_ROWS, far fewer requests than rows.
+    assert writes.batches <= -(-123 // MAX_ROWS) + 1
+    rows_of = cassandra.prepare("SELECT reader_id, post_id, WRITETIME(author_id) AS ts FROM feed_inbox "
+                                "WHERE reader_id IN ? AND rank_key = 1.0")
+    stored = {r.reader_id: r for r in cassandra.execute(rows_of, (readers,))}
+    assert sorted(stored) == sorted(readers)
+    assert [stored[r].ts for r in readers] == [1_000 + i for i in range(len(readers))]
+    head = list(cassandra.execute("SELECT post_id FROM feed_inbox WHERE reader_id=%s", (readers[0],)))
+    assert sorted(r.post_id for r in head) == [11, 20, 21, 22]
+
+
+def test_a_later_write_time_wins_whatever_batch_carries_it(cassandra: Session) -> None:
+    """Last-write-wins by USING TIMESTAMP holds inside a batch: a delete stamped later
+    than an insert of the same row, in the same batch, removes it; an insert stamped
+    before an earlier-applied delete stays shadowed."""
+    push = cassandra.prepare("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
+                             "VALUES (?,?,?,?) USING TIMESTAMP ?")
+    unpush = cassandra.prepare("DELETE FROM feed_inbox USING TIMESTAMP ? "
+                               "WHERE reader_id=? AND rank_key=? AND post_id=?")
+    a, b = next(_READERS), next(_READERS)
+
+    async def main() -> None:
+        writes = WriteCoalescer(CqlRunner(cassandra), linger_s=0.005)
+        await asyncio.gather(writes.write(push, (a, 2.0, 31, 5, 100)),
+                             writes.write(unpush, (200, a, 2.0, 31)))
+        await writes.write(unpush, (500, b, 2.0, 32))
+        await writes.write(push, (b, 2.0, 32, 5, 400))  # late, older: stays deleted
+
+    _run(main())
+    for reader in (a, b):
+        assert list(cassandra.execute("SELECT post_id FROM feed_inbox WHERE reader_id=%s", (reader,))) == []
+
+
+def test_a_failed_batch_fails_every_caller_of_it(cassandra: Session) -> None:
+    push = cassandra.prepare("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
+                             "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
+    reader = next(_READERS)  # one partition: the two rows share a batch on any ring
+
+    async def main() -> list[object]:
+        writes = WriteCoalescer(CqlRunner(cassandra), linger_s=0.005)
+        # A negative TTL is refused by the node: the batch carrying it fails as a whole.
+        return await asyncio.gather(writes.write(push, (reader, 1.0, 41, 5, 60, 10)),
+                                    writes.write(push, (reader, 1.0, 42, 5, -1, 10)),
+                                    return_exceptions=True)
+
+    results = _run(main())
+    assert all(isinstance(r, InvalidRequest) for r in results), results
+
+
+def test_conditional_and_counter_writes_are_refused(cassandra: Session) -> None:
+    conditional = cassandra.prepare("INSERT INTO author_tiers (author_id, tier) VALUES (?,?) IF NOT EXISTS")
+
+    async def main() -> None:
+        await WriteCoalescer(CqlRunner(cassandra)).write(conditional, (1, "ordinary"))
+
+    with pytest.raises(ValueError, match="not batchable"):
+        _run(main())
