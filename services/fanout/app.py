@@ -33,6 +33,7 @@ from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.cql_async import (TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry,
                                               use_cached_rows)
 from services.shared.stores.store_health import watch_cassandra
+from services.shared.stores.write_coalescer import SUPPORTED as coalescing_supported
 from services.shared.stores.write_coalescer import WriteCoalescer
 from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batches,
                                                    refresh_lag_periodically)
@@ -89,7 +90,7 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     publisher = EventPublisher(settings)
     await publisher.start()
     notices = Notices(publisher, serving_changes_topic(settings.topic_prefix))
-    linger = settings.fanout_coalesce_s if settings.fanout_coalesce_s >= 0 else None
+    linger = settings.fanout_coalesce_s if settings.fanout_coalesce_s >= 0 and coalescing_supported else None
     # Two coalescers: inbox rows keep their own bound (fanout_push_batches_in_flight), so
     # a large audience's queued batches never hold back the small writes (copies, marks,
     # timeline rows) every other post waits on; those take only the runner's permits.

@@ -169,8 +169,7 @@ class InboxStore:
         push = self._push
         readers = list(reader_ids)
         if self._writes is not None:
-            written = await self._writes.write_all(
-                (push, (r, rank_key, post_id, author_id, ttl_s, key_ts)) for r in readers)
+            written = await self._writes.write_keyed(push, readers, (rank_key, post_id, author_id, ttl_s, key_ts))
         else:
             written = await self._send_grouped(
                 readers, lambda r: [(push, (r, rank_key, post_id, author_id, ttl_s, key_ts))])

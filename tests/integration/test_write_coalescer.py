@@ -108,3 +108,29 @@ def test_conditional_and_counter_writes_are_refused(cassandra: Session) -> None:
 
     with pytest.raises(ValueError, match="not batchable"):
         _run(main())
+
+
+def test_keyed_rows_are_stored_as_if_each_were_bound(cassandra: Session) -> None:
+    """``write_keyed``: a post's rows for many readers, the values other than the reader
+    serialized once; a statement whose first marker is not its partition key (here the
+    write time) takes the bound path and stores the same."""
+    push = cassandra.prepare("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
+                             "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
+    unpush = cassandra.prepare("DELETE FROM feed_inbox USING TIMESTAMP ? "
+                               "WHERE reader_id=? AND rank_key=? AND post_id=?")
+    readers = [next(_READERS) for _ in range(130)]
+
+    async def main() -> tuple[int, int]:
+        writes = WriteCoalescer(CqlRunner(cassandra), linger_s=0.005)
+        pushed = await writes.write_keyed(push, readers, (3.5, 51, 7, 3_600, 77_000))
+        # the bound path: the first value is the write time, not the key
+        removed = await writes.write_keyed(unpush, [78_000], (readers[0], 3.5, 51))
+        return pushed, removed
+
+    assert _run(main()) == (130, 1)
+    rows_of = cassandra.prepare("SELECT reader_id, rank_key, post_id, author_id, WRITETIME(author_id) AS ts, "
+                                "TTL(author_id) AS ttl FROM feed_inbox WHERE reader_id IN ?")
+    stored = {r.reader_id: r for r in cassandra.execute(rows_of, (readers,))}
+    assert sorted(stored) == sorted(readers[1:])  # readers[0]'s row deleted at a later time
+    assert {(r.rank_key, r.post_id, r.author_id, r.ts) for r in stored.values()} == {(3.5, 51, 7, 77_000)}
+    assert all(3_000 < r.ttl <= 3_600 for r in stored.values())
