@@ -10,6 +10,7 @@ never loses or doubles a count.
 from __future__ import annotations
 
 import asyncio
+import functools
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator, Sequence
 
@@ -239,7 +240,9 @@ class CopyStore:
         """The author's followers, one page at a time (bounded memory for any author)."""
         async for rows in self._run.pages(self._page_followers, (author_id,)):
             if rows:
-                yield [Follower(r.follower_id, _utc(r.following_since)) for r in rows]
+                # The driver's (follower_id, naive UTC time) rows as they are, made
+                # Followers without a call per row (audience.Follower).
+                yield list(map(_as_follower, rows))
 
     # -- blocks --------------------------------------------------------------------------
     async def add_block(self, blocker_id: int, blocked_id: int, lsn: int) -> None:
@@ -267,6 +270,9 @@ class CopyStore:
         async for rows in self._run.pages(self._blocks_of, (user_id,)):
             out.update(r.other_id for r in rows)
         return frozenset(out)
+
+
+_as_follower = functools.partial(tuple.__new__, Follower)
 
 
 def _timeline(author_id: int, post_id: int) -> ServingChange:

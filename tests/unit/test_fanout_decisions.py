@@ -53,6 +53,19 @@ def test_readers_are_followers_since_before_the_post_and_not_blocked():
     assert readers_for_post(1, T, followers, blocked={5}) == [2, 4]
 
 
+def test_naive_following_times_are_utc_as_the_driver_reads_them():
+    """The fan-out's follower pages keep the driver's naive UTC times; the same rule
+    holds for them, against an aware or a naive post time, and for an aware post time
+    in another zone."""
+    naive = T.astimezone(timezone.utc).replace(tzinfo=None)
+    followers = [Follower(2, naive - timedelta(hours=1)), Follower(3, naive + timedelta(seconds=1)),
+                 Follower(4, naive), Follower(6, T - timedelta(minutes=1)), Follower(7, None)]
+    assert readers_for_post(1, T, followers, blocked=set()) == [2, 4, 6]
+    assert readers_for_post(1, naive, followers, blocked=set()) == [2, 4, 6]
+    elsewhere = T.astimezone(timezone(timedelta(hours=7)))
+    assert readers_for_post(1, elsewhere, followers, blocked=set()) == [2, 4, 6]
+
+
 def test_inbox_rows_expire_a_ttl_after_the_post_was_made_not_after_the_write():
     from services.fanout.audience import inbox_ttl_s
     from services.shared.domain.rules import INBOX_TTL_S
