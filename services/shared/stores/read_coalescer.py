@@ -66,6 +66,7 @@ class PartitionReads:
         self._pending: dict[frozenset[Host] | None, _Pending] = {}
         table = statement.column_metadata[0].table_name if statement.column_metadata else "?"
         self._keys_metric, self._requests_metric = KEYS.labels(table), REQUESTS.labels(table)
+        self._reading: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self.requests = 0  # IN reads sent (the tests and the bench read these)
         self.keys = 0      # keys read by them
 
@@ -102,7 +103,9 @@ class PartitionReads:
         self.keys += len(pending.keys)
         self._requests_metric.inc()
         self._keys_metric.inc(len(pending.keys))
-        asyncio.ensure_future(self._read(pending.keys))
+        task = asyncio.ensure_future(self._read(pending.keys))
+        self._reading.add(task)
+        task.add_done_callback(self._reading.discard)
 
     async def _read(self, waiting: dict[int, asyncio.Future[list[Any]]]) -> None:
         found: dict[int, list[Any]] = {key: [] for key in waiting}

@@ -115,6 +115,7 @@ class WriteCoalescer:
         self._groups: dict[frozenset[Host] | None, _Group] = {}
         self._refused: dict[bytes, bool] = {}  # query id -> not batchable
         self._keyed: dict[bytes, bool] = {}    # query id -> write_keyed may skip bind
+        self._sending: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self.batches = 0  # batches sent (the tests and the bench read these)
         self.rows = 0     # rows sent in them
 
@@ -225,6 +226,8 @@ class WriteCoalescer:
         if self._permits is None:
             self._permits = asyncio.Semaphore(self._max_in_flight)
         task = asyncio.ensure_future(self._send(statement, self._permits))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
         done = group.done
 
         def settle(t: asyncio.Task[None]) -> None:
