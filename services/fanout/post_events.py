@@ -68,12 +68,16 @@ class PostFanout:
         self._monotonic = monotonic
         self._meter = OverlapMeter(tiers.capacity.min_sample_rows)
         self._retry = retry or StoreRetry()
+        self._last_overload: BaseException | None = None  # the timeout that last halved capacity
         self._moves = RankMoves(copies, inbox,
                                 lambda: datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc),
                                 inactive)
 
     def _store_timed_out(self, exc: BaseException) -> None:
         STORE_RETRIES.inc()
+        if exc is self._last_overload:
+            return  # one shared batch's failure (write_coalescer.py), seen by each of its posts
+        self._last_overload = exc
         self._tiers.capacity.overloaded()
         log.warning("fan-out page timed out (capacity estimate now %.0f rows/s): %r",
                     self._tiers.capacity.rows_per_s, exc)

@@ -106,6 +106,32 @@ def test_a_timed_out_page_is_retried_alone_and_lowers_the_capacity_estimate():
     assert len(publisher.sent) == PAGE * PAGES         # one new-item event per row
 
 
+def test_one_shared_batch_timing_out_lowers_the_capacity_estimate_once():
+    """Coalesced posts share a batch (services/shared/stores/write_coalescer.py): when it
+    times out, every post in it gets the same error; that is one overload, not one per
+    post."""
+    shared = OperationTimedOut("node overloaded")
+
+    class _SharedFailure(_Inbox):
+        async def push(self, reader_ids, post_id, author_id, rank_key, key_ts, ttl_s=INBOX_TTL_S):
+            readers = list(reader_ids)
+            self.pushes.append(readers[0])
+            if readers[0] == 100 + 2 * PAGE and self.pushes.count(readers[0]) <= 2:
+                raise shared  # both posts' third page, first attempt: one batch
+            return await InMemoryInboxStore.push(self, readers, post_id, author_id, rank_key, key_ts, ttl_s)
+
+    copies, inbox, tiers, publisher = _Copies(), _SharedFailure(), _Tiers(), RecordingPublisher()
+    fanout = _fanout(copies, inbox, tiers, publisher, T0 + timedelta(minutes=1))
+    other = ChangeRecord(op="c", table="posts", lsn=11, before=None, after={**CHANGE.after, "post_id": POST + 1})
+
+    async def both() -> None:
+        await asyncio.gather(fanout.on_post_changed(CHANGE), fanout.on_post_changed(other))
+    asyncio.run(both())
+
+    assert inbox.pushes.count(100 + 2 * PAGE) == 4    # each post's page retried once
+    assert tiers.capacity.rows_per_s == 8_000          # halved once: 16,000 -> 8,000
+
+
 def test_a_post_older_than_the_inbox_ttl_writes_no_rows():
     copies, inbox, tiers, publisher = _Copies(), _Inbox(), _Tiers(), RecordingPublisher()
     asyncio.run(_fanout(copies, inbox, tiers, publisher, T0 + timedelta(days=8)).on_post_changed(CHANGE))
