@@ -240,6 +240,18 @@ class CqlRunner:
                 return
 
 
+def replica_group(session: Session, routing_key: bytes | None) -> frozenset[Any] | None:
+    """The replicas of the partition ``routing_key`` names in the session's keyspace: what
+    the coalescers (write_coalescer.py, read_coalescer.py) group rows by, so that a
+    request's coordinator is a replica of every row in it. None when every node holds
+    every row (one node) or the token map does not know."""
+    metadata = session.cluster.metadata
+    if routing_key is None or len(metadata.all_hosts()) <= 1:
+        return None
+    replicas = metadata.get_replicas(session.keyspace, routing_key)
+    return frozenset(replicas) if replicas else None
+
+
 def _resolve(fut: asyncio.Future[list[Any]], value: Any, exc: BaseException | None) -> None:
     if fut.done():
         return

@@ -9,8 +9,11 @@ costs the worker (the driver's request path) and the node (parsing, dispatch, a
 response) more than reading a small partition does. Here a read waits at most
 ``linger_s`` for others of the same statement, and they leave as one
 ``SELECT ... WHERE key IN ?`` of up to ``max_keys`` keys whose partitions share their
-replicas (token-aware routing then sends it to one of them, so the coordinator reads
-locally); each caller gets its own partition's rows, every page of them.
+replicas; each caller gets its own partition's rows, every page of them. (The driver
+computes no routing key for an ``IN``, so the read goes to any node, which reads the
+replicas at the session's consistency: on the three-node stack, RF 3, every node is a
+replica of every partition; on a larger ring the grouping keeps one read's partitions on
+one replica set.)
 
 A read that waited still starts after it was asked for, so it sees every write that was
 acknowledged before it was asked for, as the single read would have: nothing a caller
@@ -30,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from cassandra.query import PreparedStatement
 from prometheus_client import Counter
 
-from .cql_async import CqlRunner
+from .cql_async import CqlRunner, replica_group
 
 if TYPE_CHECKING:
     from cassandra.pool import Host
@@ -72,7 +75,7 @@ class PartitionReads:
 
     async def rows(self, key: int) -> list[Any]:
         """Every row of partition ``key`` (the statement's columns, key first)."""
-        group_key = self._replicas(key)
+        group_key = replica_group(self._run.session, _BIGINT.pack(key))
         pending = self._pending.get(group_key)
         if pending is None:
             loop = asyncio.get_running_loop()
@@ -84,14 +87,6 @@ class PartitionReads:
             if len(pending.keys) >= self._max_keys:
                 self._send(group_key)
         return list(await asyncio.shield(fut))
-
-    def _replicas(self, key: int) -> frozenset[Host] | None:
-        metadata = self._run.session.cluster.metadata
-        if len(metadata.all_hosts()) <= 1:
-            return None
-        replicas = metadata.get_replicas(self._statement.keyspace or self._run.session.keyspace,
-                                         _BIGINT.pack(key))
-        return frozenset(replicas) if replicas else None
 
     def _send(self, group_key: frozenset[Host] | None) -> None:
         pending = self._pending.pop(group_key, None)

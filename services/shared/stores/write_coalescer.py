@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeAlias
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 from prometheus_client import Counter
 
-from .cql_async import CqlRunner
+from .cql_async import CqlRunner, replica_group
 
 if TYPE_CHECKING:
     from cassandra.pool import Host
@@ -176,7 +176,7 @@ class WriteCoalescer:
              bound: BoundStatement | None) -> asyncio.Future[None]:
         """Put the row in its replicas' group; the future of the batch it will leave in."""
         size = sum(len(v) for v in values if v is not None)
-        key = self._replicas(routing_key)
+        key = replica_group(self._run.session, routing_key)
         group = self._groups.get(key)
         if group is not None and group.size + size > self._max_bytes:
             self._flush(key)
@@ -192,16 +192,6 @@ class WriteCoalescer:
         if len(group.rows) >= self._max_rows or group.size >= self._max_bytes:
             self._flush(key)
         return done
-
-    def _replicas(self, routing_key: bytes | None) -> frozenset[Host] | None:
-        """The replicas of the row's partition; None when every node holds every row (one
-        node) or the token map does not know (the batch then goes to any node)."""
-        session = self._run.session
-        metadata = session.cluster.metadata
-        if routing_key is None or len(metadata.all_hosts()) <= 1:
-            return None
-        replicas = metadata.get_replicas(session.keyspace, routing_key)
-        return frozenset(replicas) if replicas else None
 
     def _flush(self, key: frozenset[Host] | None) -> None:
         group = self._groups.pop(key, None)
