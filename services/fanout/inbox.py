@@ -30,7 +30,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.domain.rules import INBOX_TTL_S
-from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.cql_async import CqlRunner, replica_group
 from services.shared.stores.read_coalescer import PartitionReads
 from services.shared.stores.write_coalescer import WriteCoalescer
 
@@ -202,14 +202,11 @@ class InboxStore:
         """Readers grouped by the replicas of their inbox partition (one group on a
         single node, or when every node holds every row)."""
         readers = list(reader_ids)
-        metadata = self._session.cluster.metadata
-        if len(metadata.all_hosts()) <= 1:
+        if len(self._session.cluster.metadata.all_hosts()) <= 1:
             return [readers] if readers else []
-        keyspace = self._session.keyspace
-        groups: dict[frozenset[Host], list[int]] = {}
+        groups: dict[frozenset[Host] | None, list[int]] = {}
         for reader in readers:
-            replicas = frozenset(metadata.get_replicas(keyspace, _BIGINT.pack(reader)))
-            groups.setdefault(replicas, []).append(reader)
+            groups.setdefault(replica_group(self._session, _BIGINT.pack(reader)), []).append(reader)
         return list(groups.values())
 
     async def push_posts(self, reader_id: int, rows: Sequence[InboxRow]) -> int:
