@@ -123,20 +123,21 @@ class WriteCoalescer:
         """Store one row; returns once the batch that carried it is applied."""
         self._check(statement)
         bound = statement.bind(params)
-        await asyncio.shield(self._add(statement.query_id, bound.values, bound.routing_key, bound))
+        await asyncio.shield(self._add(statement.query_id, bound.values, bound.routing_key, bound,
+                                       _size(bound.values)))
 
     async def write_all(self, rows: Iterable[Row]) -> int:
         """Store several rows (they may join different batches); returns how many. The
         first error raises once every batch they joined has finished."""
-        outcomes: dict[int, asyncio.Future[None]] = {}
+        outcomes: set[asyncio.Future[None]] = set()  # one per batch joined
         count = 0
         for statement, params in rows:
             self._check(statement)
             bound = statement.bind(params)
-            fut = self._add(statement.query_id, bound.values, bound.routing_key, bound)
-            outcomes.setdefault(id(fut), fut)
+            outcomes.add(self._add(statement.query_id, bound.values, bound.routing_key, bound,
+                                   _size(bound.values)))
             count += 1
-        await _settled(outcomes.values())
+        await _settled(outcomes)
         return count
 
     async def write_keyed(self, statement: PreparedStatement, keys: Iterable[int],
@@ -154,15 +155,15 @@ class WriteCoalescer:
         if not keyed:
             return await self.write_all((statement, (key, *rest)) for key in keys)
         consts = statement.bind((0, *rest)).values[1:]  # the driver's type checks, once
+        size = _BIGINT.size + _size(consts)  # every row's: only the key differs
         pack = _BIGINT.pack
-        outcomes: dict[int, asyncio.Future[None]] = {}
+        outcomes: set[asyncio.Future[None]] = set()  # one per batch joined
         count = 0
         for key in keys:
             packed = pack(key)
-            fut = self._add(query_id, [packed, *consts], packed, None)
-            outcomes.setdefault(id(fut), fut)
+            outcomes.add(self._add(query_id, [packed, *consts], packed, None, size))
             count += 1
-        await _settled(outcomes.values())
+        await _settled(outcomes)
         return count
 
     def _check(self, statement: PreparedStatement) -> None:
@@ -173,9 +174,9 @@ class WriteCoalescer:
             raise ValueError(f"not batchable across partitions: {statement.query_string!r}")
 
     def _add(self, query_id: bytes, values: list[Any], routing_key: bytes | None,
-             bound: BoundStatement | None) -> asyncio.Future[None]:
-        """Put the row in its replicas' group; the future of the batch it will leave in."""
-        size = sum(len(v) for v in values if v is not None)
+             bound: BoundStatement | None, size: int) -> asyncio.Future[None]:
+        """Put the row (``size`` serialized bytes) in its replicas' group; the future of
+        the batch it will leave in."""
         key = replica_group(self._run.session, routing_key)
         group = self._groups.get(key)
         if group is not None and group.size + size > self._max_bytes:
@@ -233,6 +234,11 @@ class WriteCoalescer:
     async def _send(self, statement: Any, permits: asyncio.Semaphore) -> None:
         async with permits:
             await self._run.execute(statement)
+
+
+def _size(values: Sequence[Any]) -> int:
+    """Serialized bytes of a row's bound values (None is null, UNSET_VALUE is nothing)."""
+    return sum(len(v) for v in values if isinstance(v, (bytes, bytearray)))
 
 
 async def _settled(outcomes: Iterable[asyncio.Future[None]]) -> None:
