@@ -46,8 +46,9 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from bench.fanout_floor import floor_rates  # noqa: E402
 from bench.raw_writer import best_of, best_raw_rate  # noqa: E402
-from bench.read_servers import stack_pids  # noqa: E402
+from bench.read_servers import stack_cpu_meter  # noqa: E402
 from bench.wrk_load import tree_cpu_s  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.shared.contracts.topics import all_topics, inbox_events_topic  # noqa: E402
@@ -73,13 +74,6 @@ async def raw_insert_rate(session, rows: int, in_flight: int) -> float:
     await runner.run_bounded(((stmt, (10**12 + i % 5000, float(i), i, 1, 1)) for i in range(rows)),
                              in_flight)
     return rows / (time.perf_counter() - start)
-
-
-def cassandra_cpu_meter():
-    """A function giving the CPU seconds so far of the stack's Cassandra nodes (all of
-    them: a write costs every replica), from /proc; their pids are looked up once."""
-    pids = [pid for kind, pid in stack_pids() if kind == "cassandra"]
-    return lambda: sum(tree_cpu_s(p) for p in pids)
 
 
 def raw_table_cql(cluster, keyspace: str, table: str) -> str:
@@ -177,7 +171,7 @@ def main() -> int:
         posts = [m for (i, a), pid in post_ids.items()
                  for m in events.post_created(events.post_row(pid, a, now))]
         before = scrape(port, "feed_fanout_inbox_rows_total")
-        cassandra_cpu_s = cassandra_cpu_meter()
+        cassandra_cpu_s = stack_cpu_meter("cassandra")
         cpu, cass = tree_cpu_s(worker.pid), cassandra_cpu_s()
         start = time.perf_counter()
         send(s.kafka_bootstrap, posts)
@@ -208,6 +202,24 @@ def main() -> int:
             print(f"raw writer post by post (as the fan-out writes): {by_post['rows/s']:,} rows/s, "
                   f"Cassandra {by_post['Cassandra CPU µs per row (computed)']} µs a row; the fan-out is "
                   f"{fan / by_post['rows/s']:.0%} of it (computed)")
+
+        # The contract's floor (bench/fanout_floor.py): the least any fan-out here must do
+        # for these posts (read the audience, write the rows, announce them), by the
+        # cheapest client, into the same scratch table and the worker's inbox-events topic.
+        floor = floor_rates(session, [(pid, a) for (_, a), pid in post_ids.items()], audiences, now,
+                            INBOX_TTL_S, table="raw_inbox", bootstrap=s.kafka_bootstrap,
+                            topic=inbox_events_topic(name), follower_page=s.fanout_follower_page,
+                            cassandra_cpu=cassandra_cpu_s, kafka_cpu=stack_cpu_meter("kafka"))
+        for step in floor["steps"].values():
+            print(f"floor step {step['step']}: {step['rows/s']:,} rows/s "
+                  f"= {step['rows/s'] / raw['rows_per_s']:.0%} of the best raw writer (computed); "
+                  f"CPU µs a row (computed): client {step['client CPU µs per row (computed)']}, "
+                  f"Cassandra {step['Cassandra CPU µs per row (computed)']}, "
+                  f"Kafka {step['Kafka CPU µs per row (computed)']}")
+        print(f"fan-out / floor: {fan / floor['floor_rows_per_s']:.0%} (computed); the floor is "
+              f"{floor['floor_rows_per_s'] / raw['rows_per_s']:.0%} of the best raw writer (computed): "
+              f"the target (>= 80% of it) is {'within' if floor['floor_rows_per_s'] >= 0.8 * raw['rows_per_s'] else 'beyond'} "
+              f"the floor's reach on this stack")
 
         consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": f"{name}.bench",
                              "auto.offset.reset": "latest", "enable.auto.commit": False})

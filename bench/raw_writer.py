@@ -35,10 +35,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-from cassandra.query import BatchStatement, BatchType
-
 from services.shared.domain.rules import INBOX_TTL_S
 from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.write_coalescer import serialized_batch
 
 # (strategy, rows per request, requests in flight)
 SETTINGS: tuple[tuple[str, int, int], ...] = (
@@ -80,6 +79,17 @@ def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence
 
     if strategy == "rows":
         return [(stmt, params(r, p)) for r, p in pairs]
+    # A batch's rows are kept serialized, as the fan-out's (``WriteCoalescer.write_keyed``):
+    # each post's values are bound once, and each row costs a pack of its reader.
+    tails: dict[int, list[Any]] = {}
+    pack = _BIGINT.pack
+
+    def values(reader: int, post: int) -> list[Any]:
+        tail = tails.get(post)
+        if tail is None:
+            tail = tails[post] = list(stmt.bind(params(0, post)).values[1:])
+        return [pack(reader), *tail]
+
     metadata = session.cluster.metadata
     replicas: dict[int, frozenset] = {}
 
@@ -94,24 +104,25 @@ def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence
         # holds two posts (nor, so, two rows of one reader).
         for r, p in pairs:
             groups[replicas_of(r), p].append((r, p))
-        return _batched(stmt, params, list(groups.values()), size)
+        return _batched(stmt.query_id, values, list(groups.values()), size, session.keyspace)
     by_reader: dict[int, list[int]] = defaultdict(list)
     for r, p in pairs:
         by_reader[r].append(p)
     for r, posts in by_reader.items():
         groups[r if strategy == "partition" else replicas_of(r)] += [(r, p) for p in posts]
-    return _batched(stmt, params, list(groups.values()), size)
+    return _batched(stmt.query_id, values, list(groups.values()), size, session.keyspace)
 
 
-def _batched(stmt: Any, params: Any, groups: list[list[tuple[int, int]]],
-             size: int) -> list[tuple[Any, Sequence[Any]]]:
+def _batched(query_id: bytes, values: Callable[[int, int], list[Any]],
+             groups: list[list[tuple[int, int]]], size: int,
+             keyspace: str | None) -> list[tuple[Any, Sequence[Any]]]:
+    """Unlogged batches of at most ``size`` rows of each group, routed to a replica of
+    their first row (token-aware, as ``BatchStatement.add`` of bound rows would)."""
     out: list[tuple[Any, Sequence[Any]]] = []
     for group in groups:
         for start in range(0, len(group), size):
-            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for r, p in group[start:start + size]:
-                batch.add(stmt, params(r, p))
-            out.append((batch, ()))
+            rows = [(query_id, values(r, p)) for r, p in group[start:start + size]]
+            out.append((serialized_batch(rows, rows[0][1][0], keyspace), ()))
     return out
 
 
@@ -164,22 +175,34 @@ def best_of(result: dict[str, Any], strategy: str) -> dict[str, Any] | None:
     return max(tried, key=lambda t: t["rows/s"]) if tried else None
 
 
+def history_posts(follower: Sequence[int], followed: Sequence[int],
+                  posts: Iterable[tuple[int, int, Any, Any]], skip_authors: set[int],
+                  limit: int) -> tuple[list[tuple[int, int]], dict[int, list[int]]]:
+    """The posts ``(post_id, author)`` a fan-out of ``posts`` writes rows for (authors
+    not in ``skip_authors`` with followers), in post order, until they make ``limit``
+    rows; and each author's followers."""
+    fans: dict[int, list[int]] = defaultdict(list)
+    for a, b in zip(follower, followed):
+        fans[b].append(a)
+    out: list[tuple[int, int]] = []
+    rows = 0
+    for post_id, author, *_ in posts:
+        if author in skip_authors or not fans.get(author):
+            continue
+        out.append((post_id, author))
+        rows += len(fans[author])
+        if rows >= limit:
+            break
+    return out, fans
+
+
 def history_pairs(follower: Sequence[int], followed: Sequence[int],
                   posts: Iterable[tuple[int, int, Any, Any]], skip_authors: set[int],
                   limit: int) -> list[tuple[int, int]]:
     """The (reader, post) rows a fan-out of ``posts`` writes (every follower of an author
     not in ``skip_authors``), in post order, at most ``limit``."""
-    fans: dict[int, list[int]] = defaultdict(list)
-    for a, b in zip(follower, followed):
-        fans[b].append(a)
-    out: list[tuple[int, int]] = []
-    for post_id, author, *_ in posts:
-        if author in skip_authors:
-            continue
-        out += [(reader, post_id) for reader in fans.get(author, ())]
-        if len(out) >= limit:
-            return out[:limit]
-    return out
+    chosen, fans = history_posts(follower, followed, posts, skip_authors, limit)
+    return [(reader, post_id) for post_id, author in chosen for reader in fans[author]][:limit]
 
 
 def main() -> int:

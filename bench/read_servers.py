@@ -24,6 +24,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Callable
+
+from bench.wrk_load import tree_cpu_s
 
 ROOT = Path(__file__).resolve().parents[1]
 # Our API connects to Postgres, Cassandra and Kafka and pins stream offsets before
@@ -57,6 +60,14 @@ def stack_pids() -> list[tuple[str, int]]:
     out = subprocess.run([sys.executable, "-m", "deploy.stack", "status", "--json"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60).stdout
     return [(r["name"].split("-")[0], int(r["pid"])) for r in json.loads(out or "[]") if r.get("pid")]
+
+
+def stack_cpu_meter(kind: str) -> Callable[[], float]:
+    """A function giving the CPU seconds so far of every running process of the stack's
+    ``kind`` ("cassandra", "kafka": a write costs every replica), from /proc; the pids
+    are looked up once."""
+    pids = [pid for k, pid in stack_pids() if k == kind]
+    return lambda: sum(tree_cpu_s(p) for p in pids)
 
 
 def store_pids() -> dict[str, int]:

@@ -112,18 +112,30 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append(f"- {k}: {v}")
     lines += ["", "## Raw rates measured in the same run", ""]
     for k, v in r["raw"].items():
-        if k != "cassandra":
+        if k not in ("cassandra", "floor"):
             lines.append(f"- {k}: {v}")
     cass = r["raw"].get("cassandra")
     if cass:
         lines += ["", f"Best raw Cassandra writer (`bench/raw_writer.py`): {cass['rows']:,} of the "
                       f"history's (reader, post) rows over {cass['readers (partitions)']:,} partitions, "
                       f"TTL {cass['ttl_s']} s, each setting after a warm-up pass:", "",
-                  "| strategy | rows a request (at most) | in flight | seconds | rows/s |",
-                  "| --- | ---: | ---: | ---: | ---: |"]
+                  "| strategy | rows a request (at most) | in flight | seconds | rows/s | client µs/row | Cassandra µs/row |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for t in cass["tried"]:
             lines.append(f"| {t['strategy']} | {t['rows per request (at most)']} | {t['in flight']} | "
-                         f"{t['seconds']} | {t['rows/s']:,} |")
+                         f"{t['seconds']} | {t['rows/s']:,} | {t.get('client CPU µs per row (computed)')} | "
+                         f"{t.get('Cassandra CPU µs per row (computed)')} |")
+    floor = r["raw"].get("floor")
+    if floor:
+        lines += ["", "The contract's floor (`bench/fanout_floor.py`) on the same posts: their "
+                      "followers read from the fan-out's `followers`, one row each written, one inbox "
+                      "event each produced; best setting per step (CPU per row computed):", "",
+                  "| step | posts in flight | rows | seconds | rows/s | client µs/row | Cassandra µs/row | Kafka µs/row |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for t in floor["steps"].values():
+            lines.append(f"| {t['step']} | {t['posts in flight']} | {t['rows']:,} | {t['seconds']} | "
+                         f"{t['rows/s']:,} | {t['client CPU µs per row (computed)']} | "
+                         f"{t['Cassandra CPU µs per row (computed)']} | {t['Kafka CPU µs per row (computed)']} |")
     if r.get("ids"):
         lines += ["", "## Ids", ""]
         for k, v in r["ids"].items():

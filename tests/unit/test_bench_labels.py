@@ -2,12 +2,13 @@
 window from its sampled row counter, and the raw writer's rows (issue 14)."""
 from __future__ import annotations
 
+import struct
 from types import SimpleNamespace
 
 import pytest
 
-from bench import raw_writer, report
-from bench.raw_writer import _requests, history_pairs
+from bench import report
+from bench.raw_writer import _requests, history_pairs, history_posts
 from bench.run import write_window
 
 
@@ -47,21 +48,32 @@ def test_history_pairs_are_the_followers_of_each_ordinary_authors_posts() -> Non
         (10, 100), (11, 100), (12, 101)]
 
 
-class RecordingBatch:
-    def __init__(self, batch_type: object) -> None:
-        self.entries: list[tuple] = []
+def test_history_posts_stop_at_the_post_that_reaches_the_row_limit() -> None:
+    follower, followed = [10, 11, 12, 10], [1, 1, 2, 3]
+    posts = [(100, 1, None, ""), (101, 4, None, ""), (102, 2, None, ""), (103, 3, None, ""),
+             (104, 1, None, "")]
+    chosen, fans = history_posts(follower, followed, posts, skip_authors={3}, limit=3)
+    # Author 4 has no followers (no rows to write), 3 is skipped; 100 and 102 make 3 rows.
+    assert chosen == [(100, 1), (102, 2)]
+    assert fans[1] == [10, 11] and fans[2] == [12]
 
-    def add(self, statement: object, params: tuple) -> None:
-        self.entries.append(params)
+
+class FakeStatement:
+    """A prepared INSERT's stand-in: ``bind`` keeps the values as given (the raw writer
+    packs only the reader, the first one)."""
+
+    query_id = b"q"
+
+    def bind(self, params: tuple) -> SimpleNamespace:
+        return SimpleNamespace(values=list(params))
 
 
-def test_the_raw_writer_sends_every_row_once_whatever_the_grouping(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(raw_writer, "BatchStatement", RecordingBatch)
+def test_the_raw_writer_sends_every_row_once_whatever_the_grouping() -> None:
     pairs = [(r, p) for p in range(30) for r in range(7)]
     host = object()
     session = SimpleNamespace(keyspace="k", cluster=SimpleNamespace(
         metadata=SimpleNamespace(get_replicas=lambda _ks, _key: [host])))
-    stmt = object()
+    stmt = FakeStatement()
     for strategy, size in (("rows", 1), ("partition", 50), ("replicas", 50), ("replicas", 200),
                            ("posts", 5), ("posts", 50)):
         requests = _requests(session, stmt, strategy, size, pairs, 604800, 1)
@@ -69,14 +81,17 @@ def test_the_raw_writer_sends_every_row_once_whatever_the_grouping(monkeypatch: 
         for request, params in requests:
             if strategy == "rows":
                 sent.append(params)
-            else:
-                assert len(request.entries) <= size
-                if strategy == "partition":
-                    assert len({e[0] for e in request.entries}) == 1  # one reader's partition
-                if strategy == "posts":  # as the fan-out writes: a post's readers, in order
-                    readers = [e[0] for e in request.entries]
-                    assert len(set(readers)) == len(readers)
-                sent += request.entries
+                continue
+            entries = [(struct.unpack(">q", v[0])[0], *v[1:])
+                       for _prepared, query_id, v in request._statements_and_parameters]
+            assert len(entries) <= size
+            assert request.routing_key == struct.pack(">q", entries[0][0])  # to its first row's replica
+            if strategy == "partition":
+                assert len({e[0] for e in entries}) == 1  # one reader's partition
+            if strategy == "posts":  # as the fan-out writes: a post's readers, in order
+                readers = [e[0] for e in entries]
+                assert len(set(readers)) == len(readers)
+            sent += entries
         assert sorted((p[0], p[2]) for p in sent) == sorted(pairs), strategy
         if strategy == "posts":
             assert [(p[0], p[2]) for p in sent] == pairs  # the order given

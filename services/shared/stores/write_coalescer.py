@@ -203,13 +203,9 @@ class WriteCoalescer:
         statement: Any
         if len(group.rows) == 1 and group.lone is not None:
             statement = group.lone  # a lone row goes as itself, not a batch of one
-        else:
-            statement = BatchStatement(batch_type=BatchType.UNLOGGED)
-            statement._statements_and_parameters = [(True, q, v) for q, v, _ in group.rows]
-            first = group.rows[0][2]
-            if first is not None:  # token-aware routing: to a replica of the first row
-                statement.routing_key = first
-                statement.keyspace = self._run.session.keyspace
+        else:  # token-aware routing: to a replica of the first row
+            statement = serialized_batch([(q, v) for q, v, _ in group.rows], group.rows[0][2],
+                                         self._run.session.keyspace)
         self.batches += 1
         self.rows += len(group.rows)
         BATCHES.inc()
@@ -234,6 +230,20 @@ class WriteCoalescer:
     async def _send(self, statement: Any, permits: asyncio.Semaphore) -> None:
         async with permits:
             await self._run.execute(statement)
+
+
+def serialized_batch(rows: Sequence[tuple[bytes, list[Any]]], routing_key: bytes | None,
+                     keyspace: str | None) -> BatchStatement:
+    """An unlogged batch of rows kept serialized, ``(query id, values)``, built without
+    ``bind`` (the driver's private list, ``SUPPORTED``), routed to a replica of
+    ``routing_key`` (None: any node). The coalescer's batches, and the benchmark's raw
+    writers' (bench/raw_writer.py), so the baseline serializes as cheaply as the fan-out."""
+    batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+    batch._statements_and_parameters = [(True, q, v) for q, v in rows]
+    if routing_key is not None:
+        batch.routing_key = routing_key
+        batch.keyspace = keyspace
+    return batch
 
 
 def _size(values: Sequence[Any]) -> int:

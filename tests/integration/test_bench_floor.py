@@ -1,0 +1,77 @@
+"""The contract's floor (bench/fanout_floor.py) on the session's Cassandra and Kafka: each
+step writes every follower's row once, the steps that read take the audience from
+``followers``, and the steps that announce put one inbox event per row on the topic,
+readable by the inbox-events parser."""
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.fanout_floor import FLOOR_STEP, STEPS, floor_rates
+from services.shared.contracts.feed_events import parse_inbox
+from services.shared.settings import Settings
+from services.shared.stores import cql
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_floor_writes_reads_and_announces_every_row(settings: Settings) -> None:
+    session = cql.session(settings)
+    topic = f"{settings.topic_prefix}.floor-test"
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(30)
+    try:
+        session.execute("CREATE TABLE IF NOT EXISTS floor_inbox (reader_id bigint, rank_key double, "
+                        "post_id bigint, author_id bigint, PRIMARY KEY (reader_id, rank_key, post_id))")
+        authors = {7_500_000_001: list(range(7_510_000_000, 7_510_000_030)),
+                   7_500_000_002: list(range(7_510_000_020, 7_510_000_045))}
+        since = datetime.now(timezone.utc) - timedelta(hours=1)
+        add = session.prepare("INSERT INTO followers (followed_id, follower_id, following_since) VALUES (?,?,?)")
+        for author, readers in authors.items():
+            for reader in readers:
+                session.execute(add, (author, reader, since))
+        posts = [(7_520_000_000 + 10 * i + k, author) for i in range(5) for k, author in enumerate(authors)]
+        expected = {(r, p) for p, a in posts for r in authors[a]}
+
+        result = floor_rates(session, posts, authors, datetime.now(timezone.utc), 3600,
+                             table="floor_inbox", bootstrap=settings.kafka_bootstrap, topic=topic,
+                             follower_page=7, cassandra_cpu=lambda: 0.0, kafka_cpu=lambda: 0.0,
+                             in_flight=(1, 4))
+
+        assert list(result["steps"]) == [name for name, _, _ in STEPS]
+        assert [t["rows"] for t in result["tried"]] == [len(expected)] * len(result["tried"])
+        assert result["floor_rows_per_s"] == result["steps"][FLOOR_STEP]["rows/s"] > 0
+        read = session.prepare("SELECT reader_id, post_id FROM floor_inbox WHERE reader_id IN ?")
+        stored = {(r.reader_id, r.post_id) for r in session.execute(
+            read, ([r for readers in authors.values() for r in readers],))}
+        assert stored == expected
+
+        # The warm-up (a fifth of the posts, reading and announcing) and the two
+        # announcing steps at each setting: every row once each time.
+        warm = {(r, p) for p, a in posts[: len(posts) // 5] for r in authors[a]}
+        announced = len(warm) + len(expected) * 2 * 2
+        consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"{topic}.check",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer.subscribe([topic])
+        seen: dict[tuple[int, int], int] = {}
+        deadline = time.monotonic() + 60
+        while sum(seen.values()) < announced and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is None or m.error():
+                continue
+            event = parse_inbox(m.value())
+            assert m.key() == f'"{event.reader_id}"'.encode()
+            pair = (event.reader_id, event.post_id)
+            seen[pair] = seen.get(pair, 0) + 1
+        consumer.close()
+        assert set(seen) == expected
+        assert sum(seen.values()) == announced
+        assert all(seen[pair] == (5 if pair in warm else 4) for pair in expected)
+    finally:
+        session.execute("DROP TABLE IF EXISTS floor_inbox")
+        admin.delete_topics([topic], operation_timeout=30)
+        session.cluster.shutdown()
