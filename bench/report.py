@@ -37,8 +37,8 @@ def markdown(r: dict[str, Any]) -> str:
     lines = [f"# Benchmark ({m['mode']}) — {m['date']}", "",
              f"Machine: {m['machine']}. Graph: {m['graph']}. Everything below was measured in "
              f"one run on the local stack: the Kafka produce and pgoutput decode baselines before "
-             f"the services started, the raw Cassandra writer after the history was taken in, "
-             f"with the services running and idle. Ratios and verdicts are computed from the "
+             f"the services started, the raw Cassandra writer and the contract's floor after the "
+             f"history was taken in, with the services running and idle. Ratios and verdicts are computed from the "
              f"measured values; compare the ratios, not absolute times.", ""]
     lines += ["## Headline", "", "| figure | ours | baseline | ratio (computed) | target | verdict (computed) |",
               "| --- | --- | --- | --- | --- | --- |"]
