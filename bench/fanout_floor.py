@@ -12,7 +12,8 @@ The contract (../shared/DESIGN.md, docs/fanout.md) asks, per post of an ordinary
 The floor client does only that, for posts in the order given, ``in_flight`` posts at
 once: reads through ``CqlRunner`` (as the fan-out), writes as the raw writer's ``posts``
 strategy (one post's readers that share replicas in unlogged batches of up to 200 rows,
-kept serialized as the fan-out's: the post's values bound once, each reader packed),
+kept serialized as the fan-out's: the post's values bound once, each reader packed; at
+most 16 batches in flight across the posts, as the raw writer's best),
 events through confluent-kafka's producer (librdkafka, in C: acks=all, idempotent, the
 Java client's murmur2 partitioner, 5 ms linger), flushed once at the end. It reads no
 copy, tier, block or inactive reader, writes no copy, timeline row or mark, consumes
@@ -40,6 +41,10 @@ from services.shared.stores.cql_async import CqlRunner, replica_group
 from services.shared.stores.write_coalescer import serialized_batch
 
 BATCH_ROWS = 200  # the raw writer's best batch size for one post's rows
+# Batches in flight across all posts (the raw writer's best with batches of 200): a post
+# of a large audience is hundreds of batches, and sent at once with 64 posts in flight
+# they time out on the node (the fan-out bounds its own: fanout_push_batches_in_flight).
+REQUESTS_IN_FLIGHT = 16
 STEPS: tuple[tuple[str, bool, bool], ...] = (
     # (name, reads the audience, announces)
     ("write", False, False),
@@ -107,7 +112,12 @@ async def _run(session: Any, runner: CqlRunner, insert: Any, page: Any,
     ts = time.time_ns() // 1000
     pack = struct.Struct(">q").pack
     limit = asyncio.Semaphore(in_flight)
+    requests = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
     written = 0
+
+    async def send(batch: Any) -> None:
+        async with requests:
+            await runner.execute(batch)
 
     async def one(post_id: int, author_id: int) -> None:
         nonlocal written
@@ -127,7 +137,7 @@ async def _run(session: Any, runner: CqlRunner, insert: Any, page: Any,
                 for start in range(0, len(group), BATCH_ROWS):
                     rows = [(insert.query_id, [pack(r), *tail]) for r in group[start:start + BATCH_ROWS]]
                     batches.append(serialized_batch(rows, rows[0][1][0], session.keyspace))
-            await asyncio.gather(*(runner.execute(b) for b in batches))
+            await asyncio.gather(*(send(b) for b in batches))
             if announcer is not None:
                 announcer.send(encode_landed(readers, post_id, author_id, created_at))
             written += len(readers)
