@@ -30,7 +30,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.domain.rules import INBOX_TTL_S
-from services.shared.stores.cql_async import CqlRunner, replica_groups
+from services.shared.stores.cql_async import CqlRunner, replica_group
 from services.shared.stores.read_coalescer import PartitionReads
 from services.shared.stores.write_coalescer import WriteCoalescer
 
@@ -100,7 +100,6 @@ class InboxStore:
         # API caches inbox tops.
         self._notices = notices
         self._session = session
-        self._replicas = replica_groups(session)
         self._max_in_flight = max_in_flight
         self._push_batches_in_flight = max(1, push_batches_in_flight)
         self._push_permits: asyncio.Semaphore | None = None  # made on the worker's loop
@@ -207,7 +206,7 @@ class InboxStore:
             return [readers] if readers else []
         groups: dict[frozenset[Host] | None, list[int]] = {}
         for reader in readers:
-            groups.setdefault(self._replicas(_BIGINT.pack(reader)), []).append(reader)
+            groups.setdefault(replica_group(self._session, _BIGINT.pack(reader)), []).append(reader)
         return list(groups.values())
 
     async def push_posts(self, reader_id: int, rows: Sequence[InboxRow]) -> int:

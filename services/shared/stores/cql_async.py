@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-import weakref
 from collections import deque
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence, TypeAlias, TypeVar
 
@@ -251,55 +250,6 @@ def replica_group(session: Session, routing_key: bytes | None) -> frozenset[Any]
         return None
     replicas = metadata.get_replicas(session.keyspace, routing_key)
     return frozenset(replicas) if replicas else None
-
-
-class ReplicaGroups:
-    """``replica_group`` remembered per routing key: the coalescers look up every row's
-    replicas, and the lookup (the host list, then the token map) was 6.5 % of the fan-out
-    worker's loop thread (py-spy, bench/results/2026-12-03-fanout-floor). Answers are kept
-    while the session's token map is the same object: the driver builds a new one when the
-    ring changes, and then everything is looked up again. A replication change of a
-    keyspace updates the map in place and is picked up only when the memory fills
-    (``max_keys``, then it starts over): a stale group only makes a coordinator forward
-    some rows, as an unrouted request would, and writes nothing differently."""
-
-    def __init__(self, session: Session, max_keys: int = 1 << 17) -> None:
-        self._session = session
-        self._max_keys = max(1, max_keys)
-        self._token_map: object = None
-        self._groups: dict[bytes, frozenset[Any] | None] = {}
-        self._shared: dict[frozenset[Any], frozenset[Any]] = {}  # one set per replica group
-
-    def __call__(self, routing_key: bytes | None) -> frozenset[Any] | None:
-        if routing_key is None:
-            return None
-        token_map = getattr(self._session.cluster.metadata, "token_map", None)
-        groups = self._groups
-        if token_map is not self._token_map or len(groups) >= self._max_keys:
-            self._token_map = token_map
-            groups.clear()
-            self._shared.clear()
-        try:
-            return groups[routing_key]
-        except KeyError:
-            pass
-        group = replica_group(self._session, routing_key)
-        if group is not None:
-            group = self._shared.setdefault(group, group)
-        groups[routing_key] = group
-        return group
-
-
-_REPLICA_GROUPS: weakref.WeakKeyDictionary[Any, ReplicaGroups] = weakref.WeakKeyDictionary()
-
-
-def replica_groups(session: Session) -> ReplicaGroups:
-    """The session's one ``ReplicaGroups``: every coalescer and store of a process shares
-    its memory of the ring."""
-    groups = _REPLICA_GROUPS.get(session)
-    if groups is None:
-        groups = _REPLICA_GROUPS[session] = ReplicaGroups(session)
-    return groups
 
 
 def _resolve(fut: asyncio.Future[list[Any]], value: Any, exc: BaseException | None) -> None:

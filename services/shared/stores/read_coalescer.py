@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from cassandra.query import PreparedStatement
 from prometheus_client import Counter
 
-from .cql_async import CqlRunner, replica_groups
+from .cql_async import CqlRunner, replica_group
 
 if TYPE_CHECKING:
     from cassandra.pool import Host
@@ -66,7 +66,6 @@ class PartitionReads:
         self._extra = extra  # bind values after the key list (a PER PARTITION LIMIT)
         self._max_keys = max(1, max_keys)
         self._linger_s = max(0.0, linger_s)
-        self._replicas = replica_groups(runner.session)
         self._pending: dict[frozenset[Host] | None, _Pending] = {}
         table = statement.column_metadata[0].table_name if statement.column_metadata else "?"
         self._keys_metric, self._requests_metric = KEYS.labels(table), REQUESTS.labels(table)
@@ -76,7 +75,7 @@ class PartitionReads:
 
     async def rows(self, key: int) -> list[Any]:
         """Every row of partition ``key`` (the statement's columns, key first)."""
-        group_key = self._replicas(_BIGINT.pack(key))
+        group_key = replica_group(self._run.session, _BIGINT.pack(key))
         pending = self._pending.get(group_key)
         if pending is None:
             loop = asyncio.get_running_loop()

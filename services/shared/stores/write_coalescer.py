@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeAlias
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement
 from prometheus_client import Counter
 
-from .cql_async import CqlRunner, replica_groups
+from .cql_async import CqlRunner, replica_group
 
 if TYPE_CHECKING:
     from cassandra.pool import Host
@@ -112,7 +112,6 @@ class WriteCoalescer:
         self._linger_s = max(0.0, linger_s)
         self._max_in_flight = max(1, max_in_flight)
         self._permits: asyncio.Semaphore | None = None  # made on the worker's loop
-        self._replicas = replica_groups(runner.session)
         self._groups: dict[frozenset[Host] | None, _Group] = {}
         self._refused: dict[bytes, bool] = {}  # query id -> not batchable
         self._keyed: dict[bytes, bool] = {}    # query id -> write_keyed may skip bind
@@ -178,7 +177,7 @@ class WriteCoalescer:
              bound: BoundStatement | None, size: int) -> asyncio.Future[None]:
         """Put the row (``size`` serialized bytes) in its replicas' group; the future of
         the batch it will leave in."""
-        key = self._replicas(routing_key)
+        key = replica_group(self._run.session, routing_key)
         group = self._groups.get(key)
         if group is not None and group.size + size > self._max_bytes:
             self._flush(key)
