@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from services.shared.contracts.feed_events import encode_landed
 from services.shared.stores.cql_async import CqlRunner, replica_group
@@ -80,14 +80,25 @@ class Step:
 
 class _Announcer:
     """Inbox events through librdkafka; ``produce`` never blocks the loop: a full local
-    queue is drained by ``poll`` and the record retried."""
+    queue is drained by ``poll`` and the record retried. ``flush`` checks, from the
+    topic's end offsets, that every record produced since the last flush was stored (a
+    failed delivery would otherwise only show in a per-record callback, whose Python call
+    would cost more than the record)."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self._topic = topic
-        self._failed: list[Any] = []
         self._producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                                    "enable.idempotence": True, "partitioner": "murmur2_random",
                                    "linger.ms": 5, "compression.type": "none"})
+        self._offsets = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.floor",
+                                  "enable.auto.commit": False})
+        self._produced = 0
+        self._stored = self._end()
+
+    def _end(self) -> int:
+        partitions = self._offsets.list_topics(self._topic, timeout=30).topics[self._topic].partitions
+        return sum(self._offsets.get_watermark_offsets(TopicPartition(self._topic, p), timeout=30)[1]
+                   for p in partitions)
 
     def send(self, records: list[tuple[bytes, bytes]]) -> None:
         produce, poll = self._producer.produce, self._producer.poll
@@ -98,11 +109,20 @@ class _Announcer:
                     break
                 except BufferError:
                     poll(0.01)
+        self._produced += len(records)
         poll(0)
 
     def flush(self) -> None:
         if self._producer.flush(60) != 0:
             raise SystemExit("bench floor: inbox events were not all delivered within 60 s")
+        end = self._end()
+        if end - self._stored < self._produced:
+            raise SystemExit(f"bench floor: {self._produced} inbox events produced, "
+                             f"{end - self._stored} stored")
+        self._stored, self._produced = end, 0
+
+    def close(self) -> None:
+        self._offsets.close()
 
 
 async def _run(session: Any, runner: CqlRunner, insert: Any, page: Any,
@@ -187,7 +207,10 @@ def floor_rates(session: Any, posts: Sequence[tuple[int, int]],
                                 cassandra_cpu() - cass, kafka_cpu() - kafka))
         return out
 
-    tried = asyncio.run(sweep())
+    try:
+        tried = asyncio.run(sweep())
+    finally:
+        announcer.close()
     best = {name: max((t for t in tried if t.name == name), key=lambda t: t.rows_per_s).summary()
             for name, _, _ in STEPS}
     return {"steps": best, "floor_rows_per_s": best[FLOOR_STEP]["rows/s"],
