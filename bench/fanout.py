@@ -26,7 +26,6 @@ stack, with a real ``python -m services.fanout`` worker subprocess.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random

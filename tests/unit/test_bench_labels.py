@@ -5,8 +5,6 @@ from __future__ import annotations
 import struct
 from types import SimpleNamespace
 
-import pytest
-
 from bench import report
 from bench.raw_writer import _requests, history_pairs, history_posts
 from bench.run import write_window
