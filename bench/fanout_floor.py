@@ -36,9 +36,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench.raw_writer import serialized_batches
 from services.shared.contracts.feed_events import encode_landed
 from services.shared.stores.cql_async import CqlRunner, replica_group
-from services.shared.stores.write_coalescer import serialized_batch
 
 BATCH_ROWS = 200  # the raw writer's best batch size for one post's rows
 # Batches in flight across all posts (the raw writer's best with batches of 200): a post
@@ -152,12 +152,10 @@ async def _run(session: Any, runner: CqlRunner, insert: Any, page: Any,
             # Rows kept serialized, as the fan-out's and the raw writer's: the post's
             # values bound once, each reader packed.
             tail = list(insert.bind((0, float(post_id), post_id, author_id, ttl_s, ts)).values[1:])
-            batches = []
-            for group in groups.values():
-                for start in range(0, len(group), BATCH_ROWS):
-                    rows = [(insert.query_id, [pack(r), *tail]) for r in group[start:start + BATCH_ROWS]]
-                    batches.append(serialized_batch(rows, rows[0][1][0], session.keyspace))
-            await asyncio.gather(*(send(b) for b in batches))
+            batches = serialized_batches(insert.query_id, lambda r, _p: [pack(r), *tail],
+                                         [[(r, post_id) for r in g] for g in groups.values()],
+                                         BATCH_ROWS, session.keyspace)
+            await asyncio.gather(*(send(b) for b, _ in batches))
             if announcer is not None:
                 announcer.send(encode_landed(readers, post_id, author_id, created_at))
             written += len(readers)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from services.shared.domain.rules import INBOX_TTL_S
-from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.cql_async import CqlRunner, replica_group
 from services.shared.stores.write_coalescer import serialized_batch
 
 # (strategy, rows per request, requests in flight)
@@ -93,12 +93,11 @@ def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence
             tail = tails[post] = list(stmt.bind(params(0, post)).values[1:])
         return [pack(reader), *tail]
 
-    metadata = session.cluster.metadata
-    replicas: dict[int, frozenset] = {}
+    replicas: dict[int, Any] = {}
 
-    def replicas_of(reader: int) -> frozenset:
+    def replicas_of(reader: int) -> Any:
         if reader not in replicas:
-            replicas[reader] = frozenset(metadata.get_replicas(session.keyspace, _BIGINT.pack(reader)))
+            replicas[reader] = replica_group(session, pack(reader))
         return replicas[reader]
 
     groups: dict[Any, list[tuple[int, int]]] = defaultdict(list)
@@ -107,16 +106,16 @@ def _requests(session: Any, stmt: Any, strategy: str, size: int, pairs: Sequence
         # holds two posts (nor, so, two rows of one reader).
         for r, p in pairs:
             groups[replicas_of(r), p].append((r, p))
-        return _batched(stmt.query_id, values, list(groups.values()), size, session.keyspace)
+        return serialized_batches(stmt.query_id, values, list(groups.values()), size, session.keyspace)
     by_reader: dict[int, list[int]] = defaultdict(list)
     for r, p in pairs:
         by_reader[r].append(p)
     for r, posts in by_reader.items():
         groups[r if strategy == "partition" else replicas_of(r)] += [(r, p) for p in posts]
-    return _batched(stmt.query_id, values, list(groups.values()), size, session.keyspace)
+    return serialized_batches(stmt.query_id, values, list(groups.values()), size, session.keyspace)
 
 
-def _batched(query_id: bytes, values: Callable[[int, int], list[Any]],
+def serialized_batches(query_id: bytes, values: Callable[[int, int], list[Any]],
              groups: list[list[tuple[int, int]]], size: int,
              keyspace: str | None) -> list[tuple[Any, Sequence[Any]]]:
     """Unlogged batches of at most ``size`` rows of each group, routed to a replica of
@@ -205,7 +204,13 @@ def history_pairs(follower: Sequence[int], followed: Sequence[int],
     """The (reader, post) rows a fan-out of ``posts`` writes (every follower of an author
     not in ``skip_authors``), in post order, at most ``limit``."""
     chosen, fans = history_posts(follower, followed, posts, skip_authors, limit)
-    return [(reader, post_id) for post_id, author in chosen for reader in fans[author]][:limit]
+    return pairs_of(chosen, fans, limit)
+
+
+def pairs_of(posts: Iterable[tuple[int, int]], fans: dict[int, list[int]],
+             limit: int) -> list[tuple[int, int]]:
+    """The (reader, post) rows of ``posts`` ((post_id, author)), in post order, at most ``limit``."""
+    return [(reader, post_id) for post_id, author in posts for reader in fans[author]][:limit]
 
 
 def main() -> int:

@@ -73,14 +73,14 @@ def raw_cassandra(graph, rows: int, settings) -> tuple[dict, dict]:
     the bench keyspace's ``followers`` (what the fan-out read), rows into the scratch
     keyspace, events onto its inbox-events topic (same partitions and replication)."""
     from bench.fanout_floor import floor_rates
-    from bench.raw_writer import best_raw_rate, history_posts
+    from bench.raw_writer import best_raw_rate, history_posts, pairs_of
     from bench.read_servers import stack_cpu_meter
     from services.shared.contracts.topics import inbox_events_topic
     from services.shared.domain.rules import INBOX_TTL_S
 
     posts, fans = history_posts(graph.follower.tolist(), graph.followed.tolist(), graph.posts,
                                 set(graph.celebrity_ids.tolist()), rows)
-    pairs = [(reader, post_id) for post_id, author in posts for reader in fans[author]][:rows]
+    pairs = pairs_of(posts, fans, rows)
     cassandra_cpu = stack_cpu_meter("cassandra")
     scratch = bench_settings(RAW)
     session = cql.session(scratch)

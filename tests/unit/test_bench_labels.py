@@ -70,7 +70,7 @@ def test_the_raw_writer_sends_every_row_once_whatever_the_grouping() -> None:
     pairs = [(r, p) for p in range(30) for r in range(7)]
     host = object()
     session = SimpleNamespace(keyspace="k", cluster=SimpleNamespace(
-        metadata=SimpleNamespace(get_replicas=lambda _ks, _key: [host])))
+        metadata=SimpleNamespace(all_hosts=lambda: [host, object()], get_replicas=lambda _ks, _key: [host])))
     stmt = FakeStatement()
     for strategy, size in (("rows", 1), ("partition", 50), ("replicas", 50), ("replicas", 200),
                            ("posts", 5), ("posts", 50)):
