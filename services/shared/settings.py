@@ -320,6 +320,17 @@ class Settings(BaseSettings):
     # that fail, for this long (a page marked stale_post_states instead of a 503): a
     # broker's failover (fenced after 5 s, clients moved within ~15 s) fits. 0: never.
     feed_cache_stale_if_error_s: float = 30.0
+    # The visibility fence (services/api/feed/fence.py): every page and stream event is
+    # judged after a read of the ``visibility_changes`` log that began after it arrived.
+    # Entries are kept this long (in Postgres and in each API process) and trimmed every
+    # ``feed_visibility_trim_s``: past it, the copies alone decide a change, so it is far
+    # longer than any stall the lag alerts let pass unnoticed (they page within minutes),
+    # and short enough that a process holds a day of deletes, blocks and unfollows in a
+    # few MB (~120 B an entry). A read that takes longer than the timeout fails the page
+    # (503) rather than judge it on an older read.
+    feed_visibility_retention_s: float = 86_400.0
+    feed_visibility_trim_s: float = 60.0
+    feed_visibility_timeout_s: float = 1.0
     # Celebrity list cache: re-read after this long. Bounded staleness well under the
     # freshness target, so a promotion is merged by readers within a second.
     feed_celebrities_cache_s: float = 1.0

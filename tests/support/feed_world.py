@@ -149,11 +149,13 @@ class FeedWorld:
 
     # -- posts ------------------------------------------------------------------------------------
     def write(self, author: int, *, at: datetime | None = None, text: str = "hello",
-              inbox_of: list[int] = (), score: float | None = None) -> Post:  # type: ignore[assignment]
+              inbox_of: list[int] = (), score: float | None = None,  # type: ignore[assignment]
+              post_id: int | None = None) -> Post:
         """A post copy keyed by ``score`` and its author-timeline row; inbox rows for
-        ``inbox_of`` only (as the fan-out writes them: at the post's time, in µs)."""
+        ``inbox_of`` only (as the fan-out writes them: at the post's time, in µs).
+        ``post_id``: the copy of a post the API stored in Postgres (with its ``at``)."""
         at = at or utc_now()
-        post = Post(new_post_id(at), author, at, text)
+        post = Post(post_id or new_post_id(at), author, at, text)
         ts = next(_TS)
         key = rank_key(score, int(at.timestamp() * 1000))
         key_ts = int(at.timestamp() * 1_000_000)

@@ -13,6 +13,8 @@ from typing import Mapping
 
 from services.shared.domain.rules import VISIBLE
 
+from .recent_changes import NOTHING, ReaderChanges
+
 
 @dataclass(frozen=True, slots=True)
 class PostState:
@@ -42,10 +44,15 @@ class Verdict(str, Enum):
     BLOCKED = "blocked"          # the reader blocks the author or is blocked by them
     NOT_FOLLOWED = "not_followed"
     BEFORE_FOLLOW = "before_follow"  # older than following_since: no surprise backfill
+    FENCED = "fenced"            # the copies still show it; the visibility log hides it
 
 
-def judge(post: PostState | None, graph: ReaderGraph) -> Verdict:
-    """The first reason ``post`` must not be shown to ``graph.reader_id``, or ELIGIBLE."""
+def judge(post: PostState | None, graph: ReaderGraph, recent: ReaderChanges = NOTHING) -> Verdict:
+    """The first reason ``post`` must not be shown to ``graph.reader_id``, or ELIGIBLE.
+
+    ``graph`` and ``post`` are copies, which lag the truth by the pipeline; ``recent`` is
+    what the visibility log (the truth, read after the request arrived) says of the
+    reader's recent deletes, removals, blocks and unfollows: it can only hide."""
     if post is None or post.author_id is None or post.created_at_ms is None:
         return Verdict.MISSING
     if post.deleted:
@@ -59,4 +66,6 @@ def judge(post: PostState | None, graph: ReaderGraph) -> Verdict:
         return Verdict.NOT_FOLLOWED
     if post.created_at_ms < since:
         return Verdict.BEFORE_FOLLOW
+    if recent is not NOTHING and recent.hides(post.post_id, post.author_id, post.created_at_ms):
+        return Verdict.FENCED
     return Verdict.ELIGIBLE

@@ -47,9 +47,11 @@ from .activity import ReaderActivity
 from .awaiting import settled
 from .bodies import FetchResult, PostBody, PostCopies, PostView
 from .eligibility import ReaderGraph, Verdict, judge
+from .fence import FenceUnavailable, VisibilityFence
 from .graph import GraphUnavailable, PageGraph
 from .metrics import FeedMetrics
 from .preferences import Preferences
+from .recent_changes import NOTHING, ReaderChanges, RecentChanges
 from .reuse import Reused, SnapshotReuse
 from .snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
 from .store import CelebrityRow, FeedPort, SourceRow
@@ -100,8 +102,11 @@ class FeedReader:
     def __init__(self, store: FeedPort, copies: PostCopies, settings: Settings,
                  metrics: FeedMetrics, clock: Callable[[], datetime],
                  activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None,
-                 notices: ChangeSink = NO_NOTICES) -> None:
+                 notices: ChangeSink = NO_NOTICES, fence: VisibilityFence | None = None) -> None:
         self._store = store
+        # The visibility log read before a page is judged (fence.py); None only in unit
+        # tests of the paging logic, where the copies are the truth.
+        self._fence = fence
         # The reader's last snapshot shown again while its sources are unchanged
         # (reuse.py); None: every first page builds one.
         self._reuse = reuse
@@ -144,6 +149,7 @@ class FeedReader:
     async def first_page(self, reader_id: int, limit: int, *, order: str | None = RANKED,
                          reason: str = "first_page", warnings: tuple[str, ...] = ()) -> FeedPage:
         """A new snapshot's first page in ``order`` (None: the reader's stored preference)."""
+        fenced = self._fence_read()
         if order is None:
             try:
                 order = await self.preferences.feed_order(reader_id)
@@ -173,7 +179,7 @@ class FeedReader:
             if reuse is not None:
                 held = reuse.recall(reader_id, order, now, now_ms, celebrities)
                 if held is not None:
-                    return await self._again(held, reader_id, limit, order, warnings)
+                    return await self._again(held, reader_id, limit, order, warnings, fenced)
             inbox = self._store.inbox_top(reader_id, self._settings.inbox_cap if latest else self._depth)
             blocks = self._store.blocked(reader_id)
         try:
@@ -199,13 +205,14 @@ class FeedReader:
         if reuse is not None:
             reuse.remember(reader_id, order, epoch, sources, celebrities, now_ms, walk.version,
                            walk.blob, now, kept)
-        page = await self._fill(walk, 0, limit, graph)
+        page = await self._fill(walk, 0, limit, graph, fenced)
         degraded = ["incomplete_candidates"] if failed else []
         page.warnings = list(warnings) + degraded + page.warnings
         return page
 
     async def _again(self, held: Reused, reader_id: int, limit: int, order: str,
-                     warnings: tuple[str, ...]) -> FeedPage:
+                     warnings: tuple[str, ...],
+                     fenced: Awaitable[RecentChanges] | None) -> FeedPage:
         """The first page of the reader's last snapshot, whose sources are unchanged
         (reuse.py); the window is checked as on any page."""
         self._metrics.snapshots_reused.inc()
@@ -219,9 +226,18 @@ class FeedReader:
             elif entries.more or len(entries) > limit:  # a smaller page than the first one
                 self._keep(walk)
                 held.kept = True
-        page = await self._fill(walk, 0, limit, PageGraph(self._store, reader_id))
+        page = await self._fill(walk, 0, limit, PageGraph(self._store, reader_id), fenced)
         page.warnings = list(warnings) + page.warnings
         return page
+
+    def _fence_read(self) -> asyncio.Future[RecentChanges] | None:
+        """A read of the visibility log that begins after this request arrived, started
+        now so that it overlaps the page's other reads; ``_fill`` awaits it."""
+        if self._fence is None:
+            return None
+        read = asyncio.ensure_future(self._fence.sync())
+        read.add_done_callback(_retrieved)  # a page that failed first never awaits it
+        return read
 
     async def _regenerating(self, reader_id: int) -> bool:
         """Records the read; True while the reader's inbox is being regenerated."""
@@ -266,6 +282,7 @@ class FeedReader:
         cursor = decode_cursor(token, self._keys, reader_id)
         if order is not None and order != cursor.order:
             raise CursorRejected(f"cursor pages the {cursor.order} order, not {order}")
+        fenced = self._fence_read()
         cached = self._snapshots.get(reader_id, cursor.feed_version, self._clock())
         if cached is not None:
             blob, generated_at = cached.blob, cached.generated_at
@@ -286,7 +303,7 @@ class FeedReader:
             raise CursorRejected("cursor does not match its snapshot's order")
         start = paging.start_after(entries, (cursor.rank, cursor.post_id))
         walk = _Walk(reader_id, cursor.feed_version, blob, generated_at, cursor.order)
-        page = await self._fill(walk, start, limit, PageGraph(self._store, reader_id))
+        page = await self._fill(walk, start, limit, PageGraph(self._store, reader_id), fenced)
         if await self._regenerating(reader_id):
             page.warnings.insert(0, "regenerating")
         return page
@@ -317,7 +334,14 @@ class FeedReader:
         self._keep(walk)
         return snapshot.PackedEntries(walk.blob) if rows else None
 
-    async def _fill(self, walk: _Walk, start: int, limit: int, graph: PageGraph) -> FeedPage:
+    async def _fill(self, walk: _Walk, start: int, limit: int, graph: PageGraph,
+                    fenced: Awaitable[RecentChanges] | None) -> FeedPage:
+        recent = NOTHING
+        if fenced is not None:
+            try:
+                recent = (await fenced).for_reader(walk.reader_id)
+            except FenceUnavailable as exc:
+                raise FeedUnavailable(str(exc)) from exc
         entries: Sequence[Ranked] = snapshot.PackedEntries(walk.blob)
         latest = walk.order == LATEST
         known: dict[int, PostView] = {}
@@ -346,7 +370,7 @@ class FeedReader:
             current, made_us = graph.graph, walk.generated_us
             got = paging.fill(usable, limit - len(items),
                               lambda e: self._eligible(e, known.get(e.post_id), current, made_us,
-                                                       latest))
+                                                       latest, recent))
             items += [PageItem(e, known[e.post_id].body) for e in got.items]  # type: ignore[arg-type]
             index += got.consumed
             if got.consumed == len(usable) < len(win) and len(items) < limit:
@@ -369,10 +393,11 @@ class FeedReader:
         return FeedPage(items, next_cursor, walk.version, walk.generated_at, warnings, walk.order)
 
     def _eligible(self, entry: Ranked, view: PostView | None, graph: ReaderGraph,
-                  snapshot_us: int, latest: bool = False) -> bool:
+                  snapshot_us: int, latest: bool = False,
+                  recent: ReaderChanges = NOTHING) -> bool:
         """Eligible now, and (ranked order) the post's live row. A latest entry is keyed
         by creation time and holds one row per post (candidates.latest_rows)."""
-        verdict = judge(view.state if view else None, graph)
+        verdict = judge(view.state if view else None, graph, recent)
         if verdict is Verdict.ELIGIBLE and view is not None:
             if not latest and not view.holds_row(entry.rank, snapshot_us):
                 self._metrics.skipped.labels("stale_row").inc()
@@ -381,6 +406,11 @@ class FeedReader:
                 return True
         self._metrics.skipped.labels(verdict.value).inc()
         return False
+
+
+def _retrieved(read: asyncio.Future[RecentChanges]) -> None:
+    if not read.cancelled():
+        read.exception()
 
 
 async def _nothing() -> FetchResult:

@@ -5,12 +5,15 @@
 (``FeedReader``, recording reads and regenerating returning inactive readers' inboxes,
 activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, ``feed_store`` and
 (unless ``feed_cache_enabled`` is off) the ``serving_cache``, whose notice consumer is
-one of the app's background tasks (``notices.run_notice_consumer``). The stream's parts
+one of the app's background tasks (``notices.run_notice_consumer``), and the
+``visibility_fence`` (fence.py) that every page and stream event is judged after; its
+log is read once here and trimmed by ``run_fence_trimmer``, another background task. The stream's parts
 are opened on that store by ``stream.wiring.open_stream``.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from fastapi import FastAPI
 
@@ -22,12 +25,15 @@ from services.shared.stores.store_health import watch_cassandra
 
 from .activity import InboxRebuilder, ReaderActivity
 from .bodies import BodyCache, PostCopies
+from .fence import FenceMetrics, FenceUnavailable, VisibilityFence, trim_periodically
 from .metrics import FeedMetrics
 from .notices import ApiNotices, NoticeStats, register_collector
 from .reader import FeedReader, utc_now
 from .reuse import SnapshotReuse
 from .serving_cache import CachedFeedStore, ServingCache
 from .store import FeedPort, FeedStore
+
+log = logging.getLogger(__name__)
 
 
 def _build(app: FastAPI, settings: Settings) -> None:
@@ -74,23 +80,41 @@ def _build(app: FastAPI, settings: Settings) -> None:
             Window(settings.inactive_after, settings.activity_resolution), rebuilder,
             settings.feed_regenerating_stale_s, timeout_s=2 * settings.feed_store_timeout_s,
             on_returned=on_returned, on_failure=metrics.activity_failures.inc)
+    fence = VisibilityFence(settings.pg_dsn, settings.feed_visibility_timeout_s,
+                            FenceMetrics(app.state.metrics.registry))
+    app.state.visibility_fence = fence
     reuse = None
     if cache is not None and settings.feed_snapshot_reuse_s > 0:
         # At most half the snapshot's TTL: a reused snapshot's next pages still have time.
         reuse = SnapshotReuse(cache, min(settings.feed_snapshot_reuse_s, settings.feed_snapshot_ttl_s / 2),
                               settings.feed_snapshot_reuse_size)
-    app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices)
+    app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices,
+                                fence)
 
 
 async def open_read_path(app: FastAPI) -> None:
     settings: Settings = app.state.settings
     await asyncio.to_thread(_build, app, settings)
+    try:  # the retained log read now, not by the first page
+        await app.state.visibility_fence.sync()
+    except FenceUnavailable:
+        log.warning("the visibility log could not be read at start; the first page will")
+
+
+async def run_fence_trimmer(app: FastAPI) -> None:
+    """Background task: the visibility log trimmed by age (fence.trim_periodically)."""
+    settings: Settings = app.state.settings
+    await trim_periodically(app.state.visibility_fence, settings.pg_dsn,
+                            settings.feed_visibility_retention_s, settings.feed_visibility_trim_s)
 
 
 async def close_read_path(app: FastAPI) -> None:
     reader = getattr(app.state, "feed", None)
     if reader is not None:
         await reader.close()  # queued snapshots stored before the session closes
+    fence = getattr(app.state, "visibility_fence", None)
+    if fence is not None:
+        await fence.close()
     notices = getattr(app.state, "api_notices", None)
     if notices is not None:
         await notices.close()

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from services.api.feed.fence import FenceUnavailable
 from services.api.feed.snapshot import MAX_VERSION_CHARS
 from services.api.http.auth import CurrentUser
 from services.api.http.problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
@@ -95,7 +96,13 @@ async def feed_stream(
             if resume is not None and resume.resync:
                 yield ServerSentEvent("{}", event="resync")
             for missed in resume.events if resume is not None else []:
-                if await state.stream_gate.allows(reader_id, missed.post_id, missed.author_id):
+                try:
+                    allowed = await state.stream_gate.allows(reader_id, missed.post_id,
+                                                             missed.author_id)
+                except FenceUnavailable:
+                    yield ServerSentEvent("{}", event="resync")
+                    break
+                if allowed:
                     yield _new_item(missed, version)
             while True:
                 try:
@@ -115,6 +122,18 @@ async def feed_stream(
                     yield ServerSentEvent(comment="heartbeat")
                     continue
                 if isinstance(event, ResyncNeeded):
+                    yield ServerSentEvent("{}", event="resync")
+                    continue
+                # Checked when it arrived; the log is read again now, so a delete, block
+                # or unfollow acknowledged while it waited in the queue still holds it back.
+                try:
+                    if not await state.stream_gate.still_allows(reader_id, event.post_id,
+                                                                event.author_id):
+                        metrics.skipped.labels("fenced").inc()
+                        continue
+                except FenceUnavailable:
+                    # Not judged, so not sent: the client refetches its first page, which
+                    # answers once the log can be read again.
                     yield ServerSentEvent("{}", event="resync")
                     continue
                 yield _new_item(event, version)

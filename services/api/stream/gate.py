@@ -1,10 +1,16 @@
-"""The stream's authorization and eligibility check, on current Cassandra copies.
+"""The stream's authorization and eligibility check: current Cassandra copies, and the
+visibility log read after the check began (``feed.fence``), as for a feed page.
 
 The same rules as a feed page (``feed.eligibility.judge``) for one (reader, post): the
 post copy must be visible and not deleted, the reader must still follow the author
 (since before the post) and neither may block the other. One author event is checked
 for every connected follower, so the post copy is read once per event
-(``POST_STATE_TTL_S``) and the per-reader reads are two single-row lookups.
+(``POST_STATE_TTL_S``) and the per-reader reads are two single-row lookups; the log's
+read is shared by every check in flight (single-flight).
+
+An event waits in an open stream's queue between that check and its send, so the route
+asks ``still_allows`` right before it writes the event: one more (shared) read of the
+log, which is what can have changed in between that the guarantee covers.
 """
 from __future__ import annotations
 
@@ -13,7 +19,11 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
+from services.shared.domain import ids
+
 from ..feed.eligibility import PostState, ReaderGraph, Verdict, judge
+from ..feed.fence import VisibilityFence
+from ..feed.recent_changes import NOTHING, RecentChanges
 from ..feed.store import FeedPort
 
 # One author event fans out to its connected followers within a few milliseconds; a
@@ -24,8 +34,10 @@ POST_STATE_MEMO = 1024
 
 
 class EligibilityGate:
-    def __init__(self, store: FeedPort, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, store: FeedPort, fence: VisibilityFence | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._store = store
+        self._fence = fence
         self._monotonic = monotonic
         self._posts: OrderedDict[int, tuple[float, asyncio.Future[PostState | None]]] = OrderedDict()
 
@@ -48,12 +60,25 @@ class EligibilityGate:
         return PostState(pid, author_id, created_at_ms, visibility, deleted)
 
     async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
-        """Whether ``reader_id`` may be told about ``post_id`` now."""
-        post, since, blocked = await asyncio.gather(
+        """Whether ``reader_id`` may be told about ``post_id`` now. Raises
+        ``FenceUnavailable`` when the visibility log cannot be read."""
+        post, since, blocked, changes = await asyncio.gather(
             self._post_state(post_id), self._store.following_since(reader_id, author_id),
-            self._store.blocked_between(reader_id, author_id))
+            self._store.blocked_between(reader_id, author_id), self._changes())
         if post is None or post.author_id != author_id:
             return False
         graph = ReaderGraph(reader_id, {} if since is None else {author_id: since},
                             frozenset({author_id}) if blocked else frozenset())
-        return judge(post, graph) is Verdict.ELIGIBLE
+        recent = changes.for_reader(reader_id) if changes is not None else NOTHING
+        return judge(post, graph, recent) is Verdict.ELIGIBLE
+
+    async def still_allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
+        """Whether nothing the visibility log says now hides an event already allowed
+        (its creation time is in its Snowflake id). Raises ``FenceUnavailable``."""
+        changes = await self._changes()
+        if changes is None:
+            return True
+        return not changes.for_reader(reader_id).hides(post_id, author_id, ids.timestamp_ms(post_id))
+
+    async def _changes(self) -> RecentChanges | None:
+        return await self._fence.sync() if self._fence is not None else None

@@ -25,7 +25,7 @@ async def open_stream(app: FastAPI) -> None:
     # A lease outlives two missed heartbeats, so one slow refresh does not free the slot.
     app.state.stream_leases = await asyncio.to_thread(
         StreamLeases, app.state.cassandra, store, int(settings.stream_heartbeat_s * 2) + 5)
-    gate = EligibilityGate(store)
+    gate = EligibilityGate(store, app.state.visibility_fence)
 
     async def followed(reader_id: int) -> frozenset[int]:
         return frozenset(await store.following(reader_id, settings.feed_max_following))

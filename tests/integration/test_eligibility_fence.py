@@ -1,0 +1,183 @@
+"""A 2xx delete, removal, block or unfollow is honoured by the very next request, with
+no pipeline running at all (shared/DESIGN.md, "Eligibility"; services/api/feed/fence.py).
+
+Every test writes through the real API (Postgres) and writes the serving copies the
+fan-out would have written BEFORE the change, then never updates them: the copies stay
+as stale as a stalled relay or fan-out leaves them, so only the visibility log can hide
+what the change hid.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+
+import httpx
+import pytest
+
+from services.shared.settings import Settings
+from tests.support.api_server import RunningApi, new_user_id
+from tests.support.feed_world import FeedWorld, feed_ids, walk
+from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
+                                      serve_stream_api, wait_ready)
+
+pytestmark = pytest.mark.integration
+
+
+def _posted(client: httpx.Client, n: int) -> list[tuple[int, datetime]]:
+    out = []
+    for i in range(n):
+        resp = client.post("/v1/posts", json={"text": f"post {i}"},
+                           headers={"Idempotency-Key": uuid.uuid4().hex})
+        assert resp.status_code == 201, resp.text
+        body = resp.json()
+        out.append((int(body["post_id"]), datetime.fromisoformat(body["created_at"].replace("Z", "+00:00"))))
+    return out
+
+
+class Scene:
+    """A reader following an author in Postgres, and the copies of the author's posts
+    in the reader's inbox as the fan-out would have written them."""
+
+    def __init__(self, api: RunningApi, world: FeedWorld, posts: int = 15) -> None:
+        self.api, self.world = api, world
+        self.reader, self.author = new_user_id(), new_user_id()
+        self.as_reader = api.client(self.reader)
+        self.as_author = api.client(self.author)
+        assert self.as_author.get("/v1/feed").status_code == 200  # the author exists
+        resp = self.as_reader.put(f"/v1/users/{self.author}/follow")
+        assert resp.status_code == 200, resp.text
+        since = datetime.fromisoformat(resp.json()["following_since"].replace("Z", "+00:00"))
+        world.follow(self.reader, self.author, since)
+        self.posts = [world.write(self.author, at=at, post_id=pid, inbox_of=[self.reader]).post_id
+                      for pid, at in _posted(self.as_author, posts)]
+
+    def feed(self, **params: object) -> dict:
+        resp = self.as_reader.get("/v1/feed", params=params)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def every_page(self, limit: int = 5, **params: object) -> list[int]:
+        shown: list[int] = []
+        page = self.feed(limit=limit, **params)
+        while True:
+            shown += feed_ids(page)
+            if not page.get("next_cursor"):
+                return shown
+            page = self.feed(limit=limit, cursor=page["next_cursor"])
+
+    def close(self) -> None:
+        self.as_reader.close()
+        self.as_author.close()
+
+
+@pytest.fixture
+def scene(api_server: RunningApi, world: FeedWorld) -> Iterator[Scene]:
+    s = Scene(api_server, world)
+    yield s
+    s.close()
+
+
+def test_a_deleted_post_is_gone_from_the_next_page_and_every_fresh_first_page(scene: Scene) -> None:
+    first = scene.feed(limit=5)
+    assert feed_ids(first) == scene.posts[::-1][:5]
+    # Posts the reader has not reached yet, deleted one by one, each checked at once on
+    # the walk's next page and on a fresh first page (ranked and latest).
+    cursor = first["next_cursor"]
+    for victim in scene.posts[::-1][5:12]:
+        assert scene.as_author.delete(f"/v1/posts/{victim}").status_code == 204
+        after = scene.feed(limit=5, cursor=cursor)
+        assert victim not in feed_ids(after)
+        assert victim not in scene.every_page()
+        assert victim not in scene.every_page(order="latest")
+    # One on the first page the reader is looking at.
+    shown = feed_ids(first)[0]
+    assert scene.as_author.delete(f"/v1/posts/{shown}").status_code == 204
+    assert shown not in feed_ids(scene.feed(limit=5))
+
+
+def test_a_moderation_removal_hides_the_post_at_once_and_a_restore_shows_it_again(
+        api_server: RunningApi, scene: Scene) -> None:
+    victim = scene.posts[-1]
+    with api_server.client(new_user_id(), moderator=True) as moderator:
+        resp = moderator.post(f"/internal/moderation/posts/{victim}", json={"action": "remove"})
+        assert resp.status_code == 200, resp.text
+        assert victim not in scene.every_page()
+        resp = moderator.post(f"/internal/moderation/posts/{victim}", json={"action": "restore"})
+        assert resp.status_code == 200, resp.text
+    assert victim in scene.every_page()  # the copies decide again: they never hid it
+
+
+def test_a_block_hides_every_post_of_the_author_either_way_and_its_follow_stays_ended(
+        scene: Scene) -> None:
+    assert scene.every_page() == scene.posts[::-1]
+    assert scene.as_author.put(f"/v1/users/{scene.reader}/block").status_code == 204
+    assert scene.every_page() == []
+    assert scene.every_page(order="latest") == []
+    assert scene.as_author.delete(f"/v1/users/{scene.reader}/block").status_code == 204
+    # The block ended the reader's follow (same transaction): still nothing.
+    assert scene.every_page() == []
+
+
+def test_an_unfollow_hides_the_author_and_a_follow_again_shows_only_what_comes_after(
+        scene: Scene) -> None:
+    assert scene.as_reader.delete(f"/v1/users/{scene.author}/follow").status_code == 204
+    assert scene.every_page() == []
+    assert scene.as_reader.put(f"/v1/users/{scene.author}/follow").status_code == 200
+    assert scene.every_page() == []  # no surprise backfill of the earlier posts
+    (pid, at), = _posted(scene.as_author, 1)
+    scene.world.write(scene.author, at=at, post_id=pid, inbox_of=[scene.reader])
+    assert scene.every_page() == [pid]
+
+
+def test_a_walk_opened_before_a_block_shows_nothing_of_the_author_after_it(
+        api_server: RunningApi, scene: Scene) -> None:
+    other = new_user_id()
+    with api_server.client(other) as as_other:
+        assert as_other.get("/v1/feed").status_code == 200  # the user exists
+    resp = scene.as_reader.put(f"/v1/users/{other}/follow")
+    assert resp.status_code == 200
+    scene.world.follow(scene.reader, other)
+    theirs = [scene.world.write(other, inbox_of=[scene.reader]).post_id for _ in range(5)]
+
+    def block_after_first(page_number: int) -> None:
+        if page_number == 1:
+            assert scene.as_reader.put(f"/v1/users/{scene.author}/block").status_code == 204
+
+    pages = walk(scene.as_reader, limit=4, between=block_after_first)
+    later = [pid for page in pages[1:] for pid in feed_ids(page)]
+    assert not set(later) & set(scene.posts)
+    assert set(theirs) <= set(feed_ids(pages[0])) | set(later)
+
+
+@pytest.fixture(scope="module")
+def stream_api(settings: Settings) -> Iterator[RunningApi]:
+    yield from serve_stream_api(settings)
+
+
+def test_the_stream_sends_nothing_deleted_blocked_or_unfollowed(stream_api: RunningApi,
+                                                                world: FeedWorld) -> None:
+    wait_ready(stream_api)
+    scene = Scene(stream_api, world, posts=4)
+    deleted, _spare, unfollowed_post, kept = scene.posts
+    stream = open_stream(stream_api, scene.reader)
+    try:
+        assert scene.as_author.delete(f"/v1/posts/{deleted}").status_code == 204
+        post = world.write(scene.author, post_id=deleted)  # the copy: not deleted, as before
+        world.announce_inbox(scene.reader, post)
+        world.announce_inbox(scene.reader, world.write(scene.author, post_id=kept))
+        event = next_new_item(stream, DELIVERY_DEADLINE_S)
+        assert event is not None and json.loads(event["data"])["post_id"] == str(kept)
+        assert scene.as_reader.delete(f"/v1/users/{scene.author}/follow").status_code == 204
+        world.announce_inbox(scene.reader, world.write(scene.author, post_id=unfollowed_post))
+        # A later event the reader may see proves the earlier one was processed.
+        friend = new_user_id()
+        world.follow(scene.reader, friend)
+        proof = world.write(friend, inbox_of=[scene.reader])
+        world.announce_inbox(scene.reader, proof)
+        event = next_new_item(stream, DELIVERY_DEADLINE_S)
+        assert event is not None and json.loads(event["data"])["post_id"] == str(proof.post_id)
+    finally:
+        stream.close()
+        scene.close()

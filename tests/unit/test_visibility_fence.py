@@ -1,0 +1,219 @@
+"""The visibility log folded (recent_changes.py) and read single-flight (fence.py)."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.api.feed.eligibility import PostState, ReaderGraph, Verdict, judge
+from services.api.feed.fence import FenceUnavailable, VisibilityFence
+from services.api.feed.recent_changes import BLOCK, FOLLOW, NOTHING, POST, RecentChanges, VisibilityChange
+
+READER, AUTHOR, OTHER = 1, 2, 3
+
+
+def change(seq: int, kind: str, subject: int, obj: int, hidden: bool, since_ms: int | None = None,
+           at_ms: int | None = None) -> VisibilityChange:
+    return VisibilityChange(seq, seq * 1000 if at_ms is None else at_ms, kind, subject, obj, hidden, since_ms)
+
+
+def folded(*changes: VisibilityChange) -> RecentChanges:
+    recent = RecentChanges()
+    recent.apply(changes)
+    return recent
+
+
+def test_a_quiet_log_hides_nothing_and_costs_no_view() -> None:
+    assert RecentChanges().for_reader(READER) is NOTHING
+
+
+def test_a_deleted_post_is_hidden_from_everyone_until_restored() -> None:
+    recent = folded(change(1, POST, 10, AUTHOR, True))
+    assert recent.for_reader(READER).hides(10, AUTHOR, 5)
+    assert recent.for_reader(OTHER).hides(10, AUTHOR, 5)
+    recent.apply([change(2, POST, 10, AUTHOR, False)])
+    assert not recent.for_reader(READER).hides(10, AUTHOR, 5)
+
+
+def test_a_block_hides_the_pair_both_ways_until_both_sides_lift_it() -> None:
+    recent = folded(change(1, BLOCK, READER, AUTHOR, True), change(2, BLOCK, AUTHOR, READER, True))
+    assert recent.for_reader(READER).hides(10, AUTHOR, 5)
+    assert recent.for_reader(AUTHOR).hides(11, READER, 5)
+    recent.apply([change(3, BLOCK, READER, AUTHOR, False)])
+    assert recent.for_reader(READER).hides(10, AUTHOR, 5)  # the author's block stands
+    recent.apply([change(4, BLOCK, AUTHOR, READER, False)])
+    assert not recent.for_reader(READER).hides(10, AUTHOR, 5)
+    assert not recent.for_reader(OTHER).hides(10, AUTHOR, 5)
+
+
+def test_an_unfollow_hides_the_author_and_a_follow_again_only_what_came_before_it() -> None:
+    recent = folded(change(1, FOLLOW, READER, AUTHOR, True))
+    assert recent.for_reader(READER).hides(10, AUTHOR, 10**12)
+    assert not recent.for_reader(OTHER).hides(10, AUTHOR, 10**12)  # other readers unaffected
+    recent.apply([change(2, FOLLOW, READER, AUTHOR, False, since_ms=5_000)])
+    view = recent.for_reader(READER)
+    assert view.hides(10, AUTHOR, 4_999) and not view.hides(11, AUTHOR, 5_000)
+
+
+def test_entries_already_applied_are_ignored() -> None:
+    recent = folded(change(1, POST, 10, AUTHOR, True), change(2, POST, 10, AUTHOR, False))
+    recent.apply([change(1, POST, 10, AUTHOR, True)])  # a re-read of an old entry
+    assert not recent.for_reader(READER).hides(10, AUTHOR, 5)
+    assert recent.last_seq == 2
+
+
+def test_trimming_drops_old_entries_but_never_one_a_later_entry_replaced() -> None:
+    recent = folded(change(1, POST, 10, AUTHOR, True, at_ms=1_000),
+                    change(2, FOLLOW, READER, AUTHOR, True, at_ms=1_000),
+                    change(3, BLOCK, READER, OTHER, True, at_ms=1_000),
+                    change(4, FOLLOW, READER, AUTHOR, False, since_ms=7, at_ms=9_000))
+    assert recent.forget_before(5_000) == 3
+    view = recent.for_reader(READER)
+    assert not view.hides(10, AUTHOR, 100)        # the delete's entry is gone
+    assert view.hides(11, AUTHOR, 6)              # the follow-again entry stayed
+    assert not view.hides(12, OTHER, 100)
+    assert len(recent) == 1
+
+
+def test_judge_lets_the_log_hide_what_the_copies_still_show() -> None:
+    post = PostState(10, AUTHOR, 100, 1, False)
+    graph = ReaderGraph(READER, {AUTHOR: 0}, frozenset())
+    assert judge(post, graph) is Verdict.ELIGIBLE
+    recent = folded(change(1, FOLLOW, READER, AUTHOR, True)).for_reader(READER)
+    assert judge(post, graph, recent) is Verdict.FENCED
+    # The copies' own verdicts come first: the log never makes anything visible.
+    assert judge(PostState(10, AUTHOR, 100, 1, True), graph, recent) is Verdict.DELETED
+
+
+_kinds = st.sampled_from([POST, FOLLOW, BLOCK])
+
+
+@given(st.lists(st.tuples(_kinds, st.sampled_from([READER, AUTHOR]), st.sampled_from([AUTHOR, OTHER]),
+                          st.booleans(), st.integers(0, 50)), max_size=30))
+def test_the_fold_matches_the_last_entry_of_each_post_and_pair(
+        entries: list[tuple[str, int, int, bool, int]]) -> None:
+    changes = [change(i + 1, kind, s, o, hidden, since) for i, (kind, s, o, hidden, since)
+               in enumerate(entries) if s != o]
+    recent = folded(*changes)
+    for reader in (READER, AUTHOR):
+        for author in (AUTHOR, OTHER):
+            if reader == author:
+                continue
+            view = recent.for_reader(reader)
+            for created in (0, 25, 60):
+                expected = _last_truth(changes, reader, author, post_id=99, created_ms=created)
+                assert view.hides(99, author, created) == expected
+
+
+def _last_truth(changes: list[VisibilityChange], reader: int, author: int, post_id: int,
+                created_ms: int) -> bool:
+    """What the latest entries say, computed the slow way."""
+    blocks = {(c.subject_id, c.object_id): c.hidden for c in changes if c.kind == BLOCK}
+    if blocks.get((reader, author)) or blocks.get((author, reader)):
+        return True
+    follows = [c for c in changes if c.kind == FOLLOW and (c.subject_id, c.object_id) == (reader, author)]
+    if follows:
+        last = follows[-1]
+        return last.hidden or created_ms < (last.since_ms or 0)
+    return False
+
+
+class _Conn:
+    """A connection whose reads the test releases one at a time."""
+
+    def __init__(self, log: list[VisibilityChange]) -> None:
+        self.log = log
+        self.reads = 0
+        self.gate: asyncio.Queue[None] = asyncio.Queue()
+        self.closed = False
+        self.fail = False
+
+    async def execute(self, _sql: str, params: tuple[int, int], prepare: bool = False) -> Any:
+        self.reads += 1
+        await self.gate.get()
+        if self.fail:
+            raise OSError("connection refused")
+        rows = [(c.seq, c.changed_at_ms, c.kind, c.subject_id, c.object_id, c.hidden, c.since_ms)
+                for c in self.log if c.seq > params[0]]
+
+        class _Cursor:
+            async def fetchall(self) -> list[tuple[Any, ...]]:
+                return rows
+        return _Cursor()
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_concurrent_pages_share_one_read_and_a_late_page_waits_for_the_next() -> None:
+    async def scenario() -> None:
+        log: list[VisibilityChange] = []
+        conn = _Conn(log)
+
+        async def connect() -> _Conn:
+            return conn
+
+        fence = VisibilityFence("", 1.0, connect=connect)
+        early = [asyncio.ensure_future(fence.sync()) for _ in range(5)]
+        await _settle()
+        assert conn.reads == 1
+        # A delete acknowledged after the read began; a page arriving now must not be
+        # answered by that read.
+        log.append(change(1, POST, 10, AUTHOR, True))
+        late = asyncio.ensure_future(fence.sync())
+        conn.gate.put_nowait(None)
+        await asyncio.gather(*early)
+        await _settle()
+        assert not late.done() and conn.reads == 2
+        conn.gate.put_nowait(None)
+        recent = await late
+        assert recent.for_reader(READER).hides(10, AUTHOR, 0)
+        assert conn.reads == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_read_fails_its_pages_and_the_next_read_reconnects() -> None:
+    async def scenario() -> None:
+        conns: list[_Conn] = []
+
+        async def connect() -> _Conn:
+            conns.append(_Conn([change(1, BLOCK, READER, AUTHOR, True)]))
+            return conns[-1]
+
+        fence = VisibilityFence("", 1.0, connect=connect)
+        page = asyncio.ensure_future(fence.sync())
+        await _settle()
+        conns[0].fail = True
+        conns[0].gate.put_nowait(None)
+        with pytest.raises(FenceUnavailable):
+            await page
+        assert conns[0].closed
+        page = asyncio.ensure_future(fence.sync())
+        await _settle()
+        conns[1].gate.put_nowait(None)
+        assert (await page).for_reader(READER).hides(1, AUTHOR, 0)
+
+    asyncio.run(scenario())
+
+
+def test_a_read_slower_than_the_timeout_fails_rather_than_answer_late() -> None:
+    async def scenario() -> None:
+        conn = _Conn([])
+
+        async def connect() -> _Conn:
+            return conn
+
+        fence = VisibilityFence("", 0.05, connect=connect)
+        with pytest.raises(FenceUnavailable):
+            await fence.sync()  # the gate is never opened
+
+    asyncio.run(scenario())
