@@ -115,7 +115,7 @@ class CopyStore:
         key = (with_text, with_media)
         if key not in self._write_post_variants:
             cols = ["author_id=?", "created_at=?"] + (["text=?"] if with_text else []) \
-                + (["media_ids=?"] if with_media else []) + ["visibility=?", "deleted=?"]
+                + (["media=?"] if with_media else []) + ["visibility=?", "deleted=?"]
             self._write_post_variants[key] = self._session.prepare(
                 f"UPDATE posts USING TIMESTAMP ? SET {', '.join(cols)} WHERE post_id=?")
         return self._write_post_variants[key]

@@ -353,7 +353,9 @@ def row(r: dict[str, Any]) -> str:
     cdc = ("not traced" if v.get("cdc_unsent") is None
            else f"{v['cdc_unsent']} / {v['kafka_lost']}")
     return (f"| {r['scenario']} | {len(r['faults'])} | {v['acked_writes']} | {v['lost_writes'] + v['feed_lost']} "
-            f"/ {v['feed_duplicated']} / {v['wrongly_visible']} | {v.get('stream_gaps', 0)} | {cdc} "
+            f"/ {v['feed_duplicated']} / {v['wrongly_visible']} "
+            f"| {v.get('shown_after_ack', 0)} of {v.get('hiding_actions', 0)} actions, "
+            f"{v.get('pages_checked', 0)} pages | {v.get('stream_gaps', 0)} | {cdc} "
             f"| {v['follower_drift']} / {v['like_drift']} "
             f"| {r['requests_during']} requests, {share:.1f}% failed, "
             f"{r['server_errors_other_than_503']} 5xx other than 503 | {r['freshness_max_during_s']} s "
@@ -414,11 +416,12 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row(result))
         ok = ok and _verdict(result) == "ok" and not result["server_errors_other_than_503"]
         print(rows[-1], flush=True)
-    print("| scenario | faults | acked writes | lost / duplicated / wrongly visible | stream: "
+    print("| scenario | faults | acked writes | lost / duplicated / wrongly visible "
+          "| shown after ack | stream: "
           "silent gaps | rows never sent to Kafka / acked records missing | follower / like drift "
           "| API during the fault | max freshness during | lag back to pre-fault level after the "
           "lift | lag zero after the load stops | alert | verdict |")
-    print("| --- | ---: | ---: | --- | ---: | --- | --- | --- | ---: | ---: | ---: | --- | --- |")
+    print("| --- | ---: | ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | --- | --- |")
     print("\n".join(rows))
     return 0 if ok else 1
 

@@ -12,6 +12,11 @@
   (``follow_edges``/``like_edges`` static columns, no repair step run) against
   ``count(*)`` in Postgres.
 - DLQs: every ``*.dlq`` topic of the prefix is empty.
+- Shown after the acknowledgement (``shown_after_ack``): every feed page the workload
+  was served (its request started after the ack) and every stream event it received
+  (after the ack), against each acknowledged delete, removal, block and unfollow: an
+  item the action should have hid is counted, whatever the pipeline was doing. This is
+  the window the settled feeds above cannot see.
 - The stream: every post of an author the watcher follows (it never unfollows and is
   never blocked), acked after its SSE stream first opened and not deleted, arrived as a
   ``new_item`` or was covered by a ``resync`` sent after it was acked (``stream_gaps``:
@@ -54,6 +59,9 @@ class Verdict:
     like_drift: int = 0
     dlq_records: int = 0
     stream_gaps: int = 0
+    shown_after_ack: int = 0
+    hiding_actions: int = 0       # acknowledged deletes, removals, blocks and unfollows
+    pages_checked: int = 0
     cdc_unsent: int | None = None   # None: no delivery trace to check against
     kafka_lost: int | None = None
     readers_over_cap: int = 0
@@ -62,7 +70,7 @@ class Verdict:
     def ok(self) -> bool:
         return not (self.lost_writes or self.feed_lost or self.feed_duplicated or self.wrongly_visible
                     or self.follower_drift or self.like_drift or self.dlq_records
-                    or self.stream_gaps or self.cdc_unsent or self.kafka_lost or self.readers_over_cap)
+                    or self.stream_gaps or self.shown_after_ack or self.cdc_unsent or self.kafka_lost or self.readers_over_cap)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -170,8 +178,7 @@ async def check(settings: Settings, w: Workload) -> Verdict:
     v = Verdict()
     led = w.ledger
     v.acked_posts = len(led.posts)
-    v.acked_writes = (len(led.posts) + len(led.deleted) + len(led.likes) + len(led.follows)
-                      + len(led.blocks))
+    v.acked_writes = len(led.posts) + len(led.likes) + sum(led.actions.values())
     with pg.connect(settings) as conn:
         stored = {r[0] for r in conn.execute("SELECT post_id FROM posts WHERE post_id = ANY(%s)",
                                              (list(led.posts),)).fetchall()}
@@ -205,6 +212,9 @@ async def check(settings: Settings, w: Workload) -> Verdict:
         wrong += [{"reader": reader, "post": p} for p in sorted(extra)[:3]]
     v.examples["feed_lost"] = missing[:10]
     v.examples["wrongly_visible"] = wrong[:10]
+    v.shown_after_ack, v.examples["shown_after_ack"] = shown_after_ack(w)
+    v.hiding_actions = sum(led.actions[k] for k in ("delete", "remove", "block", "unfollow"))
+    v.pages_checked = len(led.pages)
     v.follower_drift, v.like_drift, v.examples["counter_drift"] = _counts(settings, w)
     v.dlq_records = _dlq_records(settings)
     # Announcements trail the fan-out (the API's own consumer): give the stream up to
@@ -231,6 +241,32 @@ def author_tier(settings: Settings, author: int) -> str | None:
     return rows[0].tier if rows else None
 
 
+def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
+    """Items served after an acknowledged action that should have hidden them: on a page
+    whose request started after the ack, or a stream event received after it."""
+    led = w.ledger
+    by_pair: dict[tuple[int, int], list[Any]] = {}
+    for h in led.pair_hidden:
+        by_pair.setdefault((h.reader, h.author), []).append(h)
+    served = [(started, reader, post, "page") for started, reader, ids in led.pages for post in ids]
+    served += [(at, w.cast.watcher, post, "stream") for at, kind, post in led.stream
+               if kind == "new_item" and post is not None]
+    shown: list[Any] = []
+    for at, reader, post, where in served:
+        hidden_at = led.hidden_posts.get(post)
+        if hidden_at is not None and hidden_at <= at:
+            shown.append({"where": where, "reader": reader, "post": post, "why": "deleted or removed",
+                          "after_ack_s": round(at - hidden_at, 3)})
+            continue
+        author = led.posts.get(post, (None, 0.0))[0]
+        for h in by_pair.get((reader, author), ()):  # type: ignore[arg-type]
+            if h.since <= at < h.until:
+                shown.append({"where": where, "reader": reader, "post": post, "why": h.kind,
+                              "after_ack_s": round(at - h.since, 3)})
+                break
+    return len(shown), shown[:10]
+
+
 def stream_gaps(w: Workload) -> tuple[int, list[Any]]:
     """Posts the watcher's stream owed it and never sent, with no later ``resync``."""
     led = w.ledger
@@ -242,7 +278,7 @@ def stream_gaps(w: Workload) -> tuple[int, list[Any]]:
     announced = {post for _, kind, post in led.stream if kind == "new_item"}
     resyncs = [at for at, kind, _ in led.stream if kind == "resync"]
     gaps = [post for post, (author, acked) in led.posts.items()
-            if author in followed and post not in led.deleted and acked >= opened
+            if author in followed and post not in led.hidden_posts and acked >= opened
             and post not in announced and not any(at >= acked for at in resyncs)]
     return len(gaps), sorted(gaps)[:10]
 

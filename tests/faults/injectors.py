@@ -154,6 +154,18 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
             log.injected.append(f"postgres restarted (pg_ctl restart, fast) at "
                                 f"{time.strftime('%H:%M:%S')} in {time.monotonic() - started:.1f} s")
             await asyncio.sleep(hold_s)
+        elif name == "pipeline-stall":
+            # The relay, the fan-out and the ranker frozen together (SIGSTOP): nothing
+            # reaches Cassandra, so only the read path's check against Postgres can honour
+            # the deletes, removals, blocks and unfollows acknowledged meanwhile.
+            pids = {service: _service_pid(layout, service) for service in ("cdc", "fanout", "ranker")}
+            for service, pid in pids.items():
+                _signal(pid, signal.SIGSTOP, service, log)
+            try:
+                await asyncio.sleep(hold_s)
+            finally:
+                for service, pid in pids.items():
+                    _signal(pid, signal.SIGCONT, service, log)
         elif name == "worker-kills":
             # The relay, the fan-out and the ranker, each SIGKILLed three times at random
             # points; their supervisor (deploy.supervise) restarts them.
@@ -184,6 +196,7 @@ def _service_pid(layout: Layout, service: str) -> int | None:
 
 
 SCENARIOS = ("cassandra-kill", "cassandra-pause", "cassandra-cut", "broker-kill", "broker-cut",
-             "postgres-restart", "worker-kills")
+             "postgres-restart", "worker-kills", "pipeline-stall")
 HOLD_S = {"cassandra-kill": 30.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0,
-          "broker-kill": 20.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0}
+          "broker-kill": 20.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
+          "pipeline-stall": 60.0}

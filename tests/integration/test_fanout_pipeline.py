@@ -26,7 +26,9 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     hour_ago = now - timedelta(hours=1)
     author, early, late, blocked, leaver, other = 11, 21, 22, 23, 24, 25
     p1, p2, p3 = (post_id_at(now - timedelta(minutes=10 - i), i) for i in range(3))
-    r1, r2, r3 = (e.post_row(p, author, now - timedelta(minutes=10 - i)) for i, p in enumerate((p1, p2, p3)))
+    # With media: a list column appended to on replay once held every element twice.
+    r1, r2, r3 = (e.post_row(p, author, now - timedelta(minutes=10 - i), media=("m1", f"m{p}"))
+                  for i, p in enumerate((p1, p2, p3)))
     # p1 arrives before the follow that makes it visible to `early` (following since an hour).
     batch = [e.post_created(r1)]
     batch += [e.followed(early, author, hour_ago), e.followed(late, author, now),  # no backfill
@@ -59,6 +61,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     # `leaver` may have been told before its unfollow was applied; the others never.
     assert not {r for r, _ in landed} & {str(late), str(blocked)}
 
+    assert [r.media for r in env.rows("SELECT media FROM posts WHERE post_id=%s", p1)] == [["m1", f"m{p1}"]]
     before = serving_state(env)
     env.start("services.fanout", "replay")  # a new group reads every topic from the start
     wait_for_workers(lambda: group_caught_up(env.settings, "replay", [cdc_topic(t, env.settings.topic_prefix)

@@ -66,9 +66,10 @@ class CdcEvents:
     # -- posts -------------------------------------------------------------------------
     @staticmethod
     def post_row(post_id: int, author_id: int, created_at: datetime, *, text: str = "hello",
-                 visibility: int = VISIBLE, deleted_at: datetime | None = None) -> dict[str, Any]:
+                 visibility: int = VISIBLE, deleted_at: datetime | None = None,
+                 media: tuple[str, ...] = ()) -> dict[str, Any]:
         return {"post_id": post_id, "author_id": author_id, "created_at": iso(created_at),
-                "text": text, "media_ids": "[]", "rank_features": "{}",
+                "text": text, "media_ids": json.dumps(list(media)), "rank_features": "{}",
                 "visibility": visibility, "deleted_at": iso(deleted_at) if deleted_at else None}
 
     def post_created(self, row: dict, *, op: str = "c") -> list[CdcMessage]:

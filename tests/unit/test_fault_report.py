@@ -26,7 +26,7 @@ def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
               "freshness_max_during_s": 1.2, "lag_recovered_after_lift_s": 4.0,
               "lag_zero_after_load_s": 1.0}
     text = row(result)
-    assert text.startswith("| cassandra-kill | 1 | 10 | 2 / 0 / 0 | 0 | not traced |")
+    assert text.startswith("| cassandra-kill | 1 | 10 | 2 / 0 / 0 | 0 of 0 actions, 0 pages | 0 | not traced |")
     assert "0.5% failed" in text and text.rstrip().endswith("MISSED |")
     unpromoted = {**result, "verdict": Verdict(acked_writes=10).as_dict(), "ok": True,
                   "celebrity_tier": None}
@@ -45,7 +45,8 @@ def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
     from tests.faults.workload import Cast, Ledger
 
     class W:  # the parts of a Workload the check reads
-        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10)
+        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
+                    moderator=30)
         ledger = Ledger()
 
     w = W()
@@ -56,6 +57,7 @@ def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
                       504: (1, 105.0), 505: (1, 100.5), 506: (1, 108.0), 507: (2, 109.0),
                       508: (4, 102.0)})  # the celebrity's: followed throughout, never sent
     led.deleted.add(504)
+    led.hidden_posts[504] = 105.5
     led.stream += [(102.5, "new_item", 501), (107.0, "resync", None), (110.0, "new_item", 507)]
     # 502 acked before the resync: covered; 505 before the stream settled; 506 after the
     # resync and never announced: a silent gap; 508 acked before the resync: covered.
@@ -63,6 +65,34 @@ def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
     led.posts[509] = (4, 108.5)  # the celebrity's, after the resync and never announced
     assert stream_gaps(w) == (2, [506, 509])
     assert stream_gaps(type("N", (), {"cast": W.cast, "ledger": Ledger()})())[0] == 0
+
+
+def test_an_item_served_after_the_ack_of_what_hides_it_is_counted_and_none_before() -> None:
+    from tests.faults.checker import shown_after_ack
+    from tests.faults.workload import Cast, Ledger, PairHidden
+
+    class W:
+        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
+                    moderator=30)
+        ledger = Ledger()
+
+    w = W()
+    led = w.ledger
+    led.posts.update({501: (2, 100.0), 502: (3, 100.0), 503: (2, 100.0)})
+    led.hidden_posts[501] = 110.0                                  # deleted, acked at 110
+    led.pair_hidden += [PairHidden(11, 3, "block", 120.0),          # reader 11 blocked by 3
+                        PairHidden(10, 2, "unfollow", 130.0, until=140.0)]
+    led.pages += [(109.9, 11, (501, 502)),   # before both acks: fine
+                  (110.0, 11, (501,)),       # started as the delete was acked: shown after
+                  (125.0, 11, (502,)),       # after the block
+                  (125.0, 10, (502, 503)),   # another reader: not blocked, still following
+                  (141.0, 10, (503,))]       # followed again at 140
+    led.stream += [(135.0, "new_item", 503), (136.0, "resync", None)]
+    count, examples = shown_after_ack(w)
+    assert count == 3
+    assert [(e["where"], e["reader"], e["post"], e["why"]) for e in examples] == [
+        ("page", 11, 501, "deleted or removed"), ("page", 11, 502, "block"),
+        ("stream", 10, 503, "unfollow")]
 
 
 def test_the_expected_alert_must_fire_during_the_fault_and_clear_after_the_lift() -> None:
