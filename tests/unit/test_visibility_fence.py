@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -121,8 +119,8 @@ def _last_truth(changes: list[VisibilityChange], reader: int, author: int, post_
     return False
 
 
-class _Conn:
-    """A connection whose reads the test releases one at a time."""
+class _Log:
+    """A log source whose reads the test releases one at a time."""
 
     def __init__(self, log: list[VisibilityChange]) -> None:
         self.log = log
@@ -131,18 +129,12 @@ class _Conn:
         self.closed = False
         self.fail = False
 
-    async def execute(self, _sql: str, params: tuple[int, int], prepare: bool = False) -> Any:
+    async def after(self, seq: int, limit: int) -> list[VisibilityChange]:
         self.reads += 1
         await self.gate.get()
         if self.fail:
             raise OSError("connection refused")
-        rows = [(c.seq, c.changed_at_ms, c.kind, c.subject_id, c.object_id, c.hidden, c.since_ms)
-                for c in self.log if c.seq > params[0]]
-
-        class _Cursor:
-            async def fetchall(self) -> list[tuple[Any, ...]]:
-                return rows
-        return _Cursor()
+        return [c for c in self.log if c.seq > seq][:limit]
 
     async def close(self) -> None:
         self.closed = True
@@ -156,12 +148,12 @@ async def _settle() -> None:
 def test_concurrent_pages_share_one_read_and_a_late_page_waits_for_the_next() -> None:
     async def scenario() -> None:
         log: list[VisibilityChange] = []
-        conn = _Conn(log)
+        conn = _Log(log)
 
-        async def connect() -> _Conn:
+        async def connect() -> _Log:
             return conn
 
-        fence = VisibilityFence("", 1.0, connect=connect)
+        fence = VisibilityFence("", 1.0, open_source=connect)
         early = [asyncio.ensure_future(fence.sync()) for _ in range(5)]
         await _settle()
         assert conn.reads == 1
@@ -183,13 +175,13 @@ def test_concurrent_pages_share_one_read_and_a_late_page_waits_for_the_next() ->
 
 def test_a_failed_read_fails_its_pages_and_the_next_read_reconnects() -> None:
     async def scenario() -> None:
-        conns: list[_Conn] = []
+        conns: list[_Log] = []
 
-        async def connect() -> _Conn:
-            conns.append(_Conn([change(1, BLOCK, READER, AUTHOR, True)]))
+        async def connect() -> _Log:
+            conns.append(_Log([change(1, BLOCK, READER, AUTHOR, True)]))
             return conns[-1]
 
-        fence = VisibilityFence("", 1.0, connect=connect)
+        fence = VisibilityFence("", 1.0, open_source=connect)
         page = asyncio.ensure_future(fence.sync())
         await _settle()
         conns[0].fail = True
@@ -207,12 +199,12 @@ def test_a_failed_read_fails_its_pages_and_the_next_read_reconnects() -> None:
 
 def test_a_read_slower_than_the_timeout_fails_rather_than_answer_late() -> None:
     async def scenario() -> None:
-        conn = _Conn([])
+        conn = _Log([])
 
-        async def connect() -> _Conn:
+        async def connect() -> _Log:
             return conn
 
-        fence = VisibilityFence("", 0.05, connect=connect)
+        fence = VisibilityFence("", 0.05, open_source=connect)
         with pytest.raises(FenceUnavailable):
             await fence.sync()  # the gate is never opened
 
