@@ -16,11 +16,14 @@ from datetime import datetime
 import httpx
 import pytest
 
+from deploy.stack import postgres
+from deploy.stack.layout import Layout
 from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id
 from tests.support.feed_world import FeedWorld, feed_ids, walk
 from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
                                       serve_stream_api, wait_ready)
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -181,3 +184,22 @@ def test_the_stream_sends_nothing_deleted_blocked_or_unfollowed(stream_api: Runn
     finally:
         stream.close()
         scene.close()
+
+
+def test_pages_answer_503_while_postgres_is_down_and_are_served_again_after(scene: Scene) -> None:
+    """Without the log no page can be judged: another process may have acknowledged a
+    delete just before Postgres went away. So a page is a retryable 503, never one judged
+    on an older read, and the fence reconnects by itself."""
+    layout = Layout.from_env()
+    assert feed_ids(scene.feed(limit=5))
+    postgres.down(layout)
+    try:
+        resp = scene.as_reader.get("/v1/feed", params={"limit": 5})
+        assert resp.status_code == 503, resp.text
+        assert resp.headers["Retry-After"] == "1"
+        assert resp.headers["content-type"].startswith("application/problem+json")
+    finally:
+        postgres.up(layout)
+    wait_until(lambda: scene.as_reader.get("/v1/feed", params={"limit": 5}).status_code == 200,
+               timeout=60, message="pages served again after Postgres came back")
+    assert feed_ids(scene.feed(limit=5)) == scene.posts[::-1][:5]
