@@ -34,7 +34,8 @@ from services.api.http.auth import mint_token
 # ones named): what a change is meant to move besides throughput.
 COUNTERS = ("feed_snapshots_built_total", "feed_snapshots_reused_total", "feed_snapshot_save_failures_total",
             "feed_cache_lookups_total", "feed_partition_read_failures_total",
-            "feed_snapshot_write_seconds", "python_gc_pause_seconds")
+            "feed_snapshot_write_seconds", "python_gc_pause_seconds", "feed_visibility_reads_total",
+            "feed_items_skipped_total")
 
 
 def counters(server: Server) -> dict[str, float]:
