@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -120,78 +121,130 @@ def _last_truth(changes: list[VisibilityChange], reader: int, author: int, post_
 
 
 class _Log:
-    """A log source whose reads the test releases one at a time."""
+    """A log source on a socket pair: a read is answered when the test says ``answer``."""
 
     def __init__(self, log: list[VisibilityChange]) -> None:
         self.log = log
-        self.reads = 0
-        self.gate: asyncio.Queue[None] = asyncio.Queue()
-        self.closed = False
+        self.sent: list[int] = []
         self.fail = False
+        self.closed = False
+        self._ours, self._theirs = socket.socketpair()
+        self._ours.setblocking(False)
+        self._asked: int | None = None
 
-    async def after(self, seq: int, limit: int) -> list[VisibilityChange]:
-        self.reads += 1
-        await self.gate.get()
+    def fileno(self) -> int:
+        return self._ours.fileno()
+
+    def send(self, seq: int, limit: int) -> bool:
+        self.sent.append(seq)
+        self._asked = seq
+        return True
+
+    def flush(self) -> bool:
+        return True
+
+    def answer(self) -> None:
+        self._theirs.send(b"x")
+
+    def poll(self) -> list[VisibilityChange] | None:
+        try:
+            self._ours.recv(1)
+        except BlockingIOError:
+            return None
         if self.fail:
             raise OSError("connection refused")
-        return [c for c in self.log if c.seq > seq][:limit]
+        assert self._asked is not None
+        return [c for c in self.log if c.seq > self._asked]
 
     async def close(self) -> None:
         self.closed = True
+        self._ours.close()
+        self._theirs.close()
 
 
-async def _settle() -> None:
-    for _ in range(5):
+async def _turns(n: int = 12) -> None:
+    for _ in range(n):
         await asyncio.sleep(0)
 
 
-def test_concurrent_pages_share_one_read_and_a_late_page_waits_for_the_next() -> None:
+def test_callers_share_the_read_on_the_wire_only_if_they_arrived_before_it_went_out() -> None:
     async def scenario() -> None:
         log: list[VisibilityChange] = []
-        conn = _Log(log)
+        source = _Log(log)
 
         async def connect() -> _Log:
-            return conn
+            return source
 
         fence = VisibilityFence("", 1.0, open_source=connect)
+        await _turns()
         early = [asyncio.ensure_future(fence.sync()) for _ in range(5)]
-        await _settle()
-        assert conn.reads == 1
-        # A delete acknowledged after the read began; a page arriving now must not be
-        # answered by that read.
+        await _turns()
+        assert len(source.sent) == 1          # connected, then one read for all five
+        # A delete acknowledged after that read went out; a caller arriving now must not
+        # be answered by it.
         log.append(change(1, POST, 10, AUTHOR, True))
         late = asyncio.ensure_future(fence.sync())
-        conn.gate.put_nowait(None)
+        await _turns()
+        source.answer()
         await asyncio.gather(*early)
-        await _settle()
-        assert not late.done() and conn.reads == 2
-        conn.gate.put_nowait(None)
+        await _turns()
+        assert not late.done() and len(source.sent) == 2   # the next read went out at once
+        source.answer()
         recent = await late
         assert recent.for_reader(READER).hides(10, AUTHOR, 0)
-        assert conn.reads == 2
+        assert len(source.sent) == 2
 
     asyncio.run(scenario())
 
 
-def test_a_failed_read_fails_its_pages_and_the_next_read_reconnects() -> None:
+def test_an_answer_already_there_is_taken_without_waiting() -> None:
     async def scenario() -> None:
-        conns: list[_Log] = []
+        source = _Log([change(1, POST, 10, AUTHOR, True)])
 
         async def connect() -> _Log:
-            conns.append(_Log([change(1, BLOCK, READER, AUTHOR, True)]))
-            return conns[-1]
+            return source
+
+        fence = VisibilityFence("", 1.0, open_source=connect)
+        first = asyncio.ensure_future(fence.sync())  # connects, sends the first read
+        await _turns()
+        source.answer()
+        await first
+        ticket = fence.arrive()
+        await _turns()                         # the page awaited its Cassandra reads: the read went out
+        source.answer()                        # ... and was answered before the page was done
+        loop = asyncio.get_running_loop()
+        turns = 0
+
+        def count() -> None:
+            nonlocal turns
+            turns += 1
+        loop.call_soon(count)
+        recent = await fence.wait(ticket)
+        assert turns == 0 and recent.for_reader(READER).hides(10, AUTHOR, 0)
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_read_fails_its_callers_and_the_next_caller_reconnects() -> None:
+    async def scenario() -> None:
+        sources: list[_Log] = []
+
+        async def connect() -> _Log:
+            sources.append(_Log([change(1, BLOCK, READER, AUTHOR, True)]))
+            return sources[-1]
 
         fence = VisibilityFence("", 1.0, open_source=connect)
         page = asyncio.ensure_future(fence.sync())
-        await _settle()
-        conns[0].fail = True
-        conns[0].gate.put_nowait(None)
+        await _turns()
+        sources[0].fail = True
+        sources[0].answer()
         with pytest.raises(FenceUnavailable):
             await page
-        assert conns[0].closed
+        await _turns()
+        assert sources[0].closed
         page = asyncio.ensure_future(fence.sync())
-        await _settle()
-        conns[1].gate.put_nowait(None)
+        await _turns()
+        sources[1].answer()
         assert (await page).for_reader(READER).hides(1, AUTHOR, 0)
 
     asyncio.run(scenario())
@@ -199,13 +252,27 @@ def test_a_failed_read_fails_its_pages_and_the_next_read_reconnects() -> None:
 
 def test_a_read_slower_than_the_timeout_fails_rather_than_answer_late() -> None:
     async def scenario() -> None:
-        conn = _Log([])
+        source = _Log([])
 
         async def connect() -> _Log:
-            return conn
+            return source
 
         fence = VisibilityFence("", 0.05, open_source=connect)
         with pytest.raises(FenceUnavailable):
-            await fence.sync()  # the gate is never opened
+            await fence.sync()  # never answered
+        await _turns()
+        assert source.closed
+
+    asyncio.run(scenario())
+
+
+def test_postgres_unreachable_fails_the_callers_instead_of_hanging() -> None:
+    async def scenario() -> None:
+        async def refuse() -> _Log:
+            raise OSError("connection refused")
+
+        fence = VisibilityFence("", 1.0, open_source=refuse)
+        with pytest.raises(FenceUnavailable):
+            await fence.sync()
 
     asyncio.run(scenario())

@@ -51,7 +51,7 @@ from .fence import FenceUnavailable, VisibilityFence
 from .graph import GraphUnavailable, PageGraph
 from .metrics import FeedMetrics
 from .preferences import Preferences
-from .recent_changes import NOTHING, ReaderChanges, RecentChanges
+from .recent_changes import NOTHING, ReaderChanges
 from .reuse import Reused, SnapshotReuse
 from .snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
 from .store import CelebrityRow, FeedPort, SourceRow
@@ -211,8 +211,7 @@ class FeedReader:
         return page
 
     async def _again(self, held: Reused, reader_id: int, limit: int, order: str,
-                     warnings: tuple[str, ...],
-                     fenced: Awaitable[RecentChanges] | None) -> FeedPage:
+                     warnings: tuple[str, ...], fenced: int | None) -> FeedPage:
         """The first page of the reader's last snapshot, whose sources are unchanged
         (reuse.py); the window is checked as on any page."""
         self._metrics.snapshots_reused.inc()
@@ -230,14 +229,11 @@ class FeedReader:
         page.warnings = list(warnings) + page.warnings
         return page
 
-    def _fence_read(self) -> asyncio.Future[RecentChanges] | None:
-        """A read of the visibility log that begins after this request arrived, started
-        now so that it overlaps the page's other reads; ``_fill`` awaits it."""
-        if self._fence is None:
-            return None
-        read = asyncio.ensure_future(self._fence.sync())
-        read.add_done_callback(_retrieved)  # a page that failed first never awaits it
-        return read
+    def _fence_read(self) -> int | None:
+        """A read of the visibility log that goes out after this request arrived (sent
+        now if none is on the wire): it travels while the page does its own work, and
+        ``_fill`` waits for it before judging the first window (fence.py)."""
+        return self._fence.arrive() if self._fence is not None else None
 
     async def _regenerating(self, reader_id: int) -> bool:
         """Records the read; True while the reader's inbox is being regenerated."""
@@ -335,11 +331,11 @@ class FeedReader:
         return snapshot.PackedEntries(walk.blob) if rows else None
 
     async def _fill(self, walk: _Walk, start: int, limit: int, graph: PageGraph,
-                    fenced: Awaitable[RecentChanges] | None) -> FeedPage:
+                    fenced: int | None) -> FeedPage:
         recent = NOTHING
-        if fenced is not None:
+        if self._fence is not None and fenced is not None:
             try:
-                recent = (await fenced).for_reader(walk.reader_id)
+                recent = (await self._fence.wait(fenced)).for_reader(walk.reader_id)
             except FenceUnavailable as exc:
                 raise FeedUnavailable(str(exc)) from exc
         entries: Sequence[Ranked] = snapshot.PackedEntries(walk.blob)
@@ -406,11 +402,6 @@ class FeedReader:
                 return True
         self._metrics.skipped.labels(verdict.value).inc()
         return False
-
-
-def _retrieved(read: asyncio.Future[RecentChanges]) -> None:
-    if not read.cancelled():
-        read.exception()
 
 
 async def _nothing() -> FetchResult:
