@@ -15,6 +15,7 @@ def exported_names() -> set[str]:
     import services.cdc.metrics  # noqa: F401 - registers the relay's collectors
     import services.fanout.metrics  # noqa: F401
     import services.shared.stores.counted_edges  # noqa: F401 - the fan-out's and ranker's counted edges
+    import services.shared.stores.store_pressure  # noqa: F401 - the workers' in-flight limit and retry budget
     import services.shared.worker.batch_consumer  # noqa: F401
     import services.shared.worker.poison_guard  # noqa: F401
     from services.api.feed.metrics import FeedMetrics
