@@ -91,7 +91,9 @@ def _progress_line(watch: ProgressWatch, offsets: PipelineOffsets, now: float, i
     except Exception as exc:  # noqa: BLE001 - Kafka not answering is no progress, not a crash
         return f"offsets not readable ({type(exc).__name__}: {exc}); feed has {items} items"
     rate = "" if progress.applied_per_s is None else f", {progress.applied_per_s:,.0f} events/s applied"
-    still = f", nothing moved for {progress.still_for_s:.0f}s" if progress.still_for_s >= PROGRESS_EVERY_S else ""
+    still = ""
+    if progress.still_for_s >= PROGRESS_EVERY_S:
+        still = f", nothing moved for {progress.still_for_s:.0f}s"
     return f"pipeline lag {progress.lag:,} events{rate}{still}; feed has {items} items"
 
 

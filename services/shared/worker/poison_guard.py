@@ -3,9 +3,10 @@
 Transient store errors (and Kafka errors that say "try again": an event the handler
 sent found no reachable leader) are retried with backoff, each retry spending the
 worker's retry budget (store_pressure.py ``RetryGate``: it waits while the budget is
-empty), and then stop the worker without committing; any other error is retried a bounded number of times and the message goes
-to ``<topic>.dlq`` with the error in headers, so the partition keeps flowing; a cap on
-the recent failure share stops the worker (``WorkerMustStop``).
+empty), and then stop the worker without committing; any other error is retried a
+bounded number of times and the message goes to ``<topic>.dlq`` with the error in
+headers, so the partition keeps flowing; a cap on the recent failure share stops the
+worker (``WorkerMustStop``).
 """
 from __future__ import annotations
 
