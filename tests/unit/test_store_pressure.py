@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from cassandra import OperationTimedOut
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from services.shared.domain.concurrency_limit import AimdLimit
 from services.shared.domain.retry_budget import RetryBudget
@@ -84,6 +86,23 @@ def test_a_cancelled_waiter_gives_back_the_permit_it_was_handed():
     assert asyncio.run(main()) == 0
 
 
+def test_a_waiter_cancelled_while_queued_leaves_the_gate_consistent():
+    async def main() -> tuple[int, int, bool]:
+        permits = AdaptivePermits(AimdLimit(min_limit=1, max_limit=1))
+        first = await permits.acquire()
+        cancelled = asyncio.ensure_future(permits.acquire())
+        later = asyncio.ensure_future(permits.acquire())
+        await asyncio.sleep(0)
+        cancelled.cancel()       # its future is cancelled at once ...
+        permits.release(first)   # ... and a release skips it before its task runs
+        await asyncio.gather(cancelled, return_exceptions=True)
+        started = await later    # the next waiter got the permit
+        permits.release(started)
+        return permits.in_flight, permits.waiting, cancelled.cancelled()
+
+    assert asyncio.run(main()) == (0, 0, True)
+
+
 def test_retries_wait_for_the_budget_once_it_is_spent():
     async def main() -> tuple[list[bool], list[float]]:
         clock = FakeClock()
@@ -117,3 +136,38 @@ def test_a_message_failing_under_overload_is_retried_after_the_budget_refills_ne
     assert calls == 4 and publisher.sent == []
     assert clock.now >= 3.0  # three retries, each waited for its token (1 a second)
     assert gate.budget.tokens < 1.0  # the success earned a tenth back
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ok", "timeout", "cancel"]), st.integers(0, 3)),
+                min_size=1, max_size=60))
+def test_whatever_statements_do_no_permit_is_leaked_and_none_over_the_maximum(
+        plan: list[tuple[str, int]]) -> None:
+    async def main() -> tuple[int, int, list[tuple[int, int]]]:
+        clock = FakeClock()
+        permits = AdaptivePermits(AimdLimit(min_limit=1, max_limit=6, limit=6), clock=clock)
+        granted: list[tuple[int, int]] = []  # (in flight, permits) at each grant
+
+        async def statement(outcome: str, yields: int) -> None:
+            started = await permits.acquire()  # as CqlRunner._call uses the gate
+            granted.append((permits.in_flight, permits.limit.permits))
+            try:
+                for _ in range(yields):
+                    await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                permits.release(started, sample=False)
+                raise
+            clock.now += 0.01
+            permits.release(started, OperationTimedOut("t") if outcome == "timeout" else None)
+
+        tasks = [asyncio.ensure_future(statement(o, y)) for o, y in plan]
+        await asyncio.sleep(0)
+        for task, (outcome, _) in zip(tasks, plan):
+            if outcome == "cancel":
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return permits.in_flight, permits.waiting, granted
+
+    in_flight, waiting, granted = asyncio.run(main())
+    assert (in_flight, waiting) == (0, 0)
+    assert all(now <= 6 for now, _ in granted)  # never past the largest limit

@@ -81,7 +81,7 @@ class AdaptivePermits:
             if waiter.done() and not waiter.cancelled():
                 self.in_flight -= 1  # handed a permit, but cancelled before using it
                 self._wake()
-            else:
+            elif waiter in self._waiters:  # a release may have dropped it already
                 self._waiters.remove(waiter)
             raise
         return self._clock()
