@@ -4,8 +4,9 @@
 
 Loads (once: skipped when the database already has users) a power-law graph with two
 celebrities, a history of posts and likes into Postgres with COPY, publishes a few
-ranking-feature events, waits until the demo reader's feed has items through the API,
-then prints the API address, a token for that reader and a ready curl command.
+ranking-feature events, waits until the demo reader's feed has items through the API
+(printing the pipeline's lag and rate while it drains, giving up only when nothing moves
+for STALL_S), then prints the API address, a token for that reader and a ready curl command.
 """
 from __future__ import annotations
 
@@ -15,13 +16,25 @@ import time
 import httpx
 
 from bench.workload import Graph, GraphSpec, generate, load_postgres, publish_feature_events
+from deploy.pipeline_progress import PipelineOffsets, ProgressWatch
 from deploy.stack import prometheus
 from services.api.http.auth import mint_token
-from services.shared.settings import get_settings
+from services.shared.settings import Settings, get_settings
 from services.shared.stores import pg
 
-# How long the pipeline may take to take in the demo graph on a 2-core machine.
-READY_DEADLINE_S = 300
+# The demo's wait (wait_for_feed): the reader's feed is looked at every POLL_S; the
+# pipeline's offsets are read and its progress printed every PROGRESS_EVERY_S (each
+# reading asks every partition of six topics, too much to do every second on a loaded
+# 2-core machine, and often enough to see a drain move). The wait gives up after STALL_S
+# with nothing moving: neither a worker committing nor the relay delivering. Two
+# minutes covers a worker's restart (its session timeout, a rebalance, the replay of a
+# batch) and a Cassandra node's restart under load, during which commits pause; a
+# pipeline that drains slowly is never given up on.
+POLL_S = 1.0
+PROGRESS_EVERY_S = 5.0
+STALL_S = 120.0
+# Items on the reader's first page that show the demo graph went through.
+READY_ITEMS = 10
 
 
 def pick_reader(graph: Graph) -> int:
@@ -34,17 +47,54 @@ def pick_reader(graph: Graph) -> int:
     return max(candidates, key=lambda u: (len(following[u] - celebs), -u))
 
 
-def wait_for_feed(base_url: str, token: str) -> int:
-    deadline = time.monotonic() + READY_DEADLINE_S
-    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"},
-                      timeout=10) as client:
-        while time.monotonic() < deadline:
-            resp = client.get("/v1/feed", params={"limit": 20})
-            if resp.status_code == 200 and len(resp.json().get("items", [])) >= 10:
-                return len(resp.json()["items"])
-            time.sleep(1)
-    raise SystemExit(f"demo: the reader's feed was still empty after {READY_DEADLINE_S}s; "
-                     f"see `make logs` and `make lag`")
+def feed_items(client: httpx.Client) -> int:
+    """Items on the reader's first page; 0 while the API does not answer with a page."""
+    try:
+        resp = client.get("/v1/feed", params={"limit": 20})
+    except httpx.HTTPError:
+        return 0
+    return len(resp.json().get("items", [])) if resp.status_code == 200 else 0
+
+
+def wait_for_feed(base_url: str, token: str, settings: Settings) -> int:
+    """Until the reader's feed has ``READY_ITEMS`` items, printing the pipeline's progress
+    (lag left, events applied a second) every ``PROGRESS_EVERY_S``; exits after
+    ``STALL_S`` without progress (deploy/pipeline_progress.py)."""
+    started = time.monotonic()
+    watch = ProgressWatch(STALL_S, started)
+    next_reading = started
+    offsets = PipelineOffsets(settings)
+    try:
+        with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"},
+                          timeout=10) as client:
+            while True:
+                items = feed_items(client)
+                if items >= READY_ITEMS:
+                    return items
+                now = time.monotonic()
+                if now >= next_reading:
+                    next_reading = now + PROGRESS_EVERY_S
+                    print(f"demo: {now - started:4.0f}s " + _progress_line(watch, offsets, now, items),
+                          flush=True)
+                    if watch.stalled(now):
+                        raise SystemExit(
+                            f"demo: the pipeline made no progress for {STALL_S:.0f}s and the "
+                            f"reader's feed has {items} items; see `make logs` and `make lag`")
+                time.sleep(POLL_S)
+    finally:
+        offsets.close()
+
+
+def _progress_line(watch: ProgressWatch, offsets: PipelineOffsets, now: float, items: int) -> str:
+    try:
+        progress = watch.observe(now, offsets.read())
+    except Exception as exc:  # noqa: BLE001 - Kafka not answering is no progress, not a crash
+        return f"offsets not readable ({type(exc).__name__}: {exc}); feed has {items} items"
+    rate = "" if progress.applied_per_s is None else f", {progress.applied_per_s:,.0f} events/s applied"
+    still = ""
+    if progress.still_for_s >= PROGRESS_EVERY_S:
+        still = f", nothing moved for {progress.still_for_s:.0f}s"
+    return f"pipeline lag {progress.lag:,} events{rate}{still}; feed has {items} items"
 
 
 def main() -> int:
@@ -64,7 +114,7 @@ def main() -> int:
     reader = pick_reader(graph)
     token = mint_token(reader, settings.jwt_secret.get_secret_value(), ttl_seconds=7 * 86400)
     base_url = f"http://{settings.api_host}:{settings.api_port}"
-    items = wait_for_feed(base_url, token)
+    items = wait_for_feed(base_url, token, settings)
     print(f"\nThe API answers at {base_url} (OpenAPI: {base_url}/docs)")
     print(f"The feed page: {base_url}/ (mint a token there for user {reader}, or paste the one below)")
     print(f"Demo reader {reader} has {items}+ items in the first page. Token (7 days):\n\n{token}\n")

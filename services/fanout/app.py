@@ -2,7 +2,8 @@
 and over the ranker's rank-key moves (the fan-out owns every inbox row).
 
 One agent per topic (posts, follows, blocks, rank-key-moves). Each takes messages in batches and
-applies a batch's keys concurrently (``fanout_max_in_flight`` keys), each key's changes
+applies a batch's keys concurrently (at most ``fanout_max_in_flight`` keys; the
+statements they send wait for the process's adaptive in-flight limit), each key's changes
 in order (services/shared/worker/batch_consumer.py ``consume_in_batches``). Acks are manual: a batch
 is acked only after every message's effects (Cassandra rows, output events, or a dead
 letter) are acknowledged, so the committed offset never passes work that was not done
@@ -33,6 +34,7 @@ from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.cql_async import (TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry,
                                               use_cached_rows)
 from services.shared.stores.store_health import watch_cassandra
+from services.shared.stores.store_pressure import StorePressure
 from services.shared.stores.write_coalescer import SUPPORTED as coalescing_supported
 from services.shared.stores.write_coalescer import WriteCoalescer
 from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batches,
@@ -86,7 +88,11 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     session = cql.session(settings, timeout=settings.worker_store_timeout_s)
     watch_cassandra(session.cluster)
     use_cached_rows(session)
-    runner = CqlRunner(session, settings.store_max_in_flight)
+    # One adaptive limit of statements in flight and one retry budget for every store of
+    # the process (services/shared/stores/store_pressure.py), on the dashboard.
+    pressure = StorePressure.from_settings(settings)
+    pressure.export_metrics()
+    runner = CqlRunner(session, permits=pressure.permits)
     publisher = EventPublisher(settings)
     await publisher.start()
     notices = Notices(publisher, serving_changes_topic(settings.topic_prefix))
@@ -119,14 +125,15 @@ async def open_ports(settings: Settings) -> FanoutPorts:
                                   rebuilder(copies, inbox, settings.inbox_cap))
     options: _PostFanoutOptions = {"inactive": inactive} if inactive else {}
     posts = PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
-                       retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s),
+                       retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s,
+                                        gate=pressure.retries),
                        **options)
     return FanoutPorts(
         posts=posts,
         relations=RelationChanges(copies, inbox, publisher, settings.topic_prefix, _utc_now,
                                   unflag=activity.unflag if tracked else None),
         rank_moves=RankMoves(copies, inbox, _utc_now, inactive),
-        guard=GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS),
+        guard=GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS, retries=pressure.retries),
         publisher=publisher, lag=ConsumerLag(), sweeper=sweeper)
 
 

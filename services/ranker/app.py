@@ -21,8 +21,9 @@ from services.shared.contracts.topics import (cdc_topic, rank_features_topic, ra
                                               serving_changes_topic)
 from services.shared.settings import Settings
 from services.shared.stores import cql
-from services.shared.stores.cql_async import TRANSIENT_STORE_ERRORS, use_plain_tuples
+from services.shared.stores.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, use_plain_tuples
 from services.shared.stores.store_health import watch_cassandra
+from services.shared.stores.store_pressure import StorePressure
 from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batches,
                                                    refresh_lag_periodically)
 from services.shared.worker.event_publisher import EventPublisher, delivered
@@ -51,9 +52,13 @@ async def open_ports(settings: Settings) -> RankerPorts:
     publisher = EventPublisher(settings)
     await publisher.start()
     notices = Notices(publisher, serving_changes_topic(settings.topic_prefix))
-    return RankerPorts(RankStore(session, settings.store_max_in_flight, notices=notices),
-                       GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS), ConsumerLag(),
-                       publisher)
+    # The adaptive in-flight limit and retry budget of the process (store_pressure.py).
+    pressure = StorePressure.from_settings(settings)
+    pressure.export_metrics()
+    store = RankStore(session, runner=CqlRunner(session, permits=pressure.permits), notices=notices)
+    return RankerPorts(store, GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS,
+                                                retries=pressure.retries),
+                       ConsumerLag(), publisher)
 
 
 def create_app(settings: Settings) -> faust.App:

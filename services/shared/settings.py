@@ -128,6 +128,18 @@ class Settings(BaseSettings):
     # Transient store errors: retries with exponential backoff before the worker stops.
     store_retry_attempts: int = 6
     store_retry_base_s: float = 0.2
+    # The retry budget those retries spend (services/shared/domain/retry_budget.py): each
+    # message or fan-out page applied earns this share of a retry, so retries add at most
+    # a tenth to the work that succeeds (gRPC's token ratio; Finagle allows a fifth).
+    store_retry_budget_per_success: float = 0.1
+    # ... plus this many retries a second whatever happens: a store failing everything
+    # earns nothing from successes, and a worker must still find out when it is back.
+    # Five a second is a load no node notices, and lets a worker's 64 waiting keys each
+    # try again within about 15 s.
+    store_retry_budget_per_s: float = 5.0
+    # The bucket's size: a node restarting fails a round of statements at once (up to
+    # the in-flight limit), and most of such a round may retry at once.
+    store_retry_budget_max: float = 100.0
     # Kafka group timing for the faust workers: a killed or cut-off worker's partitions
     # move after this (heartbeats every quarter of it, at least every second).
     kafka_session_timeout_s: float = 6.0
@@ -163,10 +175,18 @@ class Settings(BaseSettings):
     consumer_max_unacked: int = 5000
     # Keys the ranker applies at once (each does 2-3 round trips): as for the fan-out.
     ranker_keys_in_flight: int = 64
-    # Cassandra statements in flight per worker process, across all keys and fan-outs:
-    # a few times fanout_max_in_flight keeps the node busy; more only queues requests
-    # toward the driver's timeout on a shared 2-core node.
+    # Cassandra statements in flight per worker process, across all keys and fan-outs, are
+    # an adaptive limit (AIMD: halved on timeouts and overload answers, cut a tenth when
+    # answers slow down, +1 per round of fast answers; services/shared/domain/
+    # concurrency_limit.py) between these bounds. The most: the fixed cap this limit
+    # replaced, a few times fanout_max_in_flight, which keeps one node busy; more only
+    # queues requests toward the driver's timeout on a shared 2-core node.
     store_max_in_flight: int = 256
+    # The least: fewer would not hide the round trip to three replicas (8 statements of
+    # ~30 ms are still ~250 a second), and it is already 32 times less than the cap whose
+    # queues timed out on three nodes; a node that cannot answer 8 statements in time is
+    # down, which the driver's heartbeat deals with, not this limit.
+    store_min_in_flight: int = 8
     # Request timeout of the workers' Cassandra sessions (the API keeps cql's 2 s read
     # budget). Above the node's own write timeout (2 s) so that an overloaded node answers
     # with its WriteTimeout instead of the client giving up on work the node still does.

@@ -3,9 +3,11 @@
 ``CqlRunner.execute`` awaits one statement (the driver's own I/O thread does the work);
 ``run_bounded`` keeps at most ``max_in_flight`` statements of one caller outstanding,
 which is how a fan-out writes thousands of rows concurrently; ``page`` / ``pages`` read a
-large partition a page at a time (bounded memory). Every statement also takes one of the runner's
-``max_in_flight`` permits, so the many keys of a batch together never queue more than
-that in the driver or the node (requests would time out waiting, not run faster).
+large partition a page at a time (bounded memory). Every statement also takes one of the
+runner's adaptive permits (store_pressure.py): the many keys of a batch together never
+keep more statements in flight than the store answers in good time, a limit that halves
+on timeouts, shrinks on rising latency and grows while answers are fast (requests beyond
+it would time out waiting in the node, not run faster).
 
 Two costs of the driver that dominate a worker applying thousands of small statements
 a second (measured with py-spy) are avoided here: completions are handed to the event
@@ -27,6 +29,8 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, NoHostAvailable, Session
 from cassandra.connection import ConnectionException
 from cassandra.query import (BatchStatement, BoundStatement, PreparedStatement, named_tuple_factory,
                              tuple_factory)
+
+from .store_pressure import AdaptivePermits, RetryGate, adaptive_permits
 
 
 def release(response: Any) -> None:
@@ -74,27 +78,37 @@ class StoreRetry:
     For a step inside a long message (a page of a large fan-out): without it, one timed
     out row fails the message and the guard redoes every row of it, which under load
     multiplies the work exactly when the store is slowest. ``on_retry`` is told of each
-    failure (the fan-out lowers its capacity estimate).
+    failure (the fan-out lowers its capacity estimate). With a ``gate`` (the worker's
+    ``StorePressure.retries``) each retry also spends a token of the retry budget, waiting
+    for one when there is none, and each success earns.
     """
 
     def __init__(self, attempts: int = 1, base_s: float = 0.2,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 transient: tuple[type[BaseException], ...] = TRANSIENT_STORE_ERRORS) -> None:
+                 transient: tuple[type[BaseException], ...] = TRANSIENT_STORE_ERRORS,
+                 gate: RetryGate | None = None) -> None:
         self._delays = backoff_delays(attempts, base_s)
         self._sleep = sleep
         self._transient = transient
+        self._gate = gate
 
     async def __call__(self, work: Callable[[], Awaitable[T]],
                        on_retry: Callable[[BaseException], None] | None = None) -> T:
         for delay in [*self._delays, None]:
             try:
-                return await work()
+                result = await work()
             except self._transient as exc:
                 if on_retry is not None:
                     on_retry(exc)
                 if delay is None:
                     raise
                 await self._sleep(delay)
+                if self._gate is not None:
+                    await self._gate.before_retry()
+                continue
+            if self._gate is not None:
+                self._gate.succeeded()
+            return result
         raise AssertionError("unreachable")
 
 
@@ -102,8 +116,9 @@ Executable: TypeAlias = PreparedStatement | BoundStatement | BatchStatement
 Statement: TypeAlias = tuple[Executable, Sequence[Any]]
 
 
-# Process-wide default: see Settings.store_max_in_flight.
+# Process-wide defaults: see Settings.store_max_in_flight and store_min_in_flight.
 DEFAULT_MAX_IN_FLIGHT = 256
+DEFAULT_MIN_IN_FLIGHT = 8
 
 
 _ROW_MAKERS: dict[tuple[str, ...], Callable[[Any], Any]] = {}
@@ -161,16 +176,16 @@ class _Completions:
 
 
 class CqlRunner:
-    def __init__(self, session: Session, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
-        self.session = session
-        self._max_in_flight = max(1, max_in_flight)
-        self._permits: asyncio.Semaphore | None = None  # made on the worker's loop
-        self._completions: _Completions | None = None
+    """Statements of one process's stores, through one set of adaptive permits:
+    ``permits`` (a worker's ``StorePressure.permits``, shared by its runners), or a gate
+    of its own that adapts between ``DEFAULT_MIN_IN_FLIGHT`` and ``max_in_flight``."""
 
-    def _limit(self) -> asyncio.Semaphore:
-        if self._permits is None:
-            self._permits = asyncio.Semaphore(self._max_in_flight)
-        return self._permits
+    def __init__(self, session: Session, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, *,
+                 permits: AdaptivePermits | None = None) -> None:
+        self.session = session
+        self.permits = permits or adaptive_permits(min(DEFAULT_MIN_IN_FLIGHT, max_in_flight),
+                                                   max(1, max_in_flight))
+        self._completions: _Completions | None = None
 
     def _bridge(self, loop: asyncio.AbstractEventLoop) -> _Completions:
         if self._completions is None or self._completions._loop is not loop:
@@ -184,7 +199,8 @@ class CqlRunner:
 
     async def _call(self, statement: Executable, params: Sequence[Any],
                     paging_state: bytes | None) -> tuple[list[Any], bytes | None]:
-        async with self._limit():
+        started = await self.permits.acquire()
+        try:
             loop = asyncio.get_running_loop()
             done: asyncio.Future[list[Any]] = loop.create_future()
             bridge = self._bridge(loop)
@@ -192,11 +208,18 @@ class CqlRunner:
             response.add_callbacks(lambda rows: bridge.put(done, list(rows or []), None),
                                    lambda exc: bridge.put(done, None, exc))
             rows = await done
-            # The callback got this page's rows; the state of the next page is on the
-            # finished future (result() does not block once it is done).
-            paging_state = response.result().paging_state
-            release(response)
-            return rows, paging_state
+        except asyncio.CancelledError:
+            self.permits.release(started, sample=False)
+            raise
+        except BaseException as exc:
+            self.permits.release(started, exc)
+            raise
+        self.permits.release(started)
+        # The callback got this page's rows; the state of the next page is on the
+        # finished future (result() does not block once it is done).
+        paging_state = response.result().paging_state
+        release(response)
+        return rows, paging_state
 
     async def run_bounded(self, statements: Iterable[Statement], max_in_flight: int) -> int:
         """Run statements concurrently, at most ``max_in_flight`` at once; first error raises."""

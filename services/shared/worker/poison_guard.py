@@ -1,10 +1,12 @@
 """``GuardedProcessing``: one message through a handler with the project's failure rules.
 
 Transient store errors (and Kafka errors that say "try again": an event the handler
-sent found no reachable leader) are retried with backoff and then stop the worker without
-committing; any other error is retried a bounded number of times and the message goes
-to ``<topic>.dlq`` with the error in headers, so the partition keeps flowing; a cap on
-the recent failure share stops the worker (``WorkerMustStop``).
+sent found no reachable leader) are retried with backoff, each retry spending the
+worker's retry budget (store_pressure.py ``RetryGate``: it waits while the budget is
+empty), and then stop the worker without committing; any other error is retried a
+bounded number of times and the message goes to ``<topic>.dlq`` with the error in
+headers, so the partition keeps flowing; a cap on the recent failure share stops the
+worker (``WorkerMustStop``).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from prometheus_client import Counter
 from services.shared.contracts.topics import dlq_topic
 from services.shared.settings import Settings
 from services.shared.stores.cql_async import StoreRetry, backoff_delays
+from services.shared.stores.store_pressure import RetryGate
 
 from .event_publisher import EventPublisher, retriable_kafka_error
 from .faust_app import RawMessage
@@ -86,13 +89,18 @@ class GuardedProcessing:
 
     def __init__(self, settings: Settings, publisher: EventPublisher,
                  transient_errors: tuple[type[BaseException], ...],
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 retries: RetryGate | None = None) -> None:
+        """``retries``: the worker's retry budget (``StorePressure.retries``); each retry
+        of a transient error waits for a token of it after its backoff, each applied
+        message earns. None: retries are bounded by the backoff alone (tests)."""
         self._s = settings
         self._publisher = publisher
         self._transient = transient_errors
         self._sleep = sleep
+        self._retries = retries
         self._batch_retry = StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s,
-                                       sleep, transient_errors)
+                                       sleep, transient_errors, retries)
         self.budget = FailureBudget(settings.consumer_failure_window,
                                     settings.consumer_max_failure_share)
 
@@ -103,6 +111,8 @@ class GuardedProcessing:
         while True:
             try:
                 await handle(msg)
+                if self._retries is not None:
+                    self._retries.succeeded()
                 self.budget.record(False)
                 MESSAGES.labels(msg.topic, "ok").inc()
                 return "ok"
@@ -117,6 +127,8 @@ class GuardedProcessing:
                     log.warning("transient store error on %s[%d]@%d, retry in %.1fs: %r",
                                 msg.topic, msg.partition, msg.offset, delay, exc)
                     await self._sleep(delay)
+                    if self._retries is not None:
+                        await self._retries.before_retry()  # an empty budget waits: nothing is dropped
                     continue
             poison_attempts += 1
             if poison_attempts < self._s.consumer_max_attempts:
