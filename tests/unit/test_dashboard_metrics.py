@@ -20,6 +20,7 @@ def exported_names() -> set[str]:
     import services.shared.stores.read_coalescer  # noqa: F401 - the fan-out's coalesced reads
     import services.shared.stores.write_coalescer  # noqa: F401 - and writes
     import services.shared.worker.poison_guard  # noqa: F401
+    from services.api.feed.fence import FenceMetrics
     from services.api.feed.metrics import FeedMetrics
     from services.api.feed.notices import NoticeStats, register_collector
     from services.api.feed.serving_cache import ServingCache
@@ -28,6 +29,7 @@ def exported_names() -> set[str]:
 
     api = ApiMetrics()
     FeedMetrics(api.registry)
+    FenceMetrics(api.registry)
     api.registry.register(CassandraHosts())
     register_collector(api.registry, ServingCache(posts=1, follows=1, timelines=1, inboxes=1, ttl_s=1,
                                                   max_silence_s=1), NoticeStats())
