@@ -165,7 +165,10 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
                 await asyncio.sleep(hold_s)
             finally:
                 for service, pid in pids.items():
-                    _signal(pid, signal.SIGCONT, service, log)
+                    try:
+                        _signal(pid, signal.SIGCONT, service, log)
+                    except ProcessLookupError:  # gone meanwhile: its supervisor restarts it
+                        log.injected.append(f"{service} (pid {pid}) was gone at SIGCONT")
         elif name == "worker-kills":
             # The relay, the fan-out and the ranker, each SIGKILLed three times at random
             # points; their supervisor (deploy.supervise) restarts them.
