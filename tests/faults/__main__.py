@@ -35,6 +35,7 @@ from deploy.stack.layout import REPO, Layout
 from services.shared.domain.rules import iso_utc
 from services.shared.settings import Settings, get_settings
 
+from .backlog import GoodputWatch, goodput_summary
 from .checker import author_tier, check
 from .injectors import HOLD_S, SCENARIOS, FaultLog, scenario
 from .workload import Workload
@@ -270,6 +271,8 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
         await asyncio.sleep(3)
         lag = LagWatch(settings)
         lag.start()
+        goodput = GoodputWatch(settings)
+        goodput.start()
         alerts = AlertWatch() if name in EXPECTED_ALERT else None
         if alerts is not None:
             alerts.start()
@@ -282,6 +285,7 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
         await lag_settled(lag)
         await asyncio.sleep(5)
         lag.stop()
+        goodput.stop()
         verdict = await check(settings, w)
         if alerts is not None:  # give the alert its time to clear (it may already have)
             deadline = time.time() + ALERT_RESOLVE_LIMIT_S
@@ -313,6 +317,9 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
         "lag_zero_after_load_s": lag.zero_after(load_ended), "max_lag": lag.max_lag(),
         "lag_samples": [(round(at - started, 1), n) for at, n in lag.samples],
         "stream": stream_summary(w),
+        "goodput": goodput_summary(goodput.samples, started, log.fault_at or log.started_at,
+                                   log.lifted_at),
+        "backlog": w.backlog.counts if w.backlog is not None else None,
         # The celebrity's posts must have gone to its author partition, not to inboxes:
         # otherwise the scenario did not test the merge at read time.
         "celebrity_tier": author_tier(settings, w.cast.celebrity),
@@ -374,6 +381,8 @@ def _alert(a: dict[str, Any] | None) -> str:
 
 
 def _verdict(r: dict[str, Any]) -> str:
+    if r["ok"] and r.get("backlog") and r.get("goodput", {}).get("collapsed"):
+        return "MISSED (goodput collapsed while the backlog drained)"
     if r["ok"] and r.get("celebrity_tier", "celebrity") != "celebrity":
         return "MISSED (the celebrity was not promoted)"
     if r["ok"] and r.get("alert", {}).get("ok", True):

@@ -127,8 +127,11 @@ def _visible(settings: Settings, readers: list[int], authors: list[int]) -> dict
 
 
 def _counts(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
-    authors = w.cast.posting
+    authors = list(w.cast.posting)
     posts = list(w.ledger.posts)
+    if w.backlog is not None:  # the backlog scenario's users and posts too
+        authors += w.backlog.authors
+        posts += w.backlog.posts
     with pg.connect(settings) as conn:
         followers = dict(conn.execute("SELECT followed_id, count(*) FROM follows WHERE followed_id = ANY(%s) "
                                       "GROUP BY followed_id", (authors,)).fetchall())

@@ -33,6 +33,9 @@ class FaultLog:
     injected: list[str] = field(default_factory=list)
     started_at: float = 0.0
     lifted_at: float = 0.0
+    # When the fault proper began, if later than ``started_at`` (the backlog's node kill
+    # comes after its load): goodput is judged outside [fault_at, lifted_at].
+    fault_at: float = 0.0
 
 
 def _signal(pid: int | None, sig: signal.Signals, what: str, log: FaultLog) -> None:
@@ -154,6 +157,20 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
             log.injected.append(f"postgres restarted (pg_ctl restart, fast) at "
                                 f"{time.strftime('%H:%M:%S')} in {time.monotonic() - started:.1f} s")
             await asyncio.sleep(hold_s)
+        elif name == "backlog":
+            # The demo's backlog through Postgres (15k follows, 2,000 posts, 5k likes, with
+            # users of its own), then a Cassandra node killed while it drains, back after
+            # hold_s (issue 37: no collapse, nothing lost, no drift).
+            from .backlog import load_backlog
+            started = time.monotonic()
+            w.backlog = await asyncio.to_thread(load_backlog, w.settings)
+            log.injected.append(f"backlog loaded into Postgres in {time.monotonic() - started:.1f} s: "
+                                f"{w.backlog.counts}")
+            await asyncio.sleep(BACKLOG_KILL_AFTER_S)
+            log.fault_at = time.time()
+            _signal(cassandra.daemon(layout, 3).pid(), signal.SIGKILL, "cassandra-3", log)
+            await asyncio.sleep(hold_s)
+            await _stack_up(log)
         elif name == "pipeline-stall":
             # The relay, the fan-out and the ranker frozen together (SIGSTOP): nothing
             # reaches Cassandra, so only the read path's check against Postgres can honour
@@ -199,7 +216,9 @@ def _service_pid(layout: Layout, service: str) -> int | None:
 
 
 SCENARIOS = ("cassandra-kill", "cassandra-pause", "cassandra-cut", "broker-kill", "broker-cut",
-             "postgres-restart", "worker-kills", "pipeline-stall")
+             "postgres-restart", "worker-kills", "pipeline-stall", "backlog")
 HOLD_S = {"cassandra-kill": 30.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0,
           "broker-kill": 20.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
-          "pipeline-stall": 60.0}
+          "pipeline-stall": 60.0, "backlog": 30.0}
+# The backlog drains this long before its node is killed: the kill lands mid-drain.
+BACKLOG_KILL_AFTER_S = 20.0

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -121,6 +122,7 @@ class Workload:
         self._client: httpx.AsyncClient | None = None
         self._streaming: asyncio.Task | None = None
         self._seen: set[int] = set()  # posts the watcher's first page has shown
+        self.backlog: Any = None       # backlog.Backlog, loaded by the backlog scenario
 
     # -- plumbing --------------------------------------------------------------------------
     def _headers(self, user: int) -> dict[str, str]:

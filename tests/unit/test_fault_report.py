@@ -161,3 +161,24 @@ def test_the_warm_up_runs_on_until_a_window_is_clean_and_fresh_or_its_limit(monk
     assert ok and took < 0.2
     assert asyncio.run(scenario(9.0, False))[0] is False   # stale posts: on to the limit
     assert asyncio.run(scenario(1.0, True))[0] is False    # answers still failing (503)
+
+
+def test_goodput_collapse_counts_only_low_windows_while_draining_outside_the_fault() -> None:
+    from tests.faults.backlog import goodput_summary
+
+    # (at, events applied so far, events waiting): 5 s windows from t=100.
+    rates = [1000, 1000, 900, 100, 100, 100, 1000, 100, 100, 100, 100, 100, 100, 100, 50, 50]
+    lags = [50_000] * 14 + [500, 500]          # the last two windows: drained
+    samples, applied = [(100.0, 0, 60_000)], 0
+    for i, (rate, lag) in enumerate(zip(rates, lags)):
+        applied += rate * 5
+        samples.append((105.0 + 5 * i, applied, lag))
+    # The fault: t=115..125 (the windows ending at 115, 120, 125, 130 are excused).
+    got = goodput_summary(samples, 100.0, fault_at=115.0, lifted_at=125.0)
+    assert got["peak_per_s"] == 1000
+    # Low while draining outside the fault: 140..170 (7 windows = 35 s); the drained tail
+    # (50/s with 500 waiting) and the fault's windows do not count.
+    assert got["longest_below_30pct_while_draining_s"] == 35.0
+    assert got["collapsed"]
+    fine = goodput_summary(samples[:10], 100.0, fault_at=115.0, lifted_at=125.0)
+    assert not fine["collapsed"]
