@@ -345,9 +345,10 @@ class Settings(BaseSettings):
     # Entries are kept this long (in Postgres and in each API process) and trimmed every
     # ``feed_visibility_trim_s``: past it, the copies alone decide a change, so it is far
     # longer than any stall the lag alerts let pass unnoticed (they page within minutes),
-    # and short enough that a process holds a day of deletes, blocks and unfollows in a
-    # few MB (~120 B an entry). A read that takes longer than the timeout fails the page
-    # (503) rather than judge it on an older read.
+    # and short enough that a process holds a day of deletes, blocks and unfollows in
+    # memory (~120 B an entry, estimated: ~10 MB a day at one change a second). A read
+    # that takes longer than the timeout fails the page (503) rather than judge it on an
+    # older read.
     feed_visibility_retention_s: float = 86_400.0
     feed_visibility_trim_s: float = 60.0
     feed_visibility_timeout_s: float = 1.0
