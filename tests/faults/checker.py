@@ -116,7 +116,8 @@ def _visible(settings: Settings, readers: list[int], authors: list[int]) -> dict
         rows = conn.execute(
             "SELECT f.follower_id, p.post_id FROM follows f JOIN posts p ON p.author_id = f.followed_id "
             "WHERE f.follower_id = ANY(%s) AND p.author_id = ANY(%s) AND p.deleted_at IS NULL "
-            f"AND p.visibility = {VISIBLE} AND p.created_at >= f.following_since AND NOT EXISTS ("
+            f"AND p.visibility = {VISIBLE} AND date_trunc('milliseconds', p.created_at) >= "
+            "date_trunc('milliseconds', f.following_since) AND NOT EXISTS ("
             " SELECT 1 FROM blocks b WHERE (b.blocker_id = f.follower_id AND b.blocked_id = p.author_id)"
             " OR (b.blocker_id = p.author_id AND b.blocked_id = f.follower_id))",
             (readers, authors)).fetchall()

@@ -19,7 +19,7 @@ from .recent_changes import VisibilityChange
 # Prepared once per connection (SQL PREPARE), executed by name.
 _PREPARE = ("PREPARE visibility_read(bigint, int) AS"
             " SELECT seq, (extract(epoch FROM changed_at) * 1000)::bigint, kind, subject_id,"
-            " object_id, hidden, (extract(epoch FROM since) * 1000)::bigint"
+            " object_id, hidden, floor(extract(epoch FROM since) * 1000)::bigint"
             " FROM visibility_changes WHERE seq > $1 ORDER BY seq LIMIT $2")
 TRIM = "DELETE FROM visibility_changes WHERE changed_at < now() - make_interval(secs => %s)"
 
