@@ -5,7 +5,10 @@
 ``bench/counted_changes.py`` measures whole workers (Kafka, faust, batches); this measures
 only what a follow or like costs in the store layer, where the counting design lives:
 ``CopyStore.apply_follow`` / ``RankStore.set_like`` (plus the counter bump of a variant
-that still has one), 64 changes in flight, over 300 partitions (spread) or 3 (hot), on
+that still has one), or, for the owned counts (a variant whose counted_edges.py has
+``OwnedChange``), the copy write plus the count owner's batches (``CountedEdges.apply``
+over each batch of ``OWNER_BATCH`` changes grouped by partition, as ``CountOwner`` does);
+64 changes or counts in flight, over 300 partitions (spread) or 3 (hot), on
 a fresh keyspace migrated by the variant's own migrations. Each measurement runs in its
 own process with the variant's ``services/`` first on the path; variants alternate and
 the median of ``--repeats`` is reported, since the machine is shared.
@@ -31,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 IN_FLIGHT = 64
 SHAPES = {"spread": 300, "hot": 3}
 WARM_UP = 200
+# Changes per consumer batch of a count owner (Settings.consumer_batch_max's order).
+OWNER_BATCH = 500
 
 
 async def _measure(root: Path, kind: str, n: int, partitions: int) -> dict[str, float]:
@@ -68,10 +73,44 @@ async def _measure(root: Path, kind: str, n: int, partitions: int) -> dict[str, 
                 if counters and step.delta:
                     await store.bump_followers(partition, step.delta)
 
+    owned = not counters and "class OwnedChange" in (root / "services/shared/stores/counted_edges.py").read_text()
+    if owned:
+        from services.shared.domain.edge_transitions import EdgeChange
+        from services.shared.stores.counted_edges import CountedEdges, OwnedChange
+        if kind == "likes":
+            from services.ranker.store import LIKE_EDGES as TABLE
+        else:
+            from services.fanout.copies import FOLLOW_EDGES as TABLE
+        edges = CountedEdges(session, CqlRunner(session, 256), TABLE, 1)
+
+        async def copy(i: int) -> None:
+            partition, edge, lsn = 1000 + i % partitions, 10_000 + i, 100 + i
+            async with limit:
+                if kind == "likes":
+                    await store.write_like_copy(partition, edge, True, lsn)
+                else:
+                    await store.apply_follow(edge, partition, since, lsn)
+
+        async def count(partition: int, changes: list[Any]) -> None:
+            async with limit:
+                await edges.apply(partition, changes)
+
+        async def run(first: int, last: int) -> None:
+            await asyncio.gather(*(copy(i) for i in range(first, last)))
+            for b in range(first, last, OWNER_BATCH):
+                grouped: dict[int, list[Any]] = {}
+                for i in range(b, min(last, b + OWNER_BATCH)):
+                    grouped.setdefault(1000 + i % partitions, []).append(
+                        OwnedChange(EdgeChange(10_000 + i, True, 100 + i), i))
+                await asyncio.gather(*(count(p, c) for p, c in grouped.items()))
+    else:
+        async def run(first: int, last: int) -> None:
+            await asyncio.gather(*(one(i) for i in range(first, last)))
+
     try:
-        await asyncio.gather(*(one(i) for i in range(WARM_UP)))
+        await run(0, WARM_UP)
         cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        await asyncio.gather(*(one(i) for i in range(WARM_UP, WARM_UP + n)))
+        await run(WARM_UP, WARM_UP + n)
         elapsed, cpu1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
         cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
         return {"per_s": n / elapsed, "cpu_us": cpu / n * 1e6}

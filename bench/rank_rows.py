@@ -56,13 +56,15 @@ from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
 from services.ranker.features import FeaturesObserved
 from services.ranker.rank_keys import RankKeys
-from services.ranker.store import RankStore
+from services.ranker.store import LIKE_EDGES, RankStore
+from services.shared.contracts.edge_counts import EdgeCounted
 from services.shared.contracts.envelope import ChangeRecord
 from services.shared.contracts.rank_moves import RankKeyMoved
 from services.shared.domain import ids
 from services.shared.domain.rules import INBOX_TTL, VISIBLE
 from services.shared.settings import Settings
 from services.shared.stores import cql
+from services.shared.stores.counted_edges import CountedEdges, OwnedChange
 from services.shared.stores.cql_async import CqlRunner, StoreRetry, use_cached_rows
 
 # Cassandra logs a warning for a read that scans 1,000 tombstones
@@ -123,6 +125,8 @@ class Month:
                                          lambda: datetime.now(timezone.utc))
         self.moves = RankMoves(self.copies, self.inbox, lambda: datetime.now(timezone.utc))
         self.ranks = RankStore(self.session)
+        # Offsets of the like-counts topic stand in as LSNs: each post's likes in order.
+        self.like_edges = CountedEdges(self.session, runner, LIKE_EDGES, 1)
         self.lsn = 1_000
         self.costs = MoveCosts()
 
@@ -191,7 +195,10 @@ class Month:
 
         async def publish(move: RankKeyMoved) -> None:
             moved[0] += await self.moves.on_rank_key_moved(move)
-        keys = RankKeys(self.ranks, publish)
+        async def count(record: EdgeCounted) -> None:  # the like counts' owner, in line
+            await self.like_edges.apply(record.counted, [OwnedChange(record.change, record.lsn)])
+            keys.count_written(record.counted)
+        keys = RankKeys(self.ranks, publish, count)
         likes = min(MAX_LIKES, int(self.rng.paretovariate(LIKE_ALPHA)) - 1)
         for n in range(likes):
             moved[0] = 0

@@ -1,13 +1,18 @@
 """The fan-out worker: faust agents over the CDC topics of posts, follows and blocks,
 and over the ranker's rank-key moves (the fan-out owns every inbox row).
 
-One agent per topic (posts, follows, blocks, rank-key-moves). Each takes messages in batches and
+One agent per topic (posts, follows, blocks, rank-key-moves, follow-counts). Each takes messages in batches and
 applies a batch's keys concurrently (at most ``fanout_max_in_flight`` keys; the
 statements they send wait for the process's adaptive in-flight limit), each key's changes
 in order (services/shared/worker/batch_consumer.py ``consume_in_batches``). Acks are manual: a batch
 is acked only after every message's effects (Cassandra rows, output events, or a dead
 letter) are acknowledged, so the committed offset never passes work that was not done
 (at-least-once; every effect is idempotent by write timestamp).
+
+The ``follow_counts`` agent is the follower counts' one writer: the follows agent
+re-publishes each change keyed by the author to ``<prefix>.follow-counts``, and this agent
+writes each author's changes of a batch as one plain batch ordered by the topic's offsets
+(services/shared/worker/count_owner.py; no Paxos round, domain/owned_counts.py).
 
 Moderation removal reaches the fan-out as a posts change (``visibility`` 0, written in
 the same transaction as ``moderation_actions``), so that topic is not consumed here.
@@ -27,10 +32,12 @@ import faust
 from services.fanout.jobs.rebuild import rebuilder
 from services.shared.contracts.envelope import ChangeRecord, parse_change
 from services.shared.contracts.rank_moves import parse as parse_rank_move
-from services.shared.contracts.topics import cdc_topic, rank_moves_topic, serving_changes_topic
+from services.shared.contracts.topics import (cdc_topic, follow_counts_topic, rank_moves_topic,
+                                              serving_changes_topic)
 from services.shared.settings import Settings
 from services.shared.stores import cql
 from services.shared.stores.activity import ActivityStore, Window
+from services.shared.stores.counted_edges import CountedEdges
 from services.shared.stores.cql_async import (TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry,
                                               use_cached_rows)
 from services.shared.stores.store_health import watch_cassandra
@@ -39,12 +46,13 @@ from services.shared.stores.write_coalescer import SUPPORTED as coalescing_suppo
 from services.shared.stores.write_coalescer import WriteCoalescer
 from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batches,
                                                    refresh_lag_periodically)
+from services.shared.worker.count_owner import CountOwner
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
 from services.shared.worker.notices import Notices
 from services.shared.worker.poison_guard import GuardedProcessing
 
-from .copies import CopyStore
+from .copies import FOLLOW_EDGES, CopyStore
 from .inactive import InactiveSweeper
 from .inbox import InboxStore
 from .post_events import PostFanout
@@ -71,6 +79,7 @@ class FanoutPorts:
     publisher: EventPublisher
     lag: ConsumerLag
     sweeper: InactiveSweeper | None
+    follow_counts: CountedEdges
 
 
 class _PostFanoutOptions(TypedDict, total=False):
@@ -134,7 +143,8 @@ async def open_ports(settings: Settings) -> FanoutPorts:
                                   unflag=activity.unflag if tracked else None),
         rank_moves=RankMoves(copies, inbox, _utc_now, inactive),
         guard=GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS, retries=pressure.retries),
-        publisher=publisher, lag=ConsumerLag(), sweeper=sweeper)
+        publisher=publisher, lag=ConsumerLag(), sweeper=sweeper,
+        follow_counts=CountedEdges(session, runner, FOLLOW_EDGES, settings.counts_generation))
 
 
 ChangeApplier = Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]]
@@ -184,6 +194,17 @@ def create_app(settings: Settings) -> faust.App:
                                  max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
                                  keys_in_flight=settings.fanout_max_in_flight,
+                                 max_unacked=settings.consumer_max_unacked)
+
+    @app.agent(raw_topic(app, follow_counts_topic(prefix)), name="follow_counts")
+    async def follow_counts(stream: faust.StreamT[bytes]) -> None:
+        p = await ports.get()
+        owner = CountOwner(p.follow_counts, settings.fanout_max_in_flight)
+        await consume_in_batches(app, stream, p.guard, p.lag, owner.take,
+                                 max_batch=settings.consumer_batch_max,
+                                 within_s=settings.consumer_batch_within_s,
+                                 keys_in_flight=settings.fanout_max_in_flight,
+                                 finish_batch=owner.apply,
                                  max_unacked=settings.consumer_max_unacked)
 
     refresh_lag_periodically(app, lambda: ports.opened.lag if ports.opened is not None else None)

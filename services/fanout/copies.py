@@ -3,9 +3,9 @@
 Every write of a CDC-derived row carries ``USING TIMESTAMP <lsn>`` (idempotent replay,
 deletes beat late creates), except the rank-key rows (``author_timeline`` and the copy's
 ``rank_key`` cells), which are in microseconds (0005_rank_keys.cql). A follow's state and
-its author's follower count live in ``follow_edges`` (0006_counted_edges.cql) and change
-together in one conditional batch (services/shared/stores/counted_edges.py): a crash or a retry
-never loses or doubles a count.
+its author's follower count live in ``follow_edges`` (0006_counted_edges.cql), written by
+the count's one owner (the ``follow_counts`` agent, services/shared/stores/counted_edges.py);
+this store only reads the count.
 """
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.domain import ids
-from services.shared.domain.edge_transitions import EdgeChange, EdgeStep
 from services.shared.domain.rules import REMOVED
-from services.shared.stores.counted_edges import CountedEdges, EdgeTable
+from services.shared.stores.counted_edges import EdgeTable
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.read_coalescer import PartitionReads
 from services.shared.stores.write_coalescer import Row, WriteCoalescer
@@ -77,7 +76,10 @@ class CopyStore:
         self._del_follower = p("DELETE FROM followers USING TIMESTAMP ? WHERE followed_id=? AND follower_id=?")
         self._del_following = p("DELETE FROM following USING TIMESTAMP ? WHERE follower_id=? AND followed_id=?")
         self._read_follower = p("SELECT following_since FROM followers WHERE followed_id=? AND follower_id=?")
-        self._follows = CountedEdges(session, runner, FOLLOW_EDGES)
+        self._follower_written = p("SELECT WRITETIME(following_since) FROM followers "
+                                   "WHERE followed_id=? AND follower_id=?")
+        t = FOLLOW_EDGES
+        self._read_count = p(f"SELECT {t.count} FROM {t.name} WHERE {t.partition}=? LIMIT 1")
         self._page_followers = p("SELECT follower_id, following_since FROM followers WHERE followed_id=?")
         self._page_followers.fetch_size = follower_page
         self._add_block = p("INSERT INTO blocks (user_id, other_id, direction) VALUES (?,?,?) USING TIMESTAMP ?")
@@ -203,27 +205,29 @@ class CopyStore:
             await self._write(self._add_follower, (followed_id, follower_id, since, lsn))
 
     async def apply_follow(self, follower_id: int, followed_id: int, since: datetime | None,
-                           lsn: int) -> EdgeStep:
-        """Apply a follow (``since`` set) or an unfollow (None): both copies, and the
-        follow's state with the author's follower count (one conditional batch).
+                           lsn: int) -> bool:
+        """Apply a follow (``since`` set) or an unfollow (None) to both copies; returns
+        whether the change is the edge's newest (its effects stand: a backfill).
 
         The copies are written every time, replays and overtaken changes included: by
-        LSN write time, so the newest change wins whatever the order, and nothing depends
-        on whether the state batch ran before a crash. When this returns, the count has
-        moved by ``step.delta``; the step says whether the change is the edge's newest."""
-        step, _, _ = await asyncio.gather(
-            self._follows.apply(followed_id, EdgeChange(follower_id, since is not None, lsn)),
-            self.write_following_copy(follower_id, followed_id, since, lsn),
-            self.write_follower_copy(follower_id, followed_id, since, lsn))
-        return step
+        LSN write time, so the newest change wins whatever the order. A follow is the
+        newest when the author-side copy still carries its LSN as write time (a later
+        unfollow or follow of the pair has not overtaken it). The follower count moves
+        elsewhere: the follows handler publishes the change to its count's owner."""
+        await asyncio.gather(self.write_following_copy(follower_id, followed_id, since, lsn),
+                             self.write_follower_copy(follower_id, followed_id, since, lsn))
+        if since is None:
+            return True
+        rows = await self._run.execute(self._follower_written, (followed_id, follower_id))
+        return bool(rows) and rows[0][0] == lsn
 
-    async def add_follow(self, follower_id: int, followed_id: int, since: datetime, lsn: int) -> int:
-        """Write both directions; returns +1 when the follow appeared (counted), else 0."""
-        return (await self.apply_follow(follower_id, followed_id, since, lsn)).delta
+    async def add_follow(self, follower_id: int, followed_id: int, since: datetime, lsn: int) -> None:
+        """Write both directions (the count is its owner's: not moved here)."""
+        await self.apply_follow(follower_id, followed_id, since, lsn)
 
-    async def remove_follow(self, follower_id: int, followed_id: int, lsn: int) -> int:
-        """Delete both directions; returns -1 when the follow disappeared, else 0."""
-        return (await self.apply_follow(follower_id, followed_id, None, lsn)).delta
+    async def remove_follow(self, follower_id: int, followed_id: int, lsn: int) -> None:
+        """Delete both directions (the count is its owner's: not moved here)."""
+        await self.apply_follow(follower_id, followed_id, None, lsn)
 
     async def following_since(self, follower_id: int, followed_id: int) -> datetime | None:
         rows = await self._run.execute(self._read_follower, (followed_id, follower_id))
@@ -234,7 +238,8 @@ class CopyStore:
         if self._coalesced is not None:
             rows = await self._coalesced[2].rows(author_id)
             return int(rows[0][1] or 0) if rows else 0
-        return await self._follows.count(author_id)
+        rows = await self._run.execute(self._read_count, (author_id,))
+        return int(rows[0][0] or 0) if rows else 0
 
     async def follower_pages(self, author_id: int) -> AsyncIterator[list[Follower]]:
         """The author's followers, one page at a time (bounded memory for any author)."""

@@ -6,15 +6,15 @@ the result independent of whether the post or the follow was processed first. Ol
 posts never come back (no surprise backfill).
 
 Round trips of a follow change, each step's statements concurrent:
-1. write the ``following`` and ``followers`` copies, and read the follow's edge and its
-   author's follower count (``follow_edges``);
-2. the edge's new state with the moved count, in one conditional batch shared with the
-   author's other follows in flight (skipped when the edge shows the change already
-   applied or overtaken: a replay never counts twice, and a crash before it loses
-   nothing, services/shared/stores/counted_edges.py);
-3. read the author's posts of the window (after the follow is written: see
-   docs/fanout.md, post-before-follow);
-4. only when there are such posts: the block check and the posts' copies, then pushes.
+1. write the ``following`` and ``followers`` copies;
+2. a follow only: read back the ``followers`` copy's write time (is this change still
+   the pair's newest?), and read the author's posts of the window (after the follow is
+   written: see docs/fanout.md, post-before-follow);
+3. only when there are such posts: the block check and the posts' copies, then pushes.
+The change is also published to ``<prefix>.follow-counts`` keyed by the author: the
+follower count's one owner (the ``follow_counts`` agent) moves it, without a Paxos round
+(services/shared/domain/owned_counts.py). The batch is acked once that record is in its
+topic, so a crash before loses nothing, and a record published twice counts once.
 """
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ import time
 from datetime import datetime
 from typing import Awaitable, Callable
 
+from services.shared.contracts import edge_counts
 from services.shared.contracts.envelope import ChangeRecord, parse_timestamp, require_int
 from services.shared.contracts.feed_events import PostLandedInInbox
 from services.shared.contracts.feed_events import encode as encode_event
-from services.shared.contracts.topics import inbox_events_topic
+from services.shared.contracts.topics import follow_counts_topic, inbox_events_topic
 from services.shared.worker.event_publisher import EventPublisher, delivered, settle
 
 from .audience import PostCopy, backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
@@ -48,6 +49,7 @@ class RelationChanges:
         self._inbox = inbox
         self._publisher = publisher
         self._inbox_topic = inbox_events_topic(topic_prefix)
+        self._counts_topic = follow_counts_topic(topic_prefix)
         self._clock = clock
         self._now_us = wall_clock_us
 
@@ -59,17 +61,23 @@ class RelationChanges:
             since = parse_timestamp(row.get("following_since"))
             if since is None:
                 raise ValueError("follows row without following_since")
-        step = await self._copies.apply_follow(follower, followed, since, change.lsn)
-        work: list[Awaitable[None]] = []
+        newest = await self._copies.apply_follow(follower, followed, since, change.lsn)
+        key, value = edge_counts.encode(
+            edge_counts.EdgeCounted(followed, follower, not change.is_delete, change.lsn))
+        work: list[Awaitable[None]] = [self._count(key, value)]
         if change.is_delete:
             old_since = parse_timestamp(row.get("following_since"))
             work += [self._purge(p, "unfollow", old_since) for p in purges_for_unfollow(change)]
-        elif step.newest:
+        elif newest:
             assert since is not None
             work.append(self._backfill(follower, followed, since))
-        if self._unflag is not None and (change.is_delete or step.newest):
+        if self._unflag is not None and (change.is_delete or newest):
             work.append(self._unflag(follower, [followed]))
         await settle(work)
+
+    async def _count(self, key: bytes, value: bytes) -> None:
+        """Hand the change to its count's owner (acked with the batch, ``delivered``)."""
+        await delivered([await self._publisher.send(self._counts_topic, key, value)])
 
     async def on_block_changed(self, change: ChangeRecord) -> None:
         row = change.row

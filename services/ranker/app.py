@@ -1,6 +1,11 @@
 """The ranker worker: likes (CDC) and rank-feature events into per-post rank keys, and
 ``<prefix>.rank-key-moves`` when a key moves far enough for the post's rows to follow.
 
+The ``likes`` agent writes the like copy and re-publishes the change keyed by the post to
+``<prefix>.like-counts``; the ``like_counts`` agent is the like counts' one writer (one
+plain batch per post and batch, services/shared/worker/count_owner.py) and rescores the
+posts whose counts it wrote.
+
 Same delivery rules as the fan-out (services/shared/worker/batch_consumer.py, poison_guard.py): batches with keys
 applied concurrently and each key in order, manual acks after effects, bounded retries
 then ``<topic>.dlq``, transient store errors retried then the worker stops without
@@ -11,21 +16,25 @@ from __future__ import annotations
 import asyncio
 import functools
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 import faust
 
+from services.shared.contracts import edge_counts
 from services.shared.contracts.envelope import parse_change
 from services.shared.contracts.rank_moves import RankKeyMoved
 from services.shared.contracts.rank_moves import encode as encode_move
-from services.shared.contracts.topics import (cdc_topic, rank_features_topic, rank_moves_topic,
-                                              serving_changes_topic)
+from services.shared.contracts.topics import (cdc_topic, like_counts_topic, rank_features_topic,
+                                              rank_moves_topic, serving_changes_topic)
 from services.shared.settings import Settings
 from services.shared.stores import cql
+from services.shared.stores.counted_edges import CountedEdges
 from services.shared.stores.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, use_plain_tuples
 from services.shared.stores.store_health import watch_cassandra
 from services.shared.stores.store_pressure import StorePressure
 from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batches,
                                                    refresh_lag_periodically)
+from services.shared.worker.count_owner import CountOwner
 from services.shared.worker.event_publisher import EventPublisher, delivered
 from services.shared.worker.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
 from services.shared.worker.notices import Notices
@@ -33,7 +42,7 @@ from services.shared.worker.poison_guard import GuardedProcessing, Handler
 
 from .features import parse_feature_event
 from .rank_keys import RankKeys
-from .store import RankStore
+from .store import LIKE_EDGES, RankStore
 
 
 @dataclass
@@ -42,6 +51,7 @@ class RankerPorts:
     guard: GuardedProcessing
     lag: ConsumerLag
     publisher: EventPublisher
+    like_counts: CountedEdges
 
 
 async def open_ports(settings: Settings) -> RankerPorts:
@@ -55,30 +65,38 @@ async def open_ports(settings: Settings) -> RankerPorts:
     # The adaptive in-flight limit and retry budget of the process (store_pressure.py).
     pressure = StorePressure.from_settings(settings)
     pressure.export_metrics()
-    store = RankStore(session, runner=CqlRunner(session, permits=pressure.permits), notices=notices)
+    runner = CqlRunner(session, permits=pressure.permits)
+    store = RankStore(session, runner=runner, notices=notices)
     return RankerPorts(store, GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS,
                                                 retries=pressure.retries),
-                       ConsumerLag(), publisher)
+                       ConsumerLag(), publisher,
+                       CountedEdges(session, runner, LIKE_EDGES, settings.counts_generation))
 
 
 def create_app(settings: Settings) -> faust.App:
     app = build_faust_app(settings, settings.ranker_group_id or f"{settings.topic_prefix}.ranker")
     ports = OpenedOnce(lambda: open_ports(settings))
     moves_topic = rank_moves_topic(settings.topic_prefix)
+    counts_topic = like_counts_topic(settings.topic_prefix)
 
     def rank_keys(p: RankerPorts) -> RankKeys:
         async def publish_move(move: RankKeyMoved) -> None:
             key, value = encode_move(move)
             await delivered([await p.publisher.send(moves_topic, key, value)])
-        return RankKeys(p.store, publish_move)
 
-    async def consume(stream: faust.StreamT[bytes], p: RankerPorts, keys: RankKeys, handle: Handler) -> None:
+        async def publish_count(record: edge_counts.EdgeCounted) -> None:
+            key, value = edge_counts.encode(record)
+            await delivered([await p.publisher.send(counts_topic, key, value)])
+        return RankKeys(p.store, publish_move, publish_count)
+
+    async def consume(stream: faust.StreamT[bytes], p: RankerPorts, handle: Handler,
+                      finish_batch: Callable[[], Awaitable[None]] | None) -> None:
         await consume_in_batches(app, stream, p.guard, p.lag, handle,
                                  max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
                                  keys_in_flight=settings.ranker_keys_in_flight,
                                  max_unacked=settings.consumer_max_unacked,
-                                 finish_batch=keys.rescore_pending)
+                                 finish_batch=finish_batch)
 
     @app.agent(raw_topic(app, cdc_topic("likes", settings.topic_prefix)), name="likes")
     async def likes(stream: faust.StreamT[bytes]) -> None:
@@ -90,7 +108,19 @@ def create_app(settings: Settings) -> faust.App:
             if change is not None:
                 await keys.on_like_changed(change)
 
-        await consume(stream, p, keys, handle)
+        await consume(stream, p, handle, None)  # nothing to rescore: the counts move later
+
+    @app.agent(raw_topic(app, counts_topic), name="like_counts")
+    async def like_counts(stream: faust.StreamT[bytes]) -> None:
+        p = await ports.get()
+        keys = rank_keys(p)
+        owner = CountOwner(p.like_counts, settings.ranker_keys_in_flight, applied=keys.count_written)
+
+        async def finish_batch() -> None:
+            await owner.apply()
+            await keys.rescore_pending()
+
+        await consume(stream, p, owner.take, finish_batch)
 
     @app.agent(raw_topic(app, rank_features_topic(settings.topic_prefix)), name="rank_features")
     async def rank_features(stream: faust.StreamT[bytes]) -> None:
@@ -102,7 +132,7 @@ def create_app(settings: Settings) -> faust.App:
             if update is not None:
                 await keys.on_features_observed(update)
 
-        await consume(stream, p, keys, handle)
+        await consume(stream, p, handle, keys.rescore_pending)
 
     refresh_lag_periodically(app, lambda: ports.opened.lag if ports.opened is not None else None)
 

@@ -23,6 +23,7 @@ import time
 from datetime import datetime, timezone
 from typing import Awaitable, Callable
 
+from services.shared.contracts.edge_counts import EdgeCounted
 from services.shared.contracts.envelope import ChangeRecord, require_int
 from services.shared.contracts.rank_moves import RankKeyMoved
 from services.shared.domain.ranking import engagement_score, needs_move, rank_key
@@ -31,6 +32,7 @@ from .features import FeaturesObserved
 from .store import KeyState, RankStore
 
 PublishMove = Callable[[RankKeyMoved], Awaitable[None]]
+PublishCount = Callable[[EdgeCounted], Awaitable[None]]
 
 
 def planned_move(post_id: int, state: KeyState, score: float, now_us: int) -> RankKeyMoved | None:
@@ -48,10 +50,11 @@ def planned_move(post_id: int, state: KeyState, score: float, now_us: int) -> Ra
 class RankKeys:
     """One per agent: the marked posts belong to that agent's current batch."""
 
-    def __init__(self, store: RankStore, publish_move: PublishMove,
+    def __init__(self, store: RankStore, publish_move: PublishMove, publish_count: PublishCount,
                  wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000) -> None:
         self._store = store
         self._publish_move = publish_move
+        self._publish_count = publish_count
         self._now_us = wall_clock_us
         self._pending: set[int] = set()
         self.moves = 0
@@ -59,8 +62,13 @@ class RankKeys:
     async def on_like_changed(self, change: ChangeRecord) -> None:
         row = change.row
         post_id, user_id = require_int(row, "post_id"), require_int(row, "user_id")
-        # The like count moves with the like's state, in one conditional batch.
-        await self._store.set_like(post_id, user_id, not change.is_delete, change.lsn)
+        # The copy here; the like's state and the post's count by the count's one owner
+        # (the like_counts agent), which rescores the post once the count is written.
+        await self._store.write_like_copy(post_id, user_id, not change.is_delete, change.lsn)
+        await self._publish_count(EdgeCounted(post_id, user_id, not change.is_delete, change.lsn))
+
+    def count_written(self, post_id: int) -> None:
+        """The post's like count was written (CountOwner): rescore it with the batch."""
         self._pending.add(post_id)
 
     async def on_features_observed(self, update: FeaturesObserved) -> None:

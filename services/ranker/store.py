@@ -16,9 +16,8 @@ from typing import Mapping, NamedTuple
 from cassandra.cluster import Session
 
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
-from services.shared.domain.edge_transitions import EdgeChange
 from services.shared.domain.rules import VISIBLE
-from services.shared.stores.counted_edges import CountedEdges, EdgeTable
+from services.shared.stores.counted_edges import EdgeTable
 from services.shared.stores.cql_async import DEFAULT_MAX_IN_FLIGHT, CqlRunner
 
 # A like and its post's like count (0006_counted_edges.cql).
@@ -67,7 +66,8 @@ class RankStore:
         p = session.prepare
         self._like = p("INSERT INTO post_likes (post_id, user_id) VALUES (?,?) USING TIMESTAMP ?")
         self._unlike = p("DELETE FROM post_likes USING TIMESTAMP ? WHERE post_id=? AND user_id=?")
-        self._likes = CountedEdges(session, self._run, LIKE_EDGES)
+        t = LIKE_EDGES
+        self._likes = p(f"SELECT {t.count} FROM {t.name} WHERE {t.partition}=? LIMIT 1")
         self._features = p("SELECT features FROM posts WHERE post_id=?")
         self._set_features = p("UPDATE posts USING TIMESTAMP ? SET features = features + ? WHERE post_id=?")
         self._set_score = p("UPDATE posts SET score=? WHERE post_id=?")
@@ -82,18 +82,10 @@ class RankStore:
         else:
             await self._run.execute(self._unlike, (lsn, post_id, user_id))
 
-    async def set_like(self, post_id: int, user_id: int, liked: bool, lsn: int) -> int:
-        """Apply a like change: its copy (every time, idempotent by LSN), then its state
-        with the post's like count in one conditional batch. Returns the count's movement,
-        already stored when this returns (0 for a replay or an overtaken change).
-        One after the other: as many round trips as the counter took (read, batch, bump),
-        and no task per like, which measured cheaper than overlapping the two."""
-        await self.write_like_copy(post_id, user_id, liked, lsn)
-        return (await self._likes.apply(post_id, EdgeChange(user_id, liked, lsn))).delta
-
     async def likes(self, post_id: int) -> int:
         """The post's like count."""
-        return await self._likes.count(post_id)
+        rows = await self._run.execute(self._likes, (post_id,))
+        return int(rows[0][0] or 0) if rows else 0
 
     async def features(self, post_id: int) -> dict[str, float]:
         rows = await self._run.execute(self._features, (post_id,))

@@ -175,6 +175,11 @@ class Settings(BaseSettings):
     consumer_max_unacked: int = 5000
     # Keys the ranker applies at once (each does 2-3 round trips): as for the fan-out.
     ranker_keys_in_flight: int = 64
+    # Generation of the count topics (follow-counts, like-counts): part of every count
+    # write's time (services/shared/domain/owned_counts.py). Offsets order one partition
+    # only, so raise it BEFORE a count topic is recreated or its partition count changes
+    # (a key on a new partition restarts from low offsets, which would lose to the old).
+    counts_generation: int = 1
     # Cassandra statements in flight per worker process, across all keys and fan-outs, are
     # an adaptive limit (AIMD: halved on timeouts and overload answers, cut a tenth when
     # answers slow down, +1 per round of fast answers; services/shared/domain/

@@ -1,5 +1,6 @@
 """Follower and like counts on real Cassandra (and Kafka): a crash or a retry at any point
-neither loses nor doubles a count (services/shared/stores/counted_edges.py).
+neither loses nor doubles a count, and a stale owner's late write loses
+(services/shared/stores/counted_edges.py, services/shared/domain/owned_counts.py).
 
 The changes carry duplicates and reorderings (an edge's newer change delivered before
 its older one). The truth is the number of edges whose newest change is active.
@@ -13,19 +14,20 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Sequence
 
 from cassandra.query import BatchStatement
-from prometheus_client import REGISTRY
 
 from services.fanout.copies import FOLLOW_EDGES, CopyStore
 from services.fanout.inbox import InboxStore
 from services.fanout.relation_events import RelationChanges
 from services.ranker.rank_keys import RankKeys
-from services.ranker.store import RankStore
+from services.ranker.store import LIKE_EDGES, RankStore
+from services.shared.contracts import edge_counts
 from services.shared.contracts.envelope import parse_change
-from services.shared.contracts.topics import cdc_topic
-from services.shared.domain.edge_transitions import EdgeChange
-from services.shared.stores.counted_edges import CountedEdges
+from services.shared.contracts.topics import cdc_topic, follow_counts_topic, like_counts_topic
+from services.shared.domain.edge_transitions import EdgeChange, EdgeState
+from services.shared.stores.counted_edges import CountedEdges, OwnedChange
 from services.shared.stores.cql_async import CqlRunner, Executable
 from services.shared.worker.batch_consumer import apply_batch
+from services.shared.worker.count_owner import CountOwner
 from services.shared.worker.faust_app import RawMessage
 from tests.support.cdc_events import CdcEvents, CdcMessage
 from tests.support.worker_env import follower_counts, group_caught_up, like_counts, wait_for_workers
@@ -90,7 +92,7 @@ class SimulatedCrash(Exception):
 
 
 class CrashingRunner(CqlRunner):
-    """The worker's store calls, dying at the ``crash_at``-th statement of a pass: after
+    """The workers' store calls, dying at the ``crash_at``-th statement of a pass: after
     the node applied it (the caller never learns) or before it is sent; once dead, every
     statement fails until the restart (``revive``)."""
 
@@ -126,11 +128,21 @@ class _NoGuard:
         return "ok"
 
 
-class _Publisher:
+class CountTopics:
+    """The count topics as the brokers keep them: what the handlers published, in order
+    (a record published by a pass that then crashed stays, as it would in Kafka)."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, list[tuple[bytes | None, bytes | None]]] = defaultdict(list)
+
     async def send(self, topic: str, key: bytes | None, value: bytes | None, headers: Any = ()) -> asyncio.Future:
+        self.records[topic].append((key, value))
         done: asyncio.Future = asyncio.get_running_loop().create_future()
         done.set_result(None)
         return done
+
+    def messages(self, topic: str) -> list[RawMessage]:
+        return [RawMessage(topic, 0, i, k, v) for i, (k, v) in enumerate(self.records[topic])]
 
 
 def _raw(messages: Sequence[CdcMessage]) -> list[RawMessage]:
@@ -144,18 +156,29 @@ async def _settle() -> None:
 
 
 def test_a_crash_after_or_before_any_statement_then_the_replay_counts_each_follow_and_like_once(worker_env):
+    """One pass: the follows and likes handlers (copies, count records published), then
+    the counts' owners over every record their topics hold. A crash at any statement of
+    the pass, then the whole pass again: the source batch replayed (its records published
+    a second time) and the count topics consumed from offset 0 (nothing was committed)."""
     env, e = worker_env, worker_env.events
     prefix = env.settings.topic_prefix
+    follows_topic, likes_topic = follow_counts_topic(prefix), like_counts_topic(prefix)
 
     async def scenario() -> tuple[int, int]:
         runner = CrashingRunner(env.session)
+        topics = CountTopics()
         copies = CopyStore(env.session, runner, 100)
         inbox = InboxStore(env.session, runner, max_in_flight=8, cap=500, trim_every=1_000_000)
-        relations = RelationChanges(copies, inbox, _Publisher(), prefix, _now)  # type: ignore[arg-type]
+        relations = RelationChanges(copies, inbox, topics, prefix, _now)  # type: ignore[arg-type]
         ranks = RankStore(env.session, runner=runner)
-        keys = RankKeys(ranks, lambda move: asyncio.sleep(0))
-        conditional_ids = {stmt.query_id for edges in (copies._follows, ranks._likes)  # noqa: SLF001
-                           for stmt in (edges._write_edge, edges._write_count)}  # noqa: SLF001
+
+        async def publish_count(record: edge_counts.EdgeCounted) -> None:
+            await topics.send(likes_topic, *edge_counts.encode(record))
+        keys = RankKeys(ranks, lambda move: asyncio.sleep(0), publish_count)
+        follow_edges = CountedEdges(env.session, runner, FOLLOW_EDGES, 1)
+        like_edges = CountedEdges(env.session, runner, LIKE_EDGES, 1)
+        count_writes = {stmt.query_id for edges in (follow_edges, like_edges)
+                        for stmt in (edges._write_edge, edges._write_count)}  # noqa: SLF001
 
         async def handle(msg: RawMessage) -> None:
             change = parse_change(msg.key, msg.value)
@@ -166,7 +189,14 @@ def test_a_crash_after_or_before_any_statement_then_the_replay_counts_each_follo
             else:
                 await keys.on_like_changed(change)
 
-        points = after_cas = 0
+        async def one_pass(batch: list[RawMessage]) -> None:
+            await apply_batch(batch, _NoGuard(), handle, 64)  # type: ignore[arg-type]
+            for topic, edges in ((follows_topic, follow_edges), (likes_topic, like_edges)):
+                owner = CountOwner(edges, 16)                   # a new owner: from offset 0
+                await apply_batch(topics.messages(topic), _NoGuard(), owner.take, 64)  # type: ignore[arg-type]
+                await owner.apply()
+
+        points = after_count = 0
         crash_at = 1
         while True:
             for after in (True, False):
@@ -175,37 +205,38 @@ def test_a_crash_after_or_before_any_statement_then_the_replay_counts_each_follo
                 follows = follow_changes(e, [base + 1, base + 2], [base + 10 + i for i in range(6)])
                 likes = like_changes(e, [base + 3, base + 4], [base + 100 + i for i in range(12)])
                 batch = _raw(follows + likes)
+                topics.records.clear()
                 runner.arm(crash_at, after)
                 try:
-                    await apply_batch(batch, _NoGuard(), handle, 64)  # type: ignore[arg-type]
+                    await one_pass(batch)
                 except SimulatedCrash:
                     pass
                 await _settle()
                 if runner.crash_at is not None and runner.executed < runner.crash_at:
-                    return points, after_cas                       # past the last statement
+                    return points, after_count                     # past the last statement
                 points += 1
-                after_cas += after and _counted_batch(runner.crashed_on, conditional_ids)
+                after_count += after and _count_batch(runner.crashed_on, count_writes)
                 runner.arm(None, True)
-                await apply_batch(batch, _NoGuard(), handle, 64)  # type: ignore[arg-type]  # the replay
+                await one_pass(batch)                              # the replay
                 for author, n in true_counts(follows, "followed_id", "follower_id").items():
                     assert await copies.followers_count(author) == n, (crash_at, after, author)
                 for post, n in true_counts(likes, "post_id", "user_id").items():
                     assert await ranks.likes(post) == n, (crash_at, after, post)
             crash_at += 1
 
-    points, after_cas = asyncio.run(scenario())
-    print(f"{points} crash points, {after_cas} right after a conditional batch")
-    # Every statement of a pass was a crash point, the conditional batches among them:
-    # right after one is where a counter bumped after the state lost its increment.
-    assert points >= 40 and after_cas >= 4, (points, after_cas)
+    points, after_count = asyncio.run(scenario())
+    print(f"{points} crash points, {after_count} right after a count batch")
+    # Every statement of a pass was a crash point, the count batches among them: right
+    # after one is where a counter bumped after the state lost its increment.
+    assert points >= 40 and after_count >= 4, (points, after_count)
 
 
-def _counted_batch(statement: Executable | None, conditional_ids: set[bytes]) -> bool:
-    """Whether ``statement`` is a round of counted edges (a batch of conditional updates)."""
+def _count_batch(statement: Executable | None, count_writes: set[bytes]) -> bool:
+    """Whether ``statement`` is a batch of counted edges."""
     if not isinstance(statement, BatchStatement):
         return False
     # Entries are (prepared, query id, values).
-    return any(entry[1] in conditional_ids for entry in statement._statements_and_parameters)  # noqa: SLF001
+    return any(entry[1] in count_writes for entry in statement._statements_and_parameters)  # noqa: SLF001
 
 
 # -- workers SIGKILLed mid-batch, several times ---------------------------------------------------
@@ -221,7 +252,8 @@ def test_workers_killed_mid_batch_and_restarted_never_lose_or_double_a_count(wor
     env.send(follows, likes)
     want_follows = true_counts(follows, "followed_id", "follower_id")
     want_likes = true_counts(likes, "post_id", "user_id")
-    topics = {"services.fanout": [cdc_topic("follows", prefix)], "services.ranker": [cdc_topic("likes", prefix)]}
+    topics = {"services.fanout": [cdc_topic("follows", prefix), follow_counts_topic(prefix)],
+              "services.ranker": [cdc_topic("likes", prefix), like_counts_topic(prefix)]}
     # Small batches: every kill lands among many acked and unacked batches.
     options = {"consumer_batch_max": 40}
 
@@ -243,11 +275,11 @@ def test_workers_killed_mid_batch_and_restarted_never_lose_or_double_a_count(wor
     assert differences(like_counts(env), want_likes) == {}
 
 
-# -- a second writer of the same partition -------------------------------------------------------
+# -- owners that overlap ---------------------------------------------------------------------------
 
 class GatedRunner(CqlRunner):
     """Holds every batch until ``gate`` opens (``held`` is set once one waits): the
-    round's reads are answered, its write is not sent."""
+    owner's read is answered, its write is not sent."""
 
     def __init__(self, session: Any) -> None:
         super().__init__(session)
@@ -261,24 +293,68 @@ class GatedRunner(CqlRunner):
         return await super()._call(statement, params, paging_state)
 
 
-def test_a_batch_planned_before_another_writers_batch_is_planned_again(worker_env):
+def _follow(edge: int, active: bool, lsn: int, offset: int) -> OwnedChange:
+    return OwnedChange(EdgeChange(edge, active, lsn), offset)
+
+
+def test_a_stale_owners_batch_that_lands_late_loses_to_the_new_owners(worker_env):
+    """The partition moved to another worker while its old owner's batch was on its way
+    (planned from an empty partition, offsets 0-1): the new owner applies offsets 0-1
+    again and then an unfollow at offset 4, and only then does the old batch land."""
     env = worker_env
     author = 4242
 
-    def conflicts() -> float:
-        return REGISTRY.get_sample_value("feed_counted_edge_conflicts_total", {"table": FOLLOW_EDGES.name}) or 0.0
-
-    async def scenario() -> tuple[int, int, int]:
+    async def scenario() -> tuple[int, dict[int, EdgeState]]:
         gated = GatedRunner(env.session)
-        slow = CountedEdges(env.session, gated, FOLLOW_EDGES)       # one worker ...
-        fast = CountedEdges(env.session, CqlRunner(env.session), FOLLOW_EDGES)  # ... and another
-        held = asyncio.ensure_future(slow.apply(author, EdgeChange(1, True, 10)))
-        await asyncio.wait_for(gated.held.wait(), 30)    # planned from count None, batch not sent
-        fast_step = await fast.apply(author, EdgeChange(2, True, 11))  # moves the count first
+        stale = CountedEdges(env.session, gated, FOLLOW_EDGES, 1)
+        owner = CountedEdges(env.session, CqlRunner(env.session), FOLLOW_EDGES, 1)
+        first = [_follow(1, True, 10, 0), _follow(2, True, 11, 1)]
+        held = asyncio.ensure_future(stale.apply(author, first))
+        await asyncio.wait_for(gated.held.wait(), 30)        # read done, batch not sent
+        assert await owner.apply(author, first) == 2
+        assert await owner.apply(author, [_follow(1, False, 20, 4)]) == -1
         gated.gate.set()
-        slow_step = await asyncio.wait_for(held, 30)
-        return fast_step.delta, slow_step.delta, await fast.count(author)
+        assert await asyncio.wait_for(held, 30) == 2          # it wrote +2, at offset 1's time
+        rows = env.rows("SELECT follower_id, following, lsn FROM follow_edges WHERE followed_id=%s "
+                        "AND follower_id IN (1, 2)", author)
+        return await owner.count(author), {r.follower_id: EdgeState(r.following, r.lsn) for r in rows}
 
-    before = conflicts()
-    assert asyncio.run(scenario()) == (1, 1, 2)          # both counted, neither lost
-    assert conflicts() - before == 1                     # the held batch lost its condition once
+    count, edges = asyncio.run(scenario())
+    assert count == 1                                         # not 2: the late batch lost
+    assert edges == {1: EdgeState(False, 20), 2: EdgeState(True, 11)}
+
+
+def test_an_owner_ahead_of_a_replaying_one_is_never_undone(worker_env):
+    """The old owner kept going past the new owner's start (offsets 0-5 written); the new
+    owner replays offsets 0-5 from its committed offset 0, then goes on."""
+    env = worker_env
+    author = 4343
+
+    async def scenario() -> tuple[int, int]:
+        ahead = CountedEdges(env.session, CqlRunner(env.session), FOLLOW_EDGES, 1)
+        owner = CountedEdges(env.session, CqlRunner(env.session), FOLLOW_EDGES, 1)
+        changes = [_follow(i, True, 100 + i, i) for i in range(5)] + [_follow(0, False, 200, 5)]
+        await ahead.apply(author, changes)
+        replayed = sum([await owner.apply(author, changes[:3]), await owner.apply(author, changes[3:])])
+        await owner.apply(author, [_follow(9, True, 300, 6)])
+        return replayed, await owner.count(author)
+
+    assert asyncio.run(scenario()) == (0, 5)                  # the replay wrote nothing
+
+
+def test_the_first_owned_write_carries_on_from_a_count_written_by_paxos(worker_env):
+    """A keyspace counted by the conditional batches this replaced: the owned write
+    times are above any wall clock, so the owner's first batch wins and starts from it."""
+    env = worker_env
+    author = 4444
+    env.session.execute("UPDATE follow_edges SET followers = 5, lsn = 0 WHERE followed_id = %s "
+                        "AND follower_id = -1 IF followers = null", (author,))
+    env.session.execute("UPDATE follow_edges SET following = true, lsn = 50 WHERE followed_id = %s "
+                        "AND follower_id = 7 IF lsn = null", (author,))
+
+    async def scenario() -> tuple[int, int]:
+        owner = CountedEdges(env.session, CqlRunner(env.session), FOLLOW_EDGES, 1)
+        moved = await owner.apply(author, [_follow(7, True, 50, 0), _follow(8, True, 60, 1)])
+        return moved, await owner.count(author)
+
+    assert asyncio.run(scenario()) == (1, 6)                  # 7's follow was counted already

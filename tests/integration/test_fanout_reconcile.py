@@ -5,6 +5,7 @@ import secrets
 from datetime import datetime, timezone
 
 from services.fanout.jobs.reconcile import FollowerDrift, follower_drift, reconcile
+from services.shared.domain.owned_counts import write_time
 from services.shared.stores import pg
 
 
@@ -24,9 +25,9 @@ def test_reconcile_reports_drift_between_cassandra_and_postgres_without_repairin
             for a in (right, wrong):
                 conn.execute("INSERT INTO follows VALUES (%s, %s, %s)", (f, a, datetime.now(timezone.utc)))
         conn.commit()
-    for author, stored in ((right, 3), (wrong, 5)):  # conditional, as every write of the table
-        env.session.execute("UPDATE follow_edges SET followers = %s WHERE followed_id=%s IF followers = null",
-                            (stored, author))
+    for author, stored in ((right, 3), (wrong, 5)):  # at an owned write time, as the owner writes
+        env.session.execute("UPDATE follow_edges USING TIMESTAMP %s SET followers = %s, lsn = 0 "
+                            "WHERE followed_id=%s AND follower_id = -1", (write_time(1, 0), stored, author))
     drift = {d.author_id: d for d in reconcile(env.settings) if d.author_id in (right, wrong)}
     assert drift == {wrong: FollowerDrift(wrong, 5, 3)}
     assert env.rows("SELECT followers FROM follow_edges WHERE followed_id=%s LIMIT 1", wrong)[0].followers == 5

@@ -10,13 +10,14 @@ import pytest
 from services.fanout.audience import post_action, post_fields
 from services.fanout.cleanup import purges_for_block, purges_for_unfollow
 from services.ranker.features import parse_feature_event
-from services.shared.contracts import rank_moves
+from services.shared.contracts import edge_counts, rank_moves
 from services.shared.contracts.envelope import parse_change
 from services.shared.contracts.feed_events import CelebrityPosted, PostLandedInInbox
 from services.shared.contracts.feed_events import encode as encode_event
 from tests.support.schemas import examples_for, validation_errors
 
-OWN_TOPICS = ("inbox-events", "author-events", "rank-features", "rank-key-moves")
+OWN_TOPICS = ("inbox-events", "author-events", "rank-features", "rank-key-moves", "follow-counts",
+              "like-counts")
 
 
 def _raw(x):
@@ -80,3 +81,23 @@ def test_a_malformed_rank_move_is_refused_for_the_dead_letter_queue(bad):
     from services.shared.contracts.envelope import MalformedEnvelope
     with pytest.raises(MalformedEnvelope):
         rank_moves.parse(bad)
+
+
+@pytest.mark.parametrize("suffix", ["follow-counts", "like-counts"])
+def test_count_records_round_trip_and_their_examples_are_parsed_by_the_owners(suffix):
+    for ex in examples_for(suffix):
+        record = edge_counts.parse(_raw(ex.value))
+        assert record is not None and str(record.counted) == ex.key == ex.value["counted_id"]
+        key, value = edge_counts.encode(record)
+        assert edge_counts.parse(value) == record
+        assert validation_errors(suffix, json.loads(key), json.loads(value)) == []
+
+
+@pytest.mark.parametrize("bad", [b"[]", b"not json", b'{"counted_id":"1","edge_id":"2","active":1,"lsn":5}',
+                                 b'{"counted_id":"1","edge_id":"2","active":true,"lsn":0}',
+                                 b'{"counted_id":"x","edge_id":"2","active":true,"lsn":5}',
+                                 b'{"counted_id":"1","edge_id":"2","active":true,"lsn":true}'])
+def test_a_malformed_count_record_is_refused_for_the_dead_letter_queue(bad):
+    from services.shared.contracts.envelope import MalformedEnvelope
+    with pytest.raises(MalformedEnvelope):
+        edge_counts.parse(bad)

@@ -55,6 +55,17 @@ def rank_moves_topic(prefix: str) -> str:
     return f"{prefix}.rank-key-moves"
 
 
+def follow_counts_topic(prefix: str) -> str:
+    """Follows changes re-keyed by the followed author, for the follower counts' one
+    writer (key = author_id; contracts/edge_counts.py). Its partition count never changes."""
+    return f"{prefix}.follow-counts"
+
+
+def like_counts_topic(prefix: str) -> str:
+    """Likes changes re-keyed by the post, for the like counts' one writer (key = post_id)."""
+    return f"{prefix}.like-counts"
+
+
 def serving_changes_topic(prefix: str) -> str:
     """Workers name the serving copies they changed; API caches drop them (key = first id)."""
     return f"{prefix}.serving-changes"
@@ -77,6 +88,10 @@ def all_topics(prefix: str) -> list[TopicSpec]:
         TopicSpec(author_events_topic(prefix), 3, {"retention.ms": str(24 * 3600 * 1000)}),
         TopicSpec(rank_features_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
         TopicSpec(rank_moves_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
+        # Count topics: a key must never move partition (domain/owned_counts.py), so
+        # these are never repartitioned; a week covers any owner's downtime.
+        TopicSpec(follow_counts_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
+        TopicSpec(like_counts_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
         TopicSpec(serving_changes_topic(prefix), 3, {"retention.ms": str(3600 * 1000)}),
         TopicSpec(heartbeat_topic(prefix), 1, {"retention.ms": str(3600 * 1000)}),
     ]

@@ -4,7 +4,7 @@ An edge (a follow, a like) is a row of ``follow_edges`` / ``like_edges``
 (0006_counted_edges.cql): its state (following / liked, kept as a value, not a
 tombstone) and the LSN of the change that set it. The partition's count (an author's
 followers, a post's likes) is a static column of the same partition, so an edge's new
-state, its LSN and the count it moves are written by ONE conditional batch
+state, its LSN and the count it moves are written by ONE batch of the count's owner
 (services/shared/stores/counted_edges.py): they are stored together or not at all, and a
 replay that reads its own LSN back moves nothing. ``edge_step`` is what one change does
 to one stored edge:
@@ -15,10 +15,9 @@ to one stored edge:
   a replay is still the edge's newest change, so its other effects (a backfill) are
   redone, which is idempotent; an older one's are not (a newer change owns them).
 
-``plan_round`` is what several changes of one partition do together: one conditional
-batch writes every edge they change and the count once, expecting the stored values
-it was planned from (if another writer got there first, the batch is not applied and
-the round is planned again from what that writer stored).
+``plan_round`` is what several changes of one partition do together: one batch writes
+every edge they change and the count once (each write names the stored value it was
+planned from, ``expected``: what the batch overwrites).
 """
 from __future__ import annotations
 

@@ -1,74 +1,50 @@
-"""Counts with one writer each, fenced by write times instead of Paxos. Pure.
+"""Counts with one writer each, ordered by the owner's topic offsets instead of Paxos. Pure.
 
-NOT WIRED YET: the design of issue 37's first deliverable, whose pipeline part (a
-repartition topic keyed by the counted entity, its agents, a table for these cells and
-the reconciliation) is still to come. Today's counts are counted_edges.py's Paxos
-batches. This module is the part the correctness argument rests on, and its test
-(tests/unit/test_owned_counts.py) plays that argument against a model of Cassandra's
-cells: stale owners, replays, and writes that time out and land later.
+Every change of a counted edge (a follow, a like) is re-published to a count topic keyed
+by the counted entity (``<prefix>.follow-counts`` by author, ``<prefix>.like-counts`` by
+post: a repartition topic, as Kafka Streams makes one). So all changes of one count sit
+in ONE partition, and the consumer that owns the partition applies them one key at a
+time: a plain read of the edges and the count, then ONE single-partition batch, written
+unconditionally ``USING TIMESTAMP write_time(generation, offset)``, where ``offset`` is
+the last offset of the changes the batch applies (services/shared/stores/counted_edges.py).
 
-The design: every change of an edge (a follow, a like) reaches the one consumer that owns
-its counted entity (an author, a post), and that owner applies it with a plain read of
-the edge's state and the count, then ONE single-partition batch that writes the edge's
-new state and the count, unconditionally, ``USING TIMESTAMP write_time(epoch, seq)``:
+Why that is exact without a Paxos round. Every batch written at time ``t`` holds the
+state after every change of that count at an offset <= ``t``:
 
-* ``epoch``: a number the owner takes, by one conditional write, when it is assigned
-  the partition of the repartition topic (Paxos once per rebalance, not per change);
-  each new owner's epoch is larger than every earlier owner's;
-* ``seq``: a counter of the owner's writes, strictly increasing.
+* an owner reads before it writes, and what it reads holds every change before its
+  first offset (the earlier owner acknowledged them before committing; this owner
+  applied the rest itself, one batch after the other, each acknowledged by a quorum);
+* whatever newer it may read (another owner ahead of it) shows those changes' edges as
+  applied, so ``edge_step`` skips them: the LSN of each edge stays its own order;
+* two writers of the same offset (an owner and a stale one, a write and its retry)
+  compute the same cells, so a tie between them is no tie.
 
-So a later owner's writes beat a stale owner's on every cell, and an owner's later
-writes beat its earlier ones (a timed-out batch that lands after its retry loses).
-Every batch writes the count, so the count cell always holds the latest-issued write.
-The LSN stays the edge's own order (``edge_step``): a replay of a change reads its LSN
-back and writes nothing. The LSN is not the write time because one count's changes reach
-its owner in publish order, not LSN order (they come from different CDC partitions).
+Each cell keeps its newest write, so it holds the state after the largest offset any
+writer reached: a stale owner's write, or a timed-out batch that lands late, loses to
+every later offset and agrees with the same one; a replay reads its own edges back and
+writes nothing. ``tests/unit/test_owned_counts.py`` plays this against a model of the
+cells, with owners that overlap, run ahead of each other, time out and replay.
+
+The offsets are the topic's, not the LSN: one count's changes reach its owner in
+publish order, which is not LSN order (they come from different CDC partitions).
+Offsets order one partition only, so a key must never change partition: the count
+topics' partition counts are fixed, and if a count topic is ever recreated or
+repartitioned, ``counts_generation`` must be raised first (docs/fanout.md, "Counts").
+
+Write times sit above 2^62 µs (year 146,000), beyond any wall-clock write time, so the
+first owned write of a partition beats the cells its conditional (Paxos) predecessor
+wrote, and carries on from their values.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .edge_transitions import EdgeState, EdgeStep, edge_step
-
-# Bits of a write time for the owner's sequence: 2^40 writes per epoch (35 years at
-# 1,000 a second), and 2^23 epochs (rebalances) below 2^63, Cassandra's bound.
-SEQ_BITS = 40
-MAX_EPOCH = (1 << (63 - SEQ_BITS)) - 1
+# Layout of an owned write time: 2^62 + (generation << OFFSET_BITS) + offset + 1.
+BASE = 1 << 62
+OFFSET_BITS = 44          # 1.7e13 offsets per partition: 55 years at 10,000 a second
+MAX_GENERATION = (1 << (62 - OFFSET_BITS)) - 1
 
 
-def write_time(epoch: int, seq: int) -> int:
-    """The write time of an owner's ``seq``-th write in ``epoch``."""
-    if not 0 < epoch <= MAX_EPOCH or not 0 <= seq < (1 << SEQ_BITS):
-        raise ValueError(f"epoch {epoch} or seq {seq} out of range")
-    return (epoch << SEQ_BITS) | seq
-
-
-class OwnerClock:
-    """Write times of one owner in one epoch, each larger than the last."""
-
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-        self._seq = 0
-
-    def next(self) -> int:
-        self._seq += 1
-        return write_time(self.epoch, self._seq)
-
-
-@dataclass(frozen=True)
-class OwnedWrite:
-    """What the owner writes for one change: the edge's new state and the count."""
-
-    edge: int
-    state: EdgeState
-    count: int
-
-
-def owned_step(stored: EdgeState | None, count: int | None, edge: int, active: bool,
-               lsn: int) -> tuple[EdgeStep, OwnedWrite | None]:
-    """One change against the stored edge and count: its step, and the batch to write
-    (None when the change is a replay or older than the stored state)."""
-    step = edge_step(stored, active, lsn)
-    if not step.write:
-        return step, None
-    return step, OwnedWrite(edge, EdgeState(active, lsn), (count or 0) + step.delta)
+def write_time(generation: int, offset: int) -> int:
+    """The write time of a batch whose last change is at ``offset`` of its partition."""
+    if not 0 <= generation <= MAX_GENERATION or not 0 <= offset < (1 << OFFSET_BITS) - 1:
+        raise ValueError(f"generation {generation} or offset {offset} out of range")
+    return BASE + (generation << OFFSET_BITS) + offset + 1

@@ -1,66 +1,56 @@
-"""``CountedEdges``: edges and their partition's count, changed together by one
-conditional batch (0006_counted_edges.cql; the decisions are in edge_transitions.py).
+"""``CountedEdges``: edges and their partition's count, written by the count's one owner
+with plain batches ordered by topic offsets (0006_counted_edges.cql; the decisions are in
+edge_transitions.py, why it is exact in services/shared/domain/owned_counts.py).
 
-Why one conditional (Paxos) batch: a Cassandra counter cannot share a batch with other
-cells, cannot be conditional and is not idempotent (a timed-out increment may or may
-not have applied), so no order of "write the edge's state" and "bump the counter" keeps
-a crash or a retry between them from losing or doubling the increment. Here the count is
-a plain ``bigint`` static column of the edges' partition, and an edge's state, its LSN
-and the new count go in ONE single-partition batch whose conditions are the stored LSN
-of every edge it writes and the stored count: all of it is applied or none of it; a
-replay reads its own LSN back and writes nothing; a batch that times out either applied
-(the retry reads its LSN) or did not (the retry applies it). A concurrent writer of the
-partition (another worker for a moment during a rebalance, or another worker's follows
-of the same author) makes the batch fail its conditions; the round is then planned
-again from a linearizable (SERIAL) read of what that writer stored.
+Why not a counter: a Cassandra counter cannot share a batch with other cells and is not
+idempotent (a timed-out increment may or may not have applied), so no order of "write
+the edge's state" and "bump the counter" keeps a crash or a retry between them from
+losing or doubling the increment. Here the count is a plain ``bigint`` static column of
+the edges' partition, and an edge's state, its LSN and the new count go in ONE
+single-partition batch: all of it is applied or none of it.
 
-Cost: a Paxos round per batch (several times a plain write's work on the node). So the
-changes of one partition are combined: at most one round per partition is in flight in
-this process, and every change of that partition arriving meanwhile joins the next one
-(up to ``MAX_CHANGES_PER_ROUND``). A hot post's likes of one batch take a few rounds,
-not one each, and one process's rounds never contend with each other.
+Why not Paxos (what this module did before): a conditional batch is four round trips to
+a quorum, plus a SERIAL read whenever another writer got there first; on three replicas
+it was the dearest statement the pipeline sent, and the first to collapse under a
+backlog. Now every change of a count reaches one consumer (a count topic keyed by the
+counted entity, contracts/edge_counts.py), which applies a batch of them per count:
+one read of the changed edges and the count, then one plain batch ``USING TIMESTAMP
+write_time(generation, last offset)``. A replay reads its edges' LSNs back and writes
+nothing; a stale owner's or a timed-out write loses to every later offset and agrees
+with the same one.
 
-Every write of these tables is conditional (plain and Paxos writes of one cell do not
-mix linearizably); the cells carry the ballot's write time, so the LSN is a value.
+Every write of these tables carries an owned write time (above any wall clock): a
+write without one would lose to them all, silently.
 """
 from __future__ import annotations
 
-import asyncio
-import random
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
+from typing import Sequence
 
-from cassandra import ConsistencyLevel
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType
 from prometheus_client import Counter
 
-from services.shared.domain.edge_transitions import (CountedRound, EdgeChange, EdgeState, EdgeStep,
-                                                     plan_round)
+from services.shared.domain.edge_transitions import EdgeChange, EdgeState, plan_round
+from services.shared.domain.owned_counts import write_time
 
-from .cql_async import CqlRunner, WriteContended
+from .cql_async import CqlRunner
 
-# Changes per conditional batch: 64 edge rows are well under the node's 5 KiB batch
-# warning, and a batch of 64 costs the node about twice one of 1 (measured: ~6 ms
-# against ~3 ms), so a hot post's 300 likes of one consumer batch take 5 rounds, not 300.
-MAX_CHANGES_PER_ROUND = 64
-# Lost conditions before a round gives up with ``WriteContended`` (transient: the
-# message is retried with backoff). Rounds of one process never contend, so this only
-# counts other workers' rounds on the same partition.
-MAX_CONFLICTS = 8
-# Upper bound (s) of the random pause after a lost condition: two workers retrying one
-# partition in step would collide again.
-CONFLICT_JITTER_S = 0.02
+# Changes per batch: 64 edge rows stay under the node's 5 KiB batch warning. A hot post's
+# 300 likes of one consumer batch take 5 batches, one after the other.
+MAX_CHANGES_PER_BATCH = 64
 # The partition's count row: an edge id no user has (ids are positive), written with the
 # count. A static column comes back with every row a query returns, so reading the
 # changed edges together with this row gets their states and the count in ONE request
 # (without it, a partition's first change of an edge, the usual case, matches no row).
 COUNT_ROW = -1
 
-ROUNDS = Counter("feed_counted_edge_rounds_total", "Conditional batches of edges and counts", ["table"])
-CHANGES = Counter("feed_counted_edge_changes_total", "Edge changes applied through rounds", ["table"])
-CONFLICTS = Counter("feed_counted_edge_conflicts_total",
-                    "Rounds planned again after another writer changed the partition", ["table"])
+BATCHES = Counter("feed_counted_edge_batches_total", "Batches of edges and counts written by their owner",
+                  ["table"])
+CHANGES = Counter("feed_counted_edge_changes_total", "Edge changes applied by count owners", ["table"])
+REPLAYS = Counter("feed_counted_edge_replays_total",
+                  "Edge changes read back as already applied or overtaken (a replay, a duplicate)",
+                  ["table"])
 
 
 @dataclass(frozen=True)
@@ -74,129 +64,70 @@ class EdgeTable:
     count: str       # the partition's static count: followers, likes
 
 
-@dataclass
-class _Pending:
+@dataclass(frozen=True)
+class OwnedChange:
+    """An edge change as its count's owner took it: ``offset`` in the count topic's
+    partition (the same for every consumer of it)."""
+
     change: EdgeChange
-    done: asyncio.Future[EdgeStep]
+    offset: int
 
 
 class CountedEdges:
-    """One table of counted edges (``EdgeTable``). ``apply`` is the only writer."""
+    """One table of counted edges (``EdgeTable``). ``apply`` is the only writer; call it
+    for one count at a time (its owner serialises them), with ``generation`` the count
+    topics' generation (``Settings.counts_generation``)."""
 
-    def __init__(self, session: Session, runner: CqlRunner, table: EdgeTable, *,
-                 max_changes_per_round: int = MAX_CHANGES_PER_ROUND,
-                 max_conflicts: int = MAX_CONFLICTS,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+    def __init__(self, session: Session, runner: CqlRunner, table: EdgeTable, generation: int, *,
+                 max_changes_per_batch: int = MAX_CHANGES_PER_BATCH) -> None:
         t = table
         self.table = table
         self._run = runner
-        self._max_changes = max(1, max_changes_per_round)
-        self._max_conflicts = max_conflicts
-        self._sleep = sleep
+        self._generation = generation
+        self._max_changes = max(1, max_changes_per_batch)
         p = session.prepare
-        edges = f"SELECT {t.edge}, {t.state}, lsn, {t.count} FROM {t.name} WHERE {t.partition}=? AND {t.edge} IN ?"
-        self._read_edges = p(edges)
-        # After a lost condition: a read that finishes any Paxos round in progress, so the
-        # next plan starts from what the other writer committed, not a stale replica.
-        self._serial_read_edges = p(edges)
-        self._serial_read_edges.consistency_level = ConsistencyLevel.SERIAL
+        self._read_edges = p(f"SELECT {t.edge}, {t.state}, lsn, {t.count} FROM {t.name} "
+                             f"WHERE {t.partition}=? AND {t.edge} IN ?")
         self._read_count = p(f"SELECT {t.count} FROM {t.name} WHERE {t.partition}=? LIMIT 1")
-        self._write_edge = p(f"UPDATE {t.name} SET {t.state}=?, lsn=? "
-                             f"WHERE {t.partition}=? AND {t.edge}=? IF lsn=?")
+        self._write_edge = p(f"UPDATE {t.name} USING TIMESTAMP ? SET {t.state}=?, lsn=? "
+                             f"WHERE {t.partition}=? AND {t.edge}=?")
         # The count (static) and the count row's one cell (lsn 0: it is no edge).
-        self._write_count = p(f"UPDATE {t.name} SET {t.count}=?, lsn=0 "
-                              f"WHERE {t.partition}=? AND {t.edge}={COUNT_ROW} IF {t.count}=?")
-        self._waiting: dict[int, list[_Pending]] = {}  # per partition with a round running
-        self._rounds: set[asyncio.Task[None]] = set()
+        self._write_count = p(f"UPDATE {t.name} USING TIMESTAMP ? SET {t.count}=?, lsn=0 "
+                              f"WHERE {t.partition}=? AND {t.edge}={COUNT_ROW}")
 
-    async def apply(self, partition: int, change: EdgeChange) -> EdgeStep:
-        """Apply one edge change and move the partition's count with it (one conditional
-        batch, shared with the partition's other changes in flight); returns the step
-        (``delta`` is already stored when this returns)."""
-        waiting = self._waiting.get(partition)
-        if waiting is not None:  # a round is running: join the next one
-            done: asyncio.Future[EdgeStep] = asyncio.get_running_loop().create_future()
-            waiting.append(_Pending(change, done))
-            return await done
-        # No round running: this caller runs its own (the common case of a quiet
-        # partition costs no task), and hands what arrived meanwhile to a task of rounds.
-        waiting = self._waiting[partition] = []
-        try:
-            return (await self._round(partition, [change]))[0]
-        finally:
-            if waiting:
-                task = asyncio.ensure_future(self._drain(partition, waiting))
-                self._rounds.add(task)  # referenced until done
-                task.add_done_callback(self._rounds.discard)
-            else:
-                del self._waiting[partition]
+    async def apply(self, partition: int, changes: Sequence[OwnedChange]) -> int:
+        """Apply one count's changes, in offset order, ``MAX_CHANGES_PER_BATCH`` per
+        batch; returns how far the count moved (0 for a replay)."""
+        moved = 0
+        for i in range(0, len(changes), self._max_changes):
+            moved += await self._apply_batch(partition, changes[i:i + self._max_changes])
+        return moved
 
     async def count(self, partition: int) -> int:
         """The partition's count (0 when nothing was ever counted)."""
         rows = await self._run.execute(self._read_count, (partition,))
         return int(rows[0][0] or 0) if rows else 0
 
-    async def _drain(self, partition: int, waiting: list[_Pending]) -> None:
-        """Rounds for the partition until no change waits (a change that arrives during
-        a round joins the next one); then the partition has no round running."""
-        taken: list[_Pending] = []
-        try:
-            while waiting:
-                taken = [p for p in waiting[:self._max_changes] if not p.done.done()]  # done: cancelled
-                del waiting[:self._max_changes]
-                if not taken:
-                    continue
-                try:
-                    steps = await self._round(partition, [p.change for p in taken])
-                except Exception as exc:  # noqa: BLE001 - each waiter gets the round's error
-                    for p in taken:
-                        if not p.done.done():
-                            p.done.set_exception(exc)
-                    continue
-                for p, step in zip(taken, steps):
-                    if not p.done.done():
-                        p.done.set_result(step)
-        finally:
-            del self._waiting[partition]
-            for p in taken + waiting:  # left only when this task is cancelled
-                if not p.done.done():
-                    p.done.cancel()
-
-    async def _round(self, partition: int, changes: Sequence[EdgeChange]) -> tuple[EdgeStep, ...]:
-        edges = list(dict.fromkeys(c.edge for c in changes))
-        stored, count = await self._read(partition, edges, serial=False)
-        conflicts = 0
-        while True:
-            plan = plan_round(stored, count, changes)
-            if not plan.writes or await self._write(partition, plan):
-                CHANGES.labels(self.table.name).inc(len(changes))
-                return plan.steps
-            CONFLICTS.labels(self.table.name).inc()
-            conflicts += 1
-            if conflicts > self._max_conflicts:
-                raise WriteContended(f"{self.table.name} partition {partition}: "
-                                     f"{conflicts} conditional batches lost to other writers")
-            await self._sleep(random.uniform(0, CONFLICT_JITTER_S))
-            stored, count = await self._read(partition, edges, serial=True)
-
-    async def _read(self, partition: int, edges: list[int],
-                    serial: bool) -> tuple[dict[int, EdgeState], int | None]:
-        """The stored states of ``edges`` and the partition's count, in one request."""
-        statement = self._serial_read_edges if serial else self._read_edges
-        rows = await self._run.execute(statement, (partition, [COUNT_ROW, *edges]))
+    async def _apply_batch(self, partition: int, changes: Sequence[OwnedChange]) -> int:
+        t = self.table
+        edges = list(dict.fromkeys(c.change.edge for c in changes))
+        rows = await self._run.execute(self._read_edges, (partition, [COUNT_ROW, *edges]))
         stored = {int(r[0]): EdgeState(bool(r[1]), int(r[2])) for r in rows
                   if r[0] != COUNT_ROW and r[1] is not None and r[2] is not None}
         count = rows[0][3] if rows else None  # static: the same on every row
-        return stored, None if count is None else int(count)
-
-    async def _write(self, partition: int, plan: CountedRound) -> bool:
-        """The round's one conditional batch; True when it applied."""
+        plan = plan_round(stored, None if count is None else int(count), [c.change for c in changes])
+        REPLAYS.labels(t.name).inc(sum(not s.write for s in plan.steps))
+        if not plan.writes:
+            return 0
+        at = write_time(self._generation, max(c.offset for c in changes))
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for w in plan.writes:
-            batch.add(self._write_edge, (w.state.active, w.state.lsn, partition, w.edge,
-                                         None if w.expected is None else w.expected.lsn))
-        if plan.moves_count:
-            batch.add(self._write_count, (plan.new_count, partition, plan.count))
-        ROUNDS.labels(self.table.name).inc()
-        rows = await self._run.execute(batch)
-        return bool(rows and rows[0][0])
+            batch.add(self._write_edge, (at, w.state.active, w.state.lsn, partition, w.edge))
+        # Always the count, even unmoved: the count cell then holds the newest offset's
+        # state whatever order other owners' batches land in (owned_counts.py).
+        batch.add(self._write_count, (at, plan.new_count, partition))
+        BATCHES.labels(t.name).inc()
+        await self._run.execute(batch)
+        CHANGES.labels(t.name).inc(len(changes))
+        return plan.new_count - (plan.count or 0)
+
