@@ -165,6 +165,13 @@ class Settings(BaseSettings):
     # after a crash to well under a second of work at the measured rates, and is enough
     # to keep fanout_max_in_flight keys busy.
     consumer_batch_max: int = 1000
+    # Records one poll of a worker's consumer hands to faust (aiokafka max_poll_records).
+    # faust delivers a poll's records round-robin over its topics, but waits while the
+    # stream of one is full: unbounded (faust's default), a poll of thousands of
+    # prefetched follows held every other topic of the worker (its count topic) for
+    # minutes while the follows agent worked through them. A bound keeps that wait to a
+    # poll's worth; a full stream's partition is then paused and the others flow.
+    kafka_max_poll_records: int = 200
     # How long a short batch waits for more messages: at low load a change waits at most
     # this (5 ms against a 1.5 s freshness target); under load batches are full anyway.
     consumer_batch_within_s: float = 0.005

@@ -52,6 +52,7 @@ def build_faust_app(settings: Settings, app_id: str) -> faust.App:
         producer_request_timeout=settings.kafka_request_timeout_s,
         broker_commit_interval=settings.kafka_commit_interval_s,
         stream_wait_empty=False,
+        broker_max_poll_records=settings.kafka_max_poll_records,
         producer_acks=-1,
     )
 
