@@ -1,6 +1,8 @@
 """The ``backlog`` scenario's parts (issue 37): a demo-sized backlog loaded through
 Postgres, as ``make run``'s demo does but with users of its own, and the pipeline's
-goodput (events applied, from the workers' committed offsets) sampled every 5 s.
+goodput sampled every 5 s: events whose last step is done, from the workers' own
+per-message counters (``bench/drain.py``: a follow or a like once its count is written),
+not from committed offsets, which move a batch of up to 1,000 at a time.
 
 A pipeline that slows to the cluster's capacity keeps applying events at a steady rate
 while a backlog drains; one that collapses (timeouts turned into retries turned into
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.drain import LAST_STEPS, handled
 from bench.workload import Graph, GraphSpec, generate, load_postgres
 from deploy.pipeline_progress import PipelineOffsets
 from services.shared.settings import Settings
@@ -76,11 +79,13 @@ class GoodputWatch:
         offsets = PipelineOffsets(self.settings, timeout_s=4.0)
         try:
             while not self._stop.is_set():
+                done = handled(self.settings)
+                applied = round(sum(n for t, n in done.items() if t in LAST_STEPS))
                 try:
-                    now = offsets.read()
-                    self.samples.append((time.time(), now.applied, now.lag))
+                    lag: int | None = offsets.read().lag
                 except Exception:  # noqa: BLE001 - a broker down: unknown, not zero
-                    self.samples.append((time.time(), None, None))
+                    lag = None
+                self.samples.append((time.time(), applied, lag))
                 self._stop.wait(GOODPUT_EVERY_S)
         finally:
             offsets.close()
