@@ -1,6 +1,7 @@
 """Goodput of a backlog drain: events the workers applied in every 5 s window, until lag 0.
 
     .venv/bin/python -m bench.drain [--out FILE.json] [--timeout-s 1800]
+    .venv/bin/python -m bench.drain --plot OUT.svg RUN.json [RUN.json ...]
 
 Run it beside ``make run`` (or ``make run NODES=3``) on a fresh stack (``make reset``):
 it waits for the demo's backlog to appear, then samples every ``--every-s`` the workers'
@@ -116,7 +117,40 @@ def summary(ws: list[dict[str, Any]], every_s: float) -> dict[str, Any]:
     }
 
 
+COLORS = ("#c0392b", "#2471a3", "#1e8449", "#7d3c98")
+
+
+def plot(runs: list[tuple[str, list[dict[str, Any]]]], width: int = 900, height: int = 300) -> str:
+    """An SVG of goodput per window (events/s) against seconds, one line per run."""
+    pad = 40
+    t_max = max((w["t"] for _, ws in runs for w in ws), default=1.0) or 1.0
+    g_max = max((w["total"] for _, ws in runs for w in ws), default=1.0) or 1.0
+
+    def xy(w: dict[str, Any]) -> str:
+        x = pad + (width - 2 * pad) * w["t"] / t_max
+        y = height - pad - (height - 2 * pad) * w["total"] / g_max
+        return f"{x:.1f},{y:.1f}"
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="12">',
+             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>',
+             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>',
+             f'<text x="{width / 2}" y="{height - 8}">seconds from the first window with a backlog '
+             f'(0-{t_max:.0f})</text>',
+             f'<text x="4" y="{pad - 8}">goodput, events/s (0-{g_max:.0f})</text>']
+    for i, (label, ws) in enumerate(runs):
+        color = COLORS[i % len(COLORS)]
+        parts.append(f'<polyline fill="none" stroke="{color}" points="{" ".join(xy(w) for w in ws)}"/>')
+        parts.append(f'<text x="{width - pad - 260}" y="{pad + 16 * i}" fill="{color}">{label}</text>')
+    return "\n".join(parts + ["</svg>"]) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["--plot"]:
+        out, files = args_in[1], args_in[2:]
+        runs = [(f.rsplit("/", 1)[-1].removesuffix(".json"), json.load(open(f))["windows"]) for f in files]
+        with open(out, "w") as f:
+            f.write(plot(runs))
+        return 0
     ap = argparse.ArgumentParser(prog="python -m bench.drain", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--every-s", type=float, default=5.0)
