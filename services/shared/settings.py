@@ -364,6 +364,12 @@ class Settings(BaseSettings):
     feed_visibility_retention_s: float = 86_400.0
     feed_visibility_trim_s: float = 60.0
     feed_visibility_timeout_s: float = 1.0
+    # Commit wait (services/api/feed/commit_wait.py): a delete, removal, block or unfollow
+    # is answered this long after its commit, and a stream event is written only while
+    # the log read it was judged on is younger than this minus 50 ms, so no event reaches
+    # a reader after such an answer. 0 turns it off (streams then honour a hiding write
+    # from their next log read on, which may follow its answer by a read's duration).
+    feed_visibility_commit_wait_s: float = 0.2
     # Celebrity list cache: re-read after this long. Bounded staleness well under the
     # freshness target, so a promotion is merged by readers within a second.
     feed_celebrities_cache_s: float = 1.0

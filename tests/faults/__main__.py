@@ -345,8 +345,8 @@ def freshness_by_phase(samples: list[tuple[float, float]], fault_at: float,
 def stream_summary(w: Workload) -> dict[str, Any]:
     """The watcher's stream: connections, events by kind, and ack-to-announcement seconds."""
     led = w.ledger
-    kinds = Counter(kind for _, kind, _ in led.stream)
-    delays = sorted(at - led.posts[post][1] for at, kind, post in led.stream
+    kinds = Counter(kind for _, kind, _, _ in led.stream)
+    delays = sorted(at - led.posts[post][1] for at, kind, post, _ in led.stream
                     if kind == "new_item" and post in led.posts)
     return {"connections": len(led.stream_opened), "statuses": dict(led.stream_statuses),
             "events": dict(kinds),
@@ -425,6 +425,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row(result))
         ok = ok and _verdict(result) == "ok" and not result["server_errors_other_than_503"]
         print(rows[-1], flush=True)
+        if _verdict(result) != "ok":
+            # CI keeps only the output: what the checker found, not just how many.
+            found = {k: v for k, v in result["verdict"].get("examples", {}).items() if v}
+            print(f"faults: {name}: examples {json.dumps(found)}", flush=True)
     print("| scenario | faults | acked writes | lost / duplicated / wrongly visible "
           "| shown after ack | stream: "
           "silent gaps | rows never sent to Kafka / acked records missing | follower / like drift "

@@ -253,8 +253,11 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
     for h in led.pair_hidden:
         by_pair.setdefault((h.reader, h.author), []).append(h)
     served = [(started, reader, post, "page") for started, reader, ids in led.pages for post in ids]
-    served += [(at, w.cast.watcher, post, "stream") for at, kind, post in led.stream
-               if kind == "new_item" and post is not None]
+    # An event counts from when the server wrote it (its ``sent`` comment), not from when
+    # this client's loop got to it: a delete's answer and an event written just before
+    # it are read in either order here.
+    served += [(at if sent is None else sent, w.cast.watcher, post, "stream")
+               for at, kind, post, sent in led.stream if kind == "new_item" and post is not None]
     shown: list[Any] = []
     for at, reader, post, where in served:
         hidden_at = led.hidden_posts.get(post)
@@ -279,8 +282,8 @@ def stream_gaps(w: Workload) -> tuple[int, list[Any]]:
     opened = led.stream_opened[0] + 1.0
     followed = {w.cast.wide, w.cast.celebrity} | {
         a for (r, a), on in led.follows.items() if r == w.cast.watcher and on}
-    announced = {post for _, kind, post in led.stream if kind == "new_item"}
-    resyncs = [at for at, kind, _ in led.stream if kind == "resync"]
+    announced = {post for _, kind, post, _ in led.stream if kind == "new_item"}
+    resyncs = [at for at, kind, _, _ in led.stream if kind == "resync"]
     gaps = [post for post, (author, acked) in led.posts.items()
             if author in followed and post not in led.hidden_posts and acked >= opened
             and post not in announced and not any(at >= acked for at in resyncs)]

@@ -59,8 +59,9 @@ class Ledger:
     statuses: dict[str, Counter] = field(default_factory=lambda: {
         "before": Counter(), "during": Counter(), "after": Counter()})
     freshness_s: list[tuple[float, float]] = field(default_factory=list)  # (acked at, seconds)
-    # The watcher's stream: (received at, event, post id or None), and when it was open.
-    stream: list[tuple[float, str, int | None]] = field(default_factory=list)
+    # The watcher's stream: (received at, event, post id or None, sent at by the server's
+    # ``sent`` comment or None), and when it was open.
+    stream: list[tuple[float, str, int | None, float | None]] = field(default_factory=list)
     stream_opened: list[float] = field(default_factory=list)
     stream_statuses: Counter = field(default_factory=Counter)
 
@@ -192,8 +193,11 @@ class Workload:
                             continue
                         if "event" in event:
                             post = json.loads(event["data"]).get("post_id") if event.get("data") else None
+                            stamp = event.get("", "")  # the ": sent <ms>" comment line
+                            sent = (int(stamp.removeprefix("sent ")) / 1000
+                                    if stamp.startswith("sent ") else None)
                             self.ledger.stream.append((time.time(), event["event"],
-                                                       int(post) if post else None))
+                                                       int(post) if post else None, sent))
                         last_id = event.get("id", last_id)
                         event = {}
             except httpx.HTTPError as exc:

@@ -9,6 +9,7 @@ what the change hid.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -118,6 +119,29 @@ def test_a_deleted_post_is_gone_from_the_next_page_and_every_fresh_first_page(lo
     assert on_screen not in feed_ids(scene.feed(limit=5))
 
 
+def test_a_hiding_write_is_answered_no_sooner_than_the_commit_wait(api_server: RunningApi,
+                                                                   scene: Scene) -> None:
+    """Deletes, removals, blocks and unfollows wait ``feed_visibility_commit_wait_s``
+    after their commit (services/api/feed/commit_wait.py): a stream event judged on a
+    read that missed the write is on the wire before the answer."""
+    wait_s = api_server.settings.feed_visibility_commit_wait_s
+    assert wait_s > 0
+    other = new_user_id()
+    with api_server.client(new_user_id(), moderator=True) as moderator, \
+            api_server.client(other) as as_other:
+        assert as_other.get("/v1/feed").status_code == 200
+        hiding = [lambda: scene.as_author.delete(f"/v1/posts/{scene.posts[0]}"),
+                  lambda: moderator.post(f"/internal/moderation/posts/{scene.posts[1]}",
+                                         json={"action": "remove"}),
+                  lambda: scene.as_reader.delete(f"/v1/users/{scene.author}/follow"),
+                  lambda: scene.as_reader.put(f"/v1/users/{other}/block")]
+        for write in hiding:
+            started = time.monotonic()
+            resp = write()
+            assert resp.status_code in (200, 204), resp.text
+            assert time.monotonic() - started >= wait_s
+
+
 def test_a_moderation_removal_hides_the_post_at_once_and_a_restore_shows_it_again(
         api_server: RunningApi, scene: Scene) -> None:
     victim = scene.posts[-1]
@@ -190,6 +214,8 @@ def test_the_stream_sends_nothing_deleted_blocked_or_unfollowed(stream_api: Runn
         world.announce_inbox(scene.reader, world.write(scene.author, post_id=kept))
         event = next_new_item(stream, DELIVERY_DEADLINE_S)
         assert event is not None and json.loads(event["data"])["post_id"] == str(kept)
+        # Stamped with when it passed its last check (a comment line clients ignore).
+        assert abs(int(event["sent"]) / 1000 - time.time()) < DELIVERY_DEADLINE_S
         assert scene.as_reader.delete(f"/v1/users/{scene.author}/follow").status_code == 204
         world.announce_inbox(scene.reader, world.write(scene.author, post_id=unfollowed_post))
         # A later event the reader may see proves the earlier one was processed.

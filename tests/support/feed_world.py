@@ -277,6 +277,8 @@ class SseReader:
                 if line.startswith(":"):
                     if "connected" in line:
                         self.connected.set()
+                    elif line.startswith(": sent "):   # when the event passed its last check
+                        event["sent"] = line.removeprefix(": sent ")
                     continue
                 if not line:
                     if event:

@@ -58,7 +58,8 @@ def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
                       508: (4, 102.0)})  # the celebrity's: followed throughout, never sent
     led.deleted.add(504)
     led.hidden_posts[504] = 105.5
-    led.stream += [(102.5, "new_item", 501), (107.0, "resync", None), (110.0, "new_item", 507)]
+    led.stream += [(102.5, "new_item", 501, None), (107.0, "resync", None, None),
+                   (110.0, "new_item", 507, 109.9)]
     # 502 acked before the resync: covered; 505 before the stream settled; 506 after the
     # resync and never announced: a silent gap; 508 acked before the resync: covered.
     assert stream_gaps(w) == (1, [506])
@@ -87,7 +88,9 @@ def test_an_item_served_after_the_ack_of_what_hides_it_is_counted_and_none_befor
                   (125.0, 11, (502,)),       # after the block
                   (125.0, 10, (502, 503)),   # another reader: not blocked, still following
                   (141.0, 10, (503,))]       # followed again at 140
-    led.stream += [(135.0, "new_item", 503), (136.0, "resync", None)]
+    led.stream += [(135.0, "new_item", 503, 134.9), (136.0, "resync", None, None),
+                   # written before the delete's answer, read by this client after it
+                   (110.2, "new_item", 501, 109.95)]
     count, examples = shown_after_ack(w)
     assert count == 3
     assert [(e["where"], e["reader"], e["post"], e["why"]) for e in examples] == [

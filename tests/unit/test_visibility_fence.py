@@ -276,3 +276,77 @@ def test_postgres_unreachable_fails_the_callers_instead_of_hanging() -> None:
             await fence.sync()
 
     asyncio.run(scenario())
+
+
+def test_the_answer_age_counts_from_when_the_answered_read_went_out() -> None:
+    async def scenario() -> None:
+        source = _Log([])
+
+        async def connect() -> _Log:
+            return source
+
+        fence = VisibilityFence("", 1.0, open_source=connect)
+        assert fence.answer_age() == float("inf")   # nothing answered yet
+        read = asyncio.ensure_future(fence.sync())
+        await _turns()
+        await asyncio.sleep(0.05)                   # the read is on the wire this long
+        source.answer()
+        await read
+        assert fence.answer_age() >= 0.05           # not from when the answer came
+
+    asyncio.run(scenario())
+
+
+class _SlowLog(_Log):
+    """Answers every read ``delay_s`` after it went out."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__([change(1, POST, 10, AUTHOR, True)])
+        self.delay_s = delay_s
+
+    def send(self, seq: int, limit: int) -> bool:
+        asyncio.get_running_loop().call_later(self.delay_s, self.answer)
+        return super().send(seq, limit)
+
+
+def _gate(delay_s: float, fresh_s: float | None) -> tuple[object, _SlowLog]:
+    from services.api.stream.gate import EligibilityGate
+
+    source = _SlowLog(delay_s)
+
+    async def connect() -> _Log:
+        return source
+
+    fence = VisibilityFence("", 1.0, open_source=connect)
+    return EligibilityGate(store=None, fence=fence, fresh_s=fresh_s), source  # type: ignore[arg-type]
+
+
+def test_an_event_is_judged_only_on_a_read_younger_than_the_commit_wait_bound() -> None:
+    from services.api.stream.gate import FRESH_READS, EligibilityGate
+
+    async def scenario() -> None:
+        gate, source = _gate(delay_s=0.0, fresh_s=0.2)
+        assert isinstance(gate, EligibilityGate)
+        assert not await gate.still_allows(READER, 10, AUTHOR)   # the log hides post 10
+        assert await gate.still_allows(READER, 11, AUTHOR)
+        # Reads slower than the bound: tried FRESH_READS times, then not judged at all
+        # (the route sends resync instead of the event).
+        slow, source = _gate(delay_s=0.08, fresh_s=0.05)
+        assert isinstance(slow, EligibilityGate)
+        with pytest.raises(FenceUnavailable):
+            await slow.still_allows(READER, 11, AUTHOR)
+        assert len(source.sent) == FRESH_READS
+        # Commit wait off: any read after the call will do.
+        off, source = _gate(delay_s=0.08, fresh_s=None)
+        assert isinstance(off, EligibilityGate)
+        assert await off.still_allows(READER, 11, AUTHOR)
+        assert len(source.sent) == 1
+
+    asyncio.run(scenario())
+
+
+def test_commit_wait_outlasts_the_stream_bound_by_the_write_margin() -> None:
+    from services.api.feed.commit_wait import WRITE_MARGIN_S, stream_bound
+
+    assert stream_bound(0.2) == pytest.approx(0.2 - WRITE_MARGIN_S)
+    assert stream_bound(WRITE_MARGIN_S) is None and stream_bound(0.0) is None

@@ -94,6 +94,7 @@ class VisibilityFence:
         self._timer: asyncio.TimerHandle | None = None
         self._watched: int | None = None
         self._sent_at = 0.0
+        self._answered_sent_at = float("-inf")  # when the newest answered read went out
         self._send_scheduled = False
 
     def arrive(self) -> int:
@@ -124,6 +125,11 @@ class VisibilityFence:
     async def sync(self) -> RecentChanges:
         """``wait(arrive())``: a read that goes out after this call."""
         return await self.wait(self.arrive())
+
+    def answer_age(self) -> float:
+        """Seconds since the newest answered read went out: what it returned includes
+        every entry committed before then (infinite before the first answer)."""
+        return time.perf_counter() - self._answered_sent_at
 
     # -- the read on the wire ---------------------------------------------------------------
     def _schedule_send(self) -> None:
@@ -183,6 +189,7 @@ class VisibilityFence:
             self._fail(exc)
             return
         self._done, self._out = self._sent, False
+        self._answered_sent_at = self._sent_at
         self._stop_timer()
         if self._metrics is not None:
             self._metrics.read_ok.inc()

@@ -21,6 +21,11 @@ def _ids(request: Request) -> SnowflakeGenerator:
     return ids
 
 
+def _commit_wait(request: Request) -> float:
+    """Seconds a hiding write's answer waits after its commit (feed/commit_wait.py)."""
+    return float(request.app.state.settings.feed_visibility_commit_wait_s)
+
+
 def _metrics(request: Request) -> ApiMetrics:
     metrics: ApiMetrics = request.app.state.metrics
     return metrics
@@ -29,3 +34,4 @@ def _metrics(request: Request) -> ApiMetrics:
 Pg = Annotated[AsyncConnectionPool, Depends(_pool)]
 Ids = Annotated[SnowflakeGenerator, Depends(_ids)]
 Metrics = Annotated[ApiMetrics, Depends(_metrics)]
+CommitWait = Annotated[float, Depends(_commit_wait)]

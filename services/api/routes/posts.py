@@ -7,7 +7,7 @@ from fastapi import APIRouter, Header, Response
 from fastapi.responses import JSONResponse
 
 from services.api.http.auth import CurrentUser
-from services.api.http.deps import Ids, Metrics, Pg
+from services.api.http.deps import CommitWait, Ids, Metrics, Pg
 from services.api.http.models import IdempotencyKey, PostCreate, PostIdPath, PostOut
 from services.api.http.problems import (FORBIDDEN, IDEMPOTENCY_IN_FLIGHT, IDEMPOTENCY_KEY_REUSED,
                                         NOT_FOUND, UNAVAILABLE, ProblemError, problem_responses)
@@ -16,6 +16,7 @@ from services.api.stores import posts as post_rows
 from services.api.write import idempotency
 from services.api.write.idempotency import Outcome, StoredKey
 from services.api.write.idgen import ClockMovedBackwards, IdGenerationError, LeaseLost
+from services.api.feed.commit_wait import settle
 from services.api.write.visibility import StoredPost, visible_to
 from services.shared.domain import ids as snowflake
 from services.shared.domain.rules import VISIBLE
@@ -107,7 +108,8 @@ async def get_post(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Any:
 @router.delete("/{post_id}", status_code=204, response_class=Response,
                summary="Delete one's own post (soft delete; idempotent)",
                responses=problem_responses(401, 403, 404, 422))
-async def delete_post(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Response:
+async def delete_post(post_id: PostIdPath, user: CurrentUser, pool: Pg,
+                      commit_wait: CommitWait) -> Response:
     async with pool.connection() as conn, conn.transaction():
         found = await post_rows.lock_author(conn, post_id)
         if found is None:
@@ -117,4 +119,5 @@ async def delete_post(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Respo
             raise ProblemError(FORBIDDEN, "only the author may delete a post")
         if not already_deleted:
             await post_rows.soft_delete(conn, post_id)
+    await settle(commit_wait)   # a repeat too: the first one's commit may be that recent
     return Response(status_code=204)

@@ -4,12 +4,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from services.api.http.auth import CurrentUser
-from services.api.http.deps import Pg
+from services.api.http.deps import CommitWait, Pg
 from services.api.http.models import FollowOut, PostIdPath, UserIdPath
 from services.api.http.problems import (FORBIDDEN, NOT_FOUND, VALIDATION_FAILED, ProblemError,
                                         problem_responses)
 from services.api.stores import posts as post_rows
 from services.api.stores import social
+from services.api.feed.commit_wait import settle
 from services.api.write.visibility import likeable_by
 
 router = APIRouter(prefix="/v1", tags=["social"])
@@ -38,22 +39,26 @@ async def follow(author_id: UserIdPath, user: CurrentUser, pool: Pg) -> FollowOu
 
 @router.delete("/users/{author_id}/follow", status_code=204, response_class=Response,
                summary="Unfollow an author", responses=problem_responses(401, 422))
-async def unfollow(author_id: UserIdPath, user: CurrentUser, pool: Pg) -> Response:
+async def unfollow(author_id: UserIdPath, user: CurrentUser, pool: Pg,
+                   commit_wait: CommitWait) -> Response:
     async with pool.connection() as conn, conn.transaction():
         await social.unfollow(conn, user.user_id, author_id)
+    await settle(commit_wait)
     return Response(status_code=204)
 
 
 @router.put("/users/{user_id}/block", status_code=204, response_class=Response,
             summary="Block a user: hides content both ways and ends follows both ways",
             responses=problem_responses(401, 404, 422))
-async def block(user_id: UserIdPath, user: CurrentUser, pool: Pg) -> Response:
+async def block(user_id: UserIdPath, user: CurrentUser, pool: Pg,
+                commit_wait: CommitWait) -> Response:
     _refuse_self(user.user_id, user_id, "block")
     async with pool.connection() as conn, conn.transaction():
         await social.lock_pair(conn, user.user_id, user_id)
         if not await social.user_exists(conn, user_id):
             raise ProblemError(NOT_FOUND, "no such user")
         await social.block(conn, user.user_id, user_id)
+    await settle(commit_wait)
     return Response(status_code=204)
 
 

@@ -10,7 +10,11 @@ read is shared by every check in flight (single-flight).
 
 An event waits in an open stream's queue between that check and its send, so the route
 asks ``still_allows`` right before it writes the event: one more (shared) read of the
-log, which is what can have changed in between that the guarantee covers.
+log, which is what can have changed in between that the guarantee covers. That read
+must have gone out less than ``fresh_s`` before the write (``feed/commit_wait.py``):
+a hiding write it missed is answered ``feed_visibility_commit_wait_s`` after its commit,
+hence after the event; an older answer is read again, up to ``FRESH_READS`` times, and
+then the event is not sent (``FenceUnavailable``: the client is told to resync).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from typing import Callable
 from services.shared.domain import ids
 
 from ..feed.eligibility import PostState, ReaderGraph, Verdict, judge
-from ..feed.fence import VisibilityFence
+from ..feed.fence import FenceUnavailable, VisibilityFence
 from ..feed.recent_changes import NOTHING, RecentChanges
 from ..feed.store import FeedPort
 
@@ -31,13 +35,17 @@ from ..feed.store import FeedPort
 # deletion to a later event (a later event for the same post re-reads it).
 POST_STATE_TTL_S = 0.5
 POST_STATE_MEMO = 1024
+# Reads of the log tried for one event when each answer comes back older than the bound.
+FRESH_READS = 4
 
 
 class EligibilityGate:
     def __init__(self, store: FeedPort, fence: VisibilityFence | None = None,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 fresh_s: float | None = None) -> None:
         self._store = store
         self._fence = fence
+        self._fresh_s = fresh_s
         self._monotonic = monotonic
         self._posts: OrderedDict[int, tuple[float, asyncio.Future[PostState | None]]] = OrderedDict()
 
@@ -74,11 +82,24 @@ class EligibilityGate:
 
     async def still_allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
         """Whether nothing the visibility log says now hides an event already allowed
-        (its creation time is in its Snowflake id). Raises ``FenceUnavailable``."""
-        changes = await self._changes()
+        (its creation time is in its Snowflake id), on a read younger than ``fresh_s``:
+        the caller writes the event without awaiting anything else. Raises
+        ``FenceUnavailable``."""
+        changes = await self._fresh_changes()
         if changes is None:
             return True
         return not changes.for_reader(reader_id).hides(post_id, author_id, ids.timestamp_ms(post_id))
 
     async def _changes(self) -> RecentChanges | None:
         return await self._fence.sync() if self._fence is not None else None
+
+    async def _fresh_changes(self) -> RecentChanges | None:
+        fence = self._fence
+        if fence is None:
+            return None
+        for _ in range(FRESH_READS):
+            changes = await fence.sync()
+            if self._fresh_s is None or fence.answer_age() <= self._fresh_s:
+                return changes
+        raise FenceUnavailable(f"{FRESH_READS} reads of the visibility log each took longer "
+                               f"than the commit wait's bound ({self._fresh_s} s)")

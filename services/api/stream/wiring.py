@@ -14,6 +14,8 @@ from fastapi import FastAPI
 
 from services.shared.settings import Settings
 
+from ..feed.commit_wait import stream_bound
+
 from .gate import EligibilityGate
 from .hub import StreamHub
 from .leases import StreamLeases
@@ -25,7 +27,8 @@ async def open_stream(app: FastAPI) -> None:
     # A lease outlives two missed heartbeats, so one slow refresh does not free the slot.
     app.state.stream_leases = await asyncio.to_thread(
         StreamLeases, app.state.cassandra, store, int(settings.stream_heartbeat_s * 2) + 5)
-    gate = EligibilityGate(store, app.state.visibility_fence)
+    gate = EligibilityGate(store, app.state.visibility_fence,
+                           fresh_s=stream_bound(settings.feed_visibility_commit_wait_s))
 
     async def followed(reader_id: int) -> frozenset[int]:
         return frozenset(await store.following(reader_id, settings.feed_max_following))
