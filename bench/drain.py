@@ -16,7 +16,10 @@ one line per window and a summary:
   the peak while a backlog remained (issue 37: never more than 30 s); every topic's
   messages handled per window too;
 * follows/s: follows applied over the seconds the follows topic took to drain, the figure
-  compared between one node and three (same demo, same machine, one after the other).
+  compared between one node and three (same demo, same machine, one after the other);
+* the streams' side (issue 38): records added to the topics every API process reads in
+  full (``author-events``, and ``inbox-events`` where a stack still has it) over the run,
+  and the API service's CPU-seconds (its process tree, from /proc).
 """
 from __future__ import annotations
 
@@ -71,6 +74,37 @@ def handled(settings: Settings) -> dict[str, float]:
                     topic = _suffix(s.labels["topic"], settings.topic_prefix)
                     out[topic] = out.get(topic, 0.0) + s.value
     return out
+
+
+STREAM_TOPICS = ("author-events", "inbox-events")
+
+
+def stream_records(settings: Settings) -> int:
+    """Records in the topics each API process's stream consumer reads whole (no group):
+    the sum of their partitions' end offsets (a topic this stack lacks counts 0)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "bench-drain"})
+    try:
+        listed = consumer.list_topics(timeout=10).topics
+        total = 0
+        for suffix in STREAM_TOPICS:
+            topic = f"{settings.topic_prefix}.{suffix}"
+            for p in (listed[topic].partitions if topic in listed else {}):
+                total += consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+        return total
+    finally:
+        consumer.close()
+
+
+def api_cpu_s() -> float | None:
+    """CPU-seconds of the API service's process tree (None when it is not running)."""
+    from bench.wrk_load import tree_cpu_s
+    from deploy.services import daemon
+    from deploy.stack.layout import Layout
+
+    pid = daemon(Layout.from_env(), "api").pid()
+    return tree_cpu_s(pid) if pid else None
 
 
 def windows(samples: list[Sample]) -> list[dict[str, Any]]:
@@ -170,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(args.every_s)
     samples: list[Sample] = []
     seen_backlog, quiet_since = False, None
+    records_before, cpu_before = stream_records(settings), api_cpu_s()
     try:
         while time.monotonic() < deadline:
             try:
@@ -200,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     first = next(i for i, s in enumerate(samples) if s.lag)
     ws = windows(samples[max(0, first - 1):])
     result = summary(ws, args.every_s)
+    cpu_after = api_cpu_s()
+    result["streams"] = {
+        "records each API process read": stream_records(settings) - records_before,
+        "API CPU-s (all its processes)": (round(cpu_after - cpu_before, 1)
+                                          if cpu_after is not None and cpu_before is not None
+                                          else None)}
     print("drain: " + json.dumps(result))
     if args.out:
         with open(args.out, "w") as f:

@@ -8,9 +8,15 @@ Runs on its own keyspace and topic prefix (dropped at the end) against the runni
 stack, with a real ``python -m services.fanout`` worker subprocess.
 
 1. fan-out: ``authors`` ordinary authors with ``followers`` followers each publish
-   ``posts`` posts each at once; rows/s from the first post produced to the worker's row
-   counter reaching authors*followers*posts (scraped from its /metrics). One author (the
-   default) is a large audience; many authors with small audiences (``--authors 200
+   ``posts`` posts each at once; rows/s = authors*followers*posts (the posts' audiences)
+   over the time from the first post produced to the last post's ``AuthorPosted`` record
+   arriving on ``<prefix>.author-events`` (the worker publishes one per post once all
+   the post's rows are written, and waits for its ack: the fan-out of a post is done
+   when its record is readable). The rows are checked, once at the end, against the
+   worker's row counter (``feed_fanout_inbox_rows_total``, rows Cassandra acknowledged,
+   from its /metrics): a post whose readers were skipped is announced all the same, so
+   the announcements alone would not prove the rows. One author (the default) is a
+   large audience; many authors with small audiences (``--authors 200
    --followers 100``) is the full run's history, where each post's own reads and writes
    weigh beside its rows. Several authors draw their followers from one pool of readers
    (each reader follows about 8 of them, as in the full run's graph).
@@ -19,14 +25,16 @@ stack, with a real ``python -m services.fanout`` worker subprocess.
    worker running and idle. Beside it, the raw writer's best writing post by post (as the
    fan-out does), and CPU per row of the worker, the raw writer and Cassandra (computed
    from /proc and ``process_time``).
+   Then the contract's floor (``bench/fanout_floor.py``) on the same posts, announcing
+   one event per post on the worker's own author-events topic, as the worker does.
 3. latency: ``--rate`` posts/s for ``--seconds`` s by an author with 100 followers; per
-   post, from the CDC event's commit time (source.ts_ms = when produced) to its inbox
-   event arriving on ``<prefix>.inbox-events`` (published after the inbox rows are written).
+   post, from the CDC event's commit time (source.ts_ms = when produced) to its
+   ``AuthorPosted`` record on ``<prefix>.author-events`` (its CreateTime: when the worker
+   produced it, after all the post's inbox rows were written).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import secrets
@@ -42,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from bench.fanout_floor import floor_rates  # noqa: E402
@@ -50,7 +58,8 @@ from bench.raw_writer import best_of, best_raw_rate  # noqa: E402
 from bench.read_servers import stack_cpu_meter  # noqa: E402
 from bench.wrk_load import tree_cpu_s  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
-from services.shared.contracts.topics import all_topics, inbox_events_topic  # noqa: E402
+from services.shared.contracts.feed_events import parse_author  # noqa: E402
+from services.shared.contracts.topics import all_topics, author_events_topic  # noqa: E402
 from services.shared.domain.rules import INBOX_TTL_S  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
 from services.shared.stores import cql  # noqa: E402
@@ -94,12 +103,6 @@ def scrape(port: int, name: str) -> float:
     return 0.0
 
 
-# How often the fan-out's end is polled (its /metrics): every scrape costs the worker CPU
-# (5 % of its samples at 0.05 s, bench/results/2026-12-02-fanout-profile-s15), and the
-# end is late by at most one interval, which only lowers the measured rate.
-FANOUT_POLL_S = 0.2
-
-
 def wait(cond, timeout: float, what: str, every: float = 0.05):
     deadline = time.monotonic() + timeout
     while not (result := cond()):
@@ -107,6 +110,33 @@ def wait(cond, timeout: float, what: str, every: float = 0.05):
             raise SystemExit(f"bench: timed out waiting for {what}")
         time.sleep(every)
     return result
+
+
+def announcements(bootstrap: str, topic: str) -> Consumer:
+    """A consumer of every partition of ``topic`` from its beginning (assigned: no group
+    to join, and no record produced before its first fetch is skipped). For the run's own
+    author-events topic, whose records are all this run's."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.bench",
+                         "enable.auto.commit": False})
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+    return consumer
+
+
+def until_announced(consumer: Consumer, post_ids: set[int], timeout: float) -> None:
+    """Consume author events until every one of ``post_ids`` was announced. The fan-out's
+    end is read from Kafka rather than by polling the worker's /metrics, which cost it CPU
+    (5 % of its samples at 0.05 s, bench/results/2026-12-02-fanout-profile-s15); it is
+    late by the consumer's fetch at most, which only lowers the measured rate."""
+    left = set(post_ids)
+    deadline = time.monotonic() + timeout
+    while left:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: timed out waiting for fan-out: {len(left)} of "
+                             f"{len(post_ids)} posts not announced")
+        m = consumer.poll(0.2)
+        if m is not None and not m.error():
+            left.discard(parse_author(m.value()).post_id)
 
 
 def audiences_of(authors: list[int], followers: int) -> dict[int, list[int]]:
@@ -169,14 +199,23 @@ def main() -> int:
                     for i in range(args.posts) for k, a in enumerate(authors)}
         posts = [m for (i, a), pid in post_ids.items()
                  for m in events.post_created(events.post_row(pid, a, now))]
+        # Every author (and the small one) has no post yet: the topic is empty until now.
+        done = announcements(s.kafka_bootstrap, author_events_topic(name))
         before = scrape(port, "feed_fanout_inbox_rows_total")
         cassandra_cpu_s = stack_cpu_meter("cassandra")
         cpu, cass = tree_cpu_s(worker.pid), cassandra_cpu_s()
         start = time.perf_counter()
         send(s.kafka_bootstrap, posts)
-        wait(lambda: scrape(port, "feed_fanout_inbox_rows_total") - before >= rows, 600, "fan-out",
-             FANOUT_POLL_S)
+        try:
+            until_announced(done, set(post_ids.values()), 600)
+        finally:
+            done.close()
         fan = rows / (time.perf_counter() - start)
+        # Each post's rows are counted before its announcement is produced.
+        counted = scrape(port, "feed_fanout_inbox_rows_total") - before
+        if counted < rows:
+            raise SystemExit(f"bench: every post was announced, but the worker counted "
+                             f"{counted:.0f} inbox rows of {rows}")
         fan_cpu_us = (tree_cpu_s(worker.pid) - cpu) * 1e6 / rows
         fan_cass_us = (cassandra_cpu_s() - cass) * 1e6 / rows
         # The same rows again, by the best raw writer, into a scratch table of the same
@@ -188,7 +227,7 @@ def main() -> int:
         raw = best_raw_rate(session, pairs, INBOX_TTL_S, table="raw_inbox", server_cpu=cassandra_cpu_s)
         print(f"raw writer: {raw['rows_per_s']:,} rows/s, best of {len(raw['tried'])} settings: {raw['best']}")
         print(f"fan-out:    {fan:,.0f} rows/s ({args.authors} authors x {args.posts} posts x "
-              f"{args.followers} followers) "
+              f"{args.followers} followers, to the last post's author event) "
               f"= {fan / raw['rows_per_s']:.0%} of the best raw writer (computed)")
         print(f"CPU per row (computed from /proc and process_time): worker {fan_cpu_us:.1f} µs, "
               f"raw writer {raw['best']['client CPU µs per row (computed)']} µs; Cassandra "
@@ -203,11 +242,12 @@ def main() -> int:
                   f"{fan / by_post['rows/s']:.0%} of it (computed)")
 
         # The contract's floor (bench/fanout_floor.py): the least any fan-out here must do
-        # for these posts (read the audience, write the rows, announce them), by the
-        # cheapest client, into the same scratch table and the worker's inbox-events topic.
+        # for these posts (read the audience, write the rows, announce each post once), by
+        # the cheapest client, into the same scratch table and the worker's author-events
+        # topic (its partitions and replication).
         floor = floor_rates(session, [(pid, a) for (_, a), pid in post_ids.items()], audiences, now,
                             INBOX_TTL_S, table="raw_inbox", bootstrap=s.kafka_bootstrap,
-                            topic=inbox_events_topic(name), follower_page=s.fanout_follower_page,
+                            topic=author_events_topic(name), follower_page=s.fanout_follower_page,
                             cassandra_cpu=cassandra_cpu_s, kafka_cpu=stack_cpu_meter("kafka"))
         for step in floor["steps"].values():
             print(f"floor step {step['step']}: {step['rows/s']:,} rows/s "
@@ -222,18 +262,21 @@ def main() -> int:
 
         consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": f"{name}.bench",
                              "auto.offset.reset": "latest", "enable.auto.commit": False})
-        consumer.subscribe([inbox_events_topic(name)])
+        # From the end: the topic holds phase 1's and the floor's events (other authors').
+        consumer.subscribe([author_events_topic(name)])
         wait(lambda: consumer.poll(0.2) is None and consumer.assignment(), 60, "bench consumer")
-        committed: dict[str, float] = {}
-        seen: dict[str, float] = {}
+        committed: dict[int, float] = {}
+        seen: dict[int, float] = {}
         total = int(args.rate * args.seconds)
         producer = Producer({"bootstrap.servers": s.kafka_bootstrap, "partitioner": "murmur2_random",
                              "enable.idempotence": True, "linger.ms": 0})
 
         def record(m) -> None:
-            # The inbox event's CreateTime: when the worker published it, right after the
-            # rows were written (same machine clock as the commit time).
-            seen.setdefault(json.loads(m.value())["post_id"], m.timestamp()[1] / 1000)
+            # The post's author event's CreateTime: when the worker produced it, right
+            # after all the post's rows were written (same machine clock as the commit time).
+            event = parse_author(m.value())
+            if event.author_id == small:
+                seen.setdefault(event.post_id, m.timestamp()[1] / 1000)
         t0 = time.time()
         for i in range(total):
             target = t0 + i / args.rate
@@ -243,7 +286,7 @@ def main() -> int:
                     record(m)
             ts = datetime.now(timezone.utc)
             pid = post_id_at(ts, 1000 + i)
-            committed[str(pid)] = time.time()
+            committed[pid] = time.time()
             for c in events.post_created(events.post_row(pid, small, ts)):
                 producer.produce(c.topic, key=c.key, value=c.value)
             producer.flush(10)

@@ -6,23 +6,27 @@ The contract (../shared/DESIGN.md, docs/fanout.md) asks, per post of an ordinary
 - **read** its audience: the author's follower rows (``followers``, the table the fan-out
   pages), every page;
 - **write** one inbox row per follower, with the inbox TTL and a write time;
-- **announce** one inbox event per follower on ``<prefix>.inbox-events`` (the SSE stream
-  reads it), keyed by reader: the bytes ``feed_events.encode_landed`` builds.
+- **announce** the post once, after its rows are written: one ``AuthorPosted`` record on
+  ``<prefix>.author-events`` (the API's streams read it), keyed by author, the bytes
+  ``feed_events.encode`` builds. (Until issue 38 it was one ``inbox-events`` record per
+  follower; the floor's results from before then announced per row.)
 
 The floor client does only that, for posts in the order given, ``in_flight`` posts at
 once: reads through ``CqlRunner`` (as the fan-out), writes as the raw writer's ``posts``
 strategy (one post's readers that share replicas in unlogged batches of up to 200 rows,
 kept serialized as the fan-out's: the post's values bound once, each reader packed; at
 most 16 batches in flight across the posts, as the raw writer's best),
-events through confluent-kafka's producer (librdkafka, in C: acks=all, idempotent, the
-Java client's murmur2 partitioner, 5 ms linger), flushed once at the end. It reads no
+the post's event through confluent-kafka's producer once its batches are acknowledged
+(librdkafka, in C: acks=all, idempotent, the Java client's murmur2 partitioner, 5 ms
+linger), flushed once at the end (the fan-out waits for each post's ack). It reads no
 copy, tier, block or inactive reader, writes no copy, timeline row or mark, consumes
 nothing from Kafka and commits no offset: all of those the fan-out does as well, so the
 floor is an upper bound for it, not a peer.
 
 Four steps, each over the same posts, so each part's cost shows: write; read + write;
 write + announce (an audience the client knew, as a graph held in memory would give);
-read + write + announce (the floor). CPU per row of the client, the Cassandra nodes and
+read + write + announce (the floor). Rates are rows/s (inbox rows written; a post's
+event is part of its cost, not a row). CPU per row of the client, the Cassandra nodes and
 the Kafka brokers is computed from ``process_time`` and /proc.
 """
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Any, Callable, Mapping, Sequence
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.raw_writer import serialized_batches
-from services.shared.contracts.feed_events import encode_landed
+from services.shared.contracts.feed_events import AuthorPosted, encode
 from services.shared.stores.cql_async import CqlRunner, replica_group
 
 BATCH_ROWS = 200  # the raw writer's best batch size for one post's rows
@@ -79,7 +83,7 @@ class Step:
 
 
 class _Announcer:
-    """Inbox events through librdkafka; ``produce`` never blocks the loop: a full local
+    """Author events through librdkafka; ``produce`` never blocks the loop: a full local
     queue is drained by ``poll`` and the record retried. ``flush`` checks, from the
     topic's end offsets, that every record produced since the last flush was stored (a
     failed delivery would otherwise only show in a per-record callback, whose Python call
@@ -114,10 +118,10 @@ class _Announcer:
 
     def flush(self) -> None:
         if self._producer.flush(60) != 0:
-            raise SystemExit("bench floor: inbox events were not all delivered within 60 s")
+            raise SystemExit("bench floor: author events were not all delivered within 60 s")
         end = self._end()
         if end - self._stored < self._produced:
-            raise SystemExit(f"bench floor: {self._produced} inbox events produced, "
+            raise SystemExit(f"bench floor: {self._produced} author events produced, "
                              f"{end - self._stored} stored")
         self._stored, self._produced = end, 0
 
@@ -157,7 +161,8 @@ async def _run(session: Any, runner: CqlRunner, insert: Any, page: Any,
                                          BATCH_ROWS, session.keyspace)
             await asyncio.gather(*(send(b) for b, _ in batches))
             if announcer is not None:
-                announcer.send(encode_landed(readers, post_id, author_id, created_at))
+                # One event per post, once its rows are written (as the fan-out).
+                announcer.send([encode(AuthorPosted(author_id, post_id, created_at))])
             written += len(readers)
         finally:
             limit.release()
@@ -182,7 +187,9 @@ def floor_rates(session: Any, posts: Sequence[tuple[int, int]],
     after one warm-up pass; per step, its best setting. ``table`` is a scratch table of
     ``feed_inbox``'s shape in the session's keyspace; ``audiences`` the followers each
     author has in ``followers_table`` (the fan-out's ``followers``, in this keyspace or
-    qualified with another; the steps that do not read use ``audiences``)."""
+    qualified with another; the steps that do not read use ``audiences``); ``topic`` the
+    author-events topic the posts are announced on (the fan-out's, or one with its
+    partitions and replication: ``topics.author_events_topic`` of a migrated prefix)."""
     insert = session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
                              "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
     page = session.prepare(f"SELECT follower_id FROM {followers_table} WHERE followed_id=?")

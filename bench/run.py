@@ -71,11 +71,12 @@ def raw_cassandra(graph, rows: int, settings) -> tuple[dict, dict]:
     into the scratch keyspace (same migrations, same replication), services idle; then the
     contract's floor (bench/fanout_floor.py) on the same posts: their followers read from
     the bench keyspace's ``followers`` (what the fan-out read), rows into the scratch
-    keyspace, events onto its inbox-events topic (same partitions and replication)."""
+    keyspace, one event per post onto its author-events topic (made by ``fresh_stores``
+    in ``raw_rates``: the fan-out's partitions and replication), as the fan-out announces."""
     from bench.fanout_floor import floor_rates
     from bench.raw_writer import best_raw_rate, history_posts, pairs_of
     from bench.read_servers import stack_cpu_meter
-    from services.shared.contracts.topics import inbox_events_topic
+    from services.shared.contracts.topics import author_events_topic
     from services.shared.domain.rules import INBOX_TTL_S
 
     posts, fans = history_posts(graph.follower.tolist(), graph.followed.tolist(), graph.posts,
@@ -88,7 +89,7 @@ def raw_cassandra(graph, rows: int, settings) -> tuple[dict, dict]:
         raw = best_raw_rate(session, pairs, INBOX_TTL_S, server_cpu=cassandra_cpu)
         floor = floor_rates(session, posts, fans, datetime.now(timezone.utc), INBOX_TTL_S,
                             table="feed_inbox", bootstrap=scratch.kafka_bootstrap,
-                            topic=inbox_events_topic(RAW), follower_page=settings.fanout_follower_page,
+                            topic=author_events_topic(RAW), follower_page=settings.fanout_follower_page,
                             cassandra_cpu=cassandra_cpu, kafka_cpu=stack_cpu_meter("kafka"),
                             followers_table=f"{settings.cassandra_keyspace}.followers")
         return raw, floor

@@ -25,6 +25,8 @@ CLEANUP_ROWS = Counter("feed_fanout_cleanup_rows_total", "Inbox rows removed", [
 TRIMS = Counter("feed_fanout_inbox_trims_total", "Inboxes trimmed to the length cap")
 CELEBRITY_POSTS = Counter("feed_fanout_celebrity_posts_total",
                           "Posts kept in the author partition only")
+POSTS_ANNOUNCED = Counter("feed_fanout_posts_announced_total",
+                          "author-events records published (one per post made readable)")
 FOLLOWER_DRIFT = Gauge("feed_reconcile_follower_drift_authors",
                        "Authors whose follower count differs from Postgres (last reconciliation)")
 RANK_MOVE_ROWS = Histogram("feed_fanout_rank_move_rows",

@@ -7,7 +7,8 @@ writes that do not depend on each other go out together. Posts of one batch fan 
 concurrently, so capacity is measured over their overlap (``OverlapMeter``). A page of
 inbox rows that times out is retried on its own (``StoreRetry``), not the whole post,
 and each timeout halves the capacity estimate, so the tier policy sheds the largest
-audiences while the store is overloaded.
+audiences while the store is overloaded. A post made readable (its rows written, or a
+celebrity's kept in the author partition) is announced once on ``author-events``.
 """
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from functools import partial
 from typing import Awaitable, Callable
 
 from services.shared.contracts.envelope import ChangeRecord
-from services.shared.contracts.feed_events import CelebrityPosted, encode_landed
+from services.shared.contracts.feed_events import AuthorPosted
 from services.shared.contracts.feed_events import encode as encode_event
 from services.shared.contracts.rank_moves import RankKeyMoved
-from services.shared.contracts.topics import author_events_topic, inbox_events_topic
+from services.shared.contracts.topics import author_events_topic
 from services.shared.domain.ids import EPOCH
 from services.shared.domain.ranking import rank_key
 from services.shared.stores.cql_async import StoreRetry
@@ -34,7 +35,8 @@ from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
 from .inbox import InboxPort
 from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
-                      FANOUT_SECONDS, INACTIVE_ROWS_SKIPPED, INBOX_ROWS, STORE_RETRIES, TRIMS)
+                      FANOUT_SECONDS, INACTIVE_ROWS_SKIPPED, INBOX_ROWS, POSTS_ANNOUNCED,
+                      STORE_RETRIES, TRIMS)
 from .rank_moves import RankMoves
 from .tier_store import TierStore
 from .tiering import OverlapMeter, Tier
@@ -61,7 +63,6 @@ class PostFanout:
         self._inbox = inbox
         self._tiers = tiers
         self._publisher = publisher
-        self._inbox_topic = inbox_events_topic(topic_prefix)
         self._author_topic = author_events_topic(topic_prefix)
         self._now_ms = wall_clock_ms
         self._now_us = wall_clock_us
@@ -134,8 +135,7 @@ class PostFanout:
         decision = await self._tiers.tier_for_post(copy.author_id, followers)
         if decision.tier is Tier.CELEBRITY:
             await self._copies.mark_fanned_out(post_id, False, lsn)
-            event_key, value = encode_event(CelebrityPosted(copy.author_id, post_id, copy.created_at))
-            await delivered([await self._publisher.send(self._author_topic, event_key, value)])
+            await self._announce(copy.author_id, post_id, copy.created_at)
             CELEBRITY_POSTS.inc()
             return
         ttl_s = inbox_ttl_s(copy.created_at, datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc))
@@ -157,7 +157,6 @@ class PostFanout:
         if metered:
             self._meter.started(started)
         rows = skipped = 0
-        pending = []
         try:
             async for page in self._copies.follower_pages(copy.author_id):
                 readers = readers_for_post(copy.author_id, copy.created_at, page, blocked)
@@ -175,9 +174,6 @@ class PostFanout:
                     sample = self._meter.wrote(self._monotonic(), written)
                     if sample is not None:
                         self._tiers.capacity.observe(*sample)
-                pending += await self._publisher.send_keyed(
-                    self._inbox_topic, encode_landed(readers, post_id, copy.author_id,
-                                                     copy.created_at))
                 TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, self._now_us()))
         finally:
             finished = self._monotonic()
@@ -190,8 +186,16 @@ class PostFanout:
         FANOUT_SECONDS.observe(elapsed)
         if rows and change.commit_ts_ms and not change.snapshot:
             EVENT_TO_INBOX.observe(max(0, self._now_ms() - change.commit_ts_ms) / 1000)
-        await delivered(pending)
+        # One announcement per post, after every row of it is written (the API's streams
+        # route it to connected followers; a replay announces again, same event id).
+        await self._announce(copy.author_id, post_id, copy.created_at)
         await self._follow_a_move(post_id, copy.author_id, copy.created_at, key)
+
+    async def _announce(self, author_id: int, post_id: int, created_at: datetime) -> None:
+        """Publish the post's ``author-events`` record and wait for the broker's ack."""
+        event_key, value = encode_event(AuthorPosted(author_id, post_id, created_at))
+        await delivered([await self._publisher.send(self._author_topic, event_key, value)])
+        POSTS_ANNOUNCED.inc()
 
     async def _follow_a_move(self, post_id: int, author_id: int, created_at: datetime,
                              pushed_key: float) -> None:

@@ -10,7 +10,9 @@ Round trips of a follow change, each step's statements concurrent:
 2. a follow only: read back the ``followers`` copy's write time (is this change still
    the pair's newest?), and read the author's posts of the window (after the follow is
    written: see docs/fanout.md, post-before-follow);
-3. only when there are such posts: the block check and the posts' copies, then pushes.
+3. only when there are such posts: the block check and the posts' copies, then pushes,
+   and the posts announced again on ``author-events`` (the reader's stream may not have
+   known the follow when they were first announced).
 The change is also published to ``<prefix>.follow-counts`` keyed by the author: the
 follower count's one owner (the ``follow_counts`` agent) moves it, without a Paxos round
 (services/shared/domain/owned_counts.py). The batch is acked once that record is in its
@@ -24,9 +26,9 @@ from typing import Awaitable, Callable
 
 from services.shared.contracts import edge_counts
 from services.shared.contracts.envelope import ChangeRecord, parse_timestamp, require_int
-from services.shared.contracts.feed_events import PostLandedInInbox
+from services.shared.contracts.feed_events import AuthorPosted
 from services.shared.contracts.feed_events import encode as encode_event
-from services.shared.contracts.topics import follow_counts_topic, inbox_events_topic
+from services.shared.contracts.topics import author_events_topic, follow_counts_topic
 from services.shared.worker.event_publisher import EventPublisher, delivered, settle
 
 from .audience import PostCopy, backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
@@ -48,7 +50,7 @@ class RelationChanges:
         self._unflag = unflag
         self._inbox = inbox
         self._publisher = publisher
-        self._inbox_topic = inbox_events_topic(topic_prefix)
+        self._author_topic = author_events_topic(topic_prefix)
         self._counts_topic = follow_counts_topic(topic_prefix)
         self._clock = clock
         self._now_us = wall_clock_us
@@ -133,9 +135,10 @@ class RelationChanges:
         await self._inbox.push_posts(reader_id, [
             InboxRow(c.post_id, author_id, c.rank_key, key_write_ts(c.key_ts, _created_at(c), at), ttl)
             for c, ttl in landing if c.rank_key is not None])
-        events = [encode_event(PostLandedInInbox(reader_id, c.post_id, author_id, _created_at(c)))
-                  for c, _ in landing]
-        futures = [await self._publisher.send(self._inbox_topic, k, v) for k, v in events]
+        # The posts' own announcements may have gone out before this reader's stream knew
+        # the follow: announced again (same event ids; a stream sends a post once).
+        events = [encode_event(AuthorPosted(author_id, c.post_id, _created_at(c))) for c, _ in landing]
+        futures = [await self._publisher.send(self._author_topic, k, v) for k, v in events]
         INBOX_ROWS.inc(len(landing))
         await delivered(futures)
 

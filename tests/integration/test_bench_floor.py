@@ -1,7 +1,8 @@
 """The contract's floor (bench/fanout_floor.py) on the session's Cassandra and Kafka: each
 step writes every follower's row once, the steps that read take the audience from
-``followers``, and the steps that announce put one inbox event per row on the topic,
-readable by the inbox-events parser."""
+``followers``, and the steps that announce put one author event per post on the topic
+(as the fan-out does since issue 38), keyed by the author, readable by the author-events
+parser."""
 from __future__ import annotations
 
 import time
@@ -12,14 +13,14 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.fanout_floor import FLOOR_STEP, STEPS, floor_rates
-from services.shared.contracts.feed_events import parse_inbox
+from services.shared.contracts.feed_events import author_event_id, parse_author
 from services.shared.settings import Settings
 from services.shared.stores import cql
 
 pytestmark = pytest.mark.integration
 
 
-def test_the_floor_writes_reads_and_announces_every_row(settings: Settings) -> None:
+def test_the_floor_writes_reads_every_row_and_announces_every_post(settings: Settings) -> None:
     session = cql.session(settings)
     topic = f"{settings.topic_prefix}.floor-test"
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
@@ -36,8 +37,9 @@ def test_the_floor_writes_reads_and_announces_every_row(settings: Settings) -> N
                 session.execute(add, (author, reader, since))
         posts = [(7_520_000_000 + 10 * i + k, author) for i in range(5) for k, author in enumerate(authors)]
         expected = {(r, p) for p, a in posts for r in authors[a]}
+        created_at = datetime.now(timezone.utc).replace(microsecond=0)  # events carry ms
 
-        result = floor_rates(session, posts, authors, datetime.now(timezone.utc), 3600,
+        result = floor_rates(session, posts, authors, created_at, 3600,
                              table="floor_inbox", bootstrap=settings.kafka_bootstrap, topic=topic,
                              follower_page=7, cassandra_cpu=lambda: 0.0, kafka_cpu=lambda: 0.0,
                              in_flight=(1, 4))
@@ -51,26 +53,32 @@ def test_the_floor_writes_reads_and_announces_every_row(settings: Settings) -> N
         assert stored == expected
 
         # The warm-up (a fifth of the posts, reading and announcing) and the two
-        # announcing steps at each setting: every row once each time.
-        warm = {(r, p) for p, a in posts[: len(posts) // 5] for r in authors[a]}
-        announced = len(warm) + len(expected) * 2 * 2
+        # announcing steps at each setting: every post once each time, not once per row.
+        warm = set(posts[: len(posts) // 5])
+        announced = len(warm) + len(posts) * 2 * 2
         consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"{topic}.check",
                              "auto.offset.reset": "earliest", "enable.auto.commit": False})
         consumer.subscribe([topic])
-        seen: dict[tuple[int, int], int] = {}
+        seen: dict[tuple[int, int], int] = {}  # (post, author) -> events
         deadline = time.monotonic() + 60
-        while sum(seen.values()) < announced and time.monotonic() < deadline:
-            m = consumer.poll(0.5)
+        # Until the topic has been quiet for 2 s after the expected count: an event per
+        # row, or any extra event, would be counted.
+        while time.monotonic() < deadline:
+            m = consumer.poll(0.5 if sum(seen.values()) < announced else 2.0)
+            if m is None and sum(seen.values()) >= announced:
+                break
             if m is None or m.error():
                 continue
-            event = parse_inbox(m.value())
-            assert m.key() == f'"{event.reader_id}"'.encode()
-            pair = (event.reader_id, event.post_id)
+            event = parse_author(m.value())
+            assert m.key() == f'"{event.author_id}"'.encode()
+            assert event.event_id == author_event_id(event.author_id, event.post_id)
+            assert event.created_at == created_at
+            pair = (event.post_id, event.author_id)
             seen[pair] = seen.get(pair, 0) + 1
         consumer.close()
-        assert set(seen) == expected
+        assert set(seen) == set(posts)
         assert sum(seen.values()) == announced
-        assert all(seen[pair] == (5 if pair in warm else 4) for pair in expected)
+        assert all(seen[post] == (5 if post in warm else 4) for post in posts)
     finally:
         session.execute("DROP TABLE IF EXISTS floor_inbox")
         admin.delete_topics([topic], operation_timeout=30)

@@ -23,7 +23,7 @@ from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id
 from tests.support.feed_world import FeedWorld, feed_ids, walk
 from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
-                                      serve_stream_api, wait_ready)
+                                      serve_stream_api, wait_ready, wait_routed)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -210,19 +210,20 @@ def test_the_stream_sends_nothing_deleted_blocked_or_unfollowed(stream_api: Runn
     try:
         assert scene.as_author.delete(f"/v1/posts/{deleted}").status_code == 204
         post = world.write(scene.author, post_id=deleted)  # the copy: not deleted, as before
-        world.announce_inbox(scene.reader, post)
-        world.announce_inbox(scene.reader, world.write(scene.author, post_id=kept))
+        world.announce(post)
+        world.announce(world.write(scene.author, post_id=kept))
         event = next_new_item(stream, DELIVERY_DEADLINE_S)
         assert event is not None and json.loads(event["data"])["post_id"] == str(kept)
         # Stamped with when it passed its last check (a comment line clients ignore).
         assert abs(int(event["sent"]) / 1000 - time.time()) < DELIVERY_DEADLINE_S
         assert scene.as_reader.delete(f"/v1/users/{scene.author}/follow").status_code == 204
-        world.announce_inbox(scene.reader, world.write(scene.author, post_id=unfollowed_post))
+        world.announce(world.write(scene.author, post_id=unfollowed_post))
         # A later event the reader may see proves the earlier one was processed.
         friend = new_user_id()
         world.follow(scene.reader, friend)
+        wait_routed(stream_api, scene.reader, friend)
         proof = world.write(friend, inbox_of=[scene.reader])
-        world.announce_inbox(scene.reader, proof)
+        world.announce(proof)
         event = next_new_item(stream, DELIVERY_DEADLINE_S)
         assert event is not None and json.loads(event["data"])["post_id"] == str(proof.post_id)
     finally:

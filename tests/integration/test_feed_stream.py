@@ -10,7 +10,7 @@ from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id
 from tests.support.feed_world import FeedWorld
 from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
-                                      serve_stream_api, wait_ready)
+                                      serve_stream_api, wait_ready, wait_routed)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -41,8 +41,7 @@ def test_new_post_reaches_a_connected_follower_and_never_a_blocked_reader(
     fan, shunned = open_stream(stream_api, follower), open_stream(stream_api, blocked)
     try:
         post = world.write(author, inbox_of=[follower, blocked])  # a stale row for `blocked`
-        world.announce_inbox(blocked, post)
-        world.announce_inbox(follower, post)
+        world.announce(post)
         event = next_new_item(fan, DELIVERY_DEADLINE_S)
         assert event is not None, "no new_item within the deadline"
         assert json.loads(event["data"]) == {"post_id": str(post.post_id), "feed_version": "live"}
@@ -50,8 +49,9 @@ def test_new_post_reaches_a_connected_follower_and_never_a_blocked_reader(
         # A later event the blocked reader may see proves its stream processed the first.
         other = new_user_id()
         world.follow(blocked, other)
+        wait_routed(stream_api, blocked, other)
         marker = world.write(other, inbox_of=[blocked])
-        world.announce_inbox(blocked, marker)
+        world.announce(marker)
         seen = next_new_item(shunned, ABSENCE_DEADLINE_S)
         assert seen is not None and json.loads(seen["data"])["post_id"] == str(marker.post_id)
     finally:
@@ -72,7 +72,7 @@ def test_celebrity_post_reaches_followers_connected_to_any_process(
     a, b = open_stream(stream_api, here), open_stream(second_api, there, params={"feed_version": version})
     try:
         post = world.write(star)
-        world.announce_celebrity(post)
+        world.announce(post)
         got_a, got_b = next_new_item(a, DELIVERY_DEADLINE_S), next_new_item(b, DELIVERY_DEADLINE_S)
         assert got_a is not None and got_b is not None
         assert json.loads(got_a["data"])["post_id"] == str(post.post_id)
@@ -89,12 +89,12 @@ def test_reconnect_with_last_event_id_gets_the_missed_events(stream_api: Running
     world.follow(reader, author)
     first_stream = open_stream(stream_api, reader)
     first = world.write(author, inbox_of=[reader])
-    world.announce_inbox(reader, first)
+    world.announce(first)
     event = next_new_item(first_stream, DELIVERY_DEADLINE_S)
     assert event is not None
     first_stream.close()
     missed = world.write(author, inbox_of=[reader])
-    world.announce_inbox(reader, missed)
+    world.announce(missed)
     hub = stream_api.app.state.stream_hub
     wait_until(lambda: not hub.resume(reader, event["id"]).resync
                and hub.resume(reader, event["id"]).events, timeout=DELIVERY_DEADLINE_S,

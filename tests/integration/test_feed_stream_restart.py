@@ -82,7 +82,7 @@ def test_a_restarted_consumer_replays_the_events_open_streams_missed(
     try:
         outage = ConsumerOutage(restart_api, monkeypatch)
         missed = world.write(author, inbox_of=[reader])
-        world.announce_inbox(reader, missed)  # produced while no consumer runs
+        world.announce(missed)  # produced while no consumer runs
         outage.end()
         event = next_new_item(stream, DELIVERY_DEADLINE_S)
         assert event is not None, "the event produced during the restart was lost"
@@ -105,20 +105,20 @@ def test_a_gap_the_consumer_does_not_replay_sends_resync_to_every_open_stream(
     resyncs_before = _restarts(restart_api, "resync")
     try:
         before = world.write(author, inbox_of=[reader])
-        world.announce_inbox(reader, before)
+        world.announce(before)  # to both: they follow its author
         seen = next_new_item(stream, DELIVERY_DEADLINE_S)
         assert seen is not None
+        assert next_new_item(other_stream, DELIVERY_DEADLINE_S) is not None
         outage = ConsumerOutage(restart_api, monkeypatch)
         missed = world.write(author, inbox_of=[reader, other])
-        world.announce_inbox(reader, missed)
-        world.announce_inbox(other, missed)
+        world.announce(missed)
         outage.end()
         assert stream.next_item(DELIVERY_DEADLINE_S) == RESYNC_EVENT
         assert other_stream.next_item(DELIVERY_DEADLINE_S) == RESYNC_EVENT
         assert _restarts(restart_api, "resync") == resyncs_before + 1
         # The stream goes on after the resync.
         after = world.write(author, inbox_of=[reader])
-        world.announce_inbox(reader, after)
+        world.announce(after)
         event = next_new_item(stream, DELIVERY_DEADLINE_S)
         assert event is not None and json.loads(event["data"])["post_id"] == str(after.post_id)
     finally:

@@ -33,10 +33,10 @@ from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
 from services.ranker.rank_keys import planned_move
 from services.ranker.store import RankStore
-from services.shared.contracts.feed_events import CelebrityPosted, PostLandedInInbox
+from services.shared.contracts.feed_events import AuthorPosted
 from services.shared.contracts.feed_events import encode as encode_event
 from services.shared.contracts.serving_changes import ServingChange
-from services.shared.contracts.topics import (author_events_topic, inbox_events_topic,
+from services.shared.contracts.topics import (author_events_topic,
                                               serving_changes_topic)
 from services.shared.domain import ids
 from services.shared.domain.ranking import rank_key
@@ -209,13 +209,10 @@ class FeedWorld:
         self._producer.produce(topic, key=key, value=value)
         assert self._producer.flush(10) == 0
 
-    def announce_inbox(self, reader: int, post: Post) -> None:
-        key, value = encode_event(PostLandedInInbox(reader, post.post_id, post.author_id,
-                                                    post.created_at))
-        self._produce(inbox_events_topic(self.settings.topic_prefix), key, value)
-
-    def announce_celebrity(self, post: Post) -> None:
-        key, value = encode_event(CelebrityPosted(post.author_id, post.post_id, post.created_at))
+    def announce(self, post: Post) -> None:
+        """The post's ``author-events`` record, as the fan-out publishes it once the post
+        is readable (its inbox rows written, or a celebrity's author partition)."""
+        key, value = encode_event(AuthorPosted(post.author_id, post.post_id, post.created_at))
         self._produce(author_events_topic(self.settings.topic_prefix), key, value)
 
 

@@ -36,6 +36,15 @@ def wait_ready(api: RunningApi) -> None:
                    message="the stream consumer to be ready")
 
 
+def wait_routed(api: RunningApi, reader: int, author: int) -> None:
+    """Wait until ``api``'s stream hub routes ``author``'s events to ``reader``: a follow
+    made after the stream opened reaches the hub's index through a serving-changes
+    notice (services/api/stream/hub.py, ``follows_changed``)."""
+    hub = api.app.state.stream_hub
+    wait_until(lambda: hub.routes(author, reader), timeout=DELIVERY_DEADLINE_S,
+               message=f"the hub to route author {author}'s events to reader {reader}")
+
+
 def open_stream(api: RunningApi, reader: int, **kwargs: object) -> SseReader:
     stream = SseReader(api.client(reader, timeout=60), **kwargs)  # type: ignore[arg-type]
     assert stream.connected.wait(10), "stream did not open"

@@ -13,7 +13,7 @@ from services.fanout.cleanup import (post_removal_reaches_inboxes, purges_for_bl
                                      purges_for_unfollow, rows_to_purge)
 from services.fanout.tiering import Tier
 from services.shared.contracts.envelope import MalformedEnvelope, parse_change
-from services.shared.contracts.feed_events import CelebrityPosted, PostLandedInInbox, encode
+from services.shared.contracts.feed_events import AuthorPosted, encode
 from services.shared.settings import Settings
 from services.shared.worker.faust_app import RawMessage
 from services.shared.worker.poison_guard import (FailureBudget, GuardedProcessing, WorkerMustStop,
@@ -119,12 +119,8 @@ def test_removal_walks_inboxes_only_for_posts_that_were_fanned_out():
     assert not post_removal_reaches_inboxes(None, Tier.CELEBRITY)
 
 
-def test_events_carry_ids_as_strings_keyed_by_reader_or_author():
-    key, value = encode(PostLandedInInbox(7, 10, 1, T))
-    assert key == b'"7"' and json.loads(value) == {"event_id": "inbox:7:10", "reader_id": "7",
-                                                 "post_id": "10", "author_id": "1",
-                                                 "created_at": "2026-11-01T12:00:00.000Z"}
-    key, value = encode(CelebrityPosted(1, 10, T))
+def test_events_carry_ids_as_strings_keyed_by_author():
+    key, value = encode(AuthorPosted(1, 10, T))
     assert key == b'"1"' and json.loads(value) == {"event_id": "author:1:10", "author_id": "1",
                                                  "post_id": "10",
                                                  "created_at": "2026-11-01T12:00:00.000Z"}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from services.api.stream.restart_plan import plan_restart
 
-A, B = ("inbox-events", 0), ("author-events", 0)
+A, B = ("author-events", 0), ("author-events", 1)
 LOG_START = {A: 0, B: 0}
 
 

@@ -198,6 +198,9 @@ class ServingCache:
         self.hits = {"post": 0, "graph": 0, "timeline": 0, "inbox": 0, "preferences": 0}
         self.misses = {"post": 0, "graph": 0, "timeline": 0, "inbox": 0, "preferences": 0}
         self.stale_fills = 0
+        # Called with the users a notice names as having new follows or blocks (the
+        # stream hub re-reads their follow lists: stream/hub.py ``follows_changed``).
+        self.graph_listeners: list[Callable[[tuple[int, ...]], None]] = []
 
     # -- the consumer's side -----------------------------------------------------------
     def heard(self) -> None:
@@ -251,6 +254,9 @@ class ServingCache:
                 self._stale_posts.pop(post_id)
         for user_id in change.graphs:
             self.graphs.pop(user_id)
+        if change.graphs:
+            for listener in self.graph_listeners:
+                listener(change.graphs)
         for key in change.timelines:
             self.timelines.pop(key)
         for reader_id in change.inboxes:

@@ -1,9 +1,10 @@
 """This process's own consumer of the fan-out's events, feeding the ``StreamHub``.
 
 No consumer group: every API process is assigned every partition of
-``<prefix>.inbox-events`` and ``<prefix>.author-events`` and starts at the end (events
-before the process started are not news to anyone connected to it; a reconnecting
-client catches up through its first page). Nothing is committed. The hub is marked
+``<prefix>.author-events`` (one record per post made readable, not per inbox row, so a
+process reads O(posts) whatever the audiences) and starts at the end (events before the
+process started are not news to anyone connected to it; a reconnecting client catches up
+through its first page). Nothing is committed. The hub is marked
 ready once the end offsets are pinned, which ``/readyz`` reports (``feed_stream``).
 
 A bad message is counted and skipped; a consumer failure is logged, counted and the
@@ -23,8 +24,8 @@ import os
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from fastapi import FastAPI
 
-from services.shared.contracts.feed_events import parse_author, parse_inbox
-from services.shared.contracts.topics import author_events_topic, inbox_events_topic
+from services.shared.contracts.feed_events import parse_author
+from services.shared.contracts.topics import author_events_topic
 from services.shared.settings import Settings
 from services.shared.worker.kafka_consumers import restart_delay, wait_for_assignment
 
@@ -38,8 +39,9 @@ log = logging.getLogger(__name__)
 MAX_RECORDS = 200
 POLL_TIMEOUT_MS = 500
 # Longest gap a restarted consumer replays instead of telling streams to resync. An
-# event for a reader not connected here costs 15-20 us to dispatch (measured on the
-# 2-core machine under a benchmark), so 20,000 take under a second with the fetches: the
+# event nobody connected here is owed costs 15-20 us to dispatch (measured on the 2-core
+# machine under a benchmark, for the per-row events these replaced; a post's event
+# routed to no follower is a dict lookup), so 20,000 take under a second with the fetches: the
 # events behind them wait less than the freshness target (1.5 s), and no client refetches.
 # A longer gap (a consumer down for minutes under load) is cheaper as one resync.
 MAX_REPLAY_EVENTS = 20_000
@@ -75,25 +77,20 @@ async def _position_consumer(consumer: AIOKafkaConsumer, topics: list[str],
         log.info("stream consumer restarted: %s", plan.reason)
 
 
-async def _dispatch(hub: StreamHub, topic: str, inbox_topic: str, value: bytes | None) -> str:
+async def _dispatch(hub: StreamHub, value: bytes | None) -> str:
     """One record to the hub; a malformed one raises ``MalformedEnvelope`` (services/shared/
-    feed_events.py), counted and skipped by the caller."""
+    contracts/feed_events.py), counted and skipped by the caller."""
     if value is None:
         return "empty"
-    if topic == inbox_topic:
-        landed = parse_inbox(value)
-        sent = await hub.post_landed(landed.reader_id, landed.post_id, landed.author_id)
-    else:
-        posted = parse_author(value)
-        sent = await hub.author_posted(posted.author_id, posted.post_id)
+    posted = parse_author(value)
+    sent = await hub.author_posted(posted.author_id, posted.post_id)
     return "sent" if sent else "not_routed"
 
 
 async def consume_into_hub(hub: StreamHub, settings: Settings, metrics: FeedMetrics,
                            max_replay: int = MAX_REPLAY_EVENTS) -> None:
     """Run until cancelled: Kafka -> hub, restarting the consumer on failure."""
-    inbox_topic = inbox_events_topic(settings.topic_prefix)
-    topics = [inbox_topic, author_events_topic(settings.topic_prefix)]
+    topics = [author_events_topic(settings.topic_prefix)]
     # Per partition, the offset after the last event handed to the hub: where a restarted
     # consumer resumes. Kept across restarts of the consumer, for the life of the process.
     consumed: dict[TopicPartition, int] = {}
@@ -113,7 +110,7 @@ async def consume_into_hub(hub: StreamHub, settings: Settings, metrics: FeedMetr
                                                  max_records=MAX_RECORDS)
                 records = [r for batch in batches.values() for r in batch]
                 outcomes = await asyncio.gather(
-                    *(_dispatch(hub, r.topic, inbox_topic, r.value) for r in records),
+                    *(_dispatch(hub, r.value) for r in records),
                     return_exceptions=True)
                 for outcome in outcomes:
                     if isinstance(outcome, BaseException):

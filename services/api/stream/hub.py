@@ -1,11 +1,18 @@
 """Routing of fan-out events to the SSE streams of this process, with a resume buffer.
 
-Every API process consumes ``<prefix>.inbox-events`` and ``<prefix>.author-events`` by
-itself (``consumer.py``), so a reader's stream gets its events whichever process it is
-connected to. ``StreamHub`` keeps one ``ReaderChannel`` per reader seen recently:
+Every API process consumes ``<prefix>.author-events`` by itself (``consumer.py``), one
+record per post made readable, so a reader's stream gets its events whichever process it
+is connected to, and a process reads O(posts), not O(inbox rows). ``StreamHub`` keeps
+one ``ReaderChannel`` per reader seen recently:
 
-* an inbox event goes to the channel of its reader; an author event to the channel of
-  every reader whose follows (loaded on connect, refreshed) contain the author;
+* an author event goes to the channel of every reader whose follows contain the author,
+  found through an index author -> readers with a channel here (``_by_author``). A
+  reader's follows are loaded when a stream opens, re-read when a serving-changes notice
+  names the reader (``follows_changed``: the fan-out wrote their follows or blocks, so
+  the index trails a follow by the pipeline's freshness) and every
+  ``FOLLOWED_REFRESH_HEARTBEATS`` heartbeats of an open stream (the routes), and dropped
+  with the channel. The index only picks whom to check: a stale entry is refused by the
+  check below, a missing one is a missed announcement (the next page shows the post);
 * before an event is buffered or sent it passes ``StreamGate.allows``: the same
   eligibility rules as the feed (visible, not deleted, not blocked either way, still
   followed, not older than following_since), on current Cassandra copies;
@@ -27,7 +34,7 @@ import secrets
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Iterable, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,8 @@ class StreamHub:
         self._seq = itertools.count(1)
         self._channels: dict[int, ReaderChannel] = {}
         self._by_author: dict[int, set[int]] = {}
+        self._refresh_owed: set[int] = set()
+        self._refreshing: asyncio.Future[None] | None = None
         self.ready = asyncio.Event()
 
     # -- connections --------------------------------------------------------------------------
@@ -131,11 +140,29 @@ class StreamHub:
         if channel is None:
             return
         followed = await self._load_followed(reader_id)
+        if self._channels.get(reader_id) is not channel:
+            return  # expired meanwhile: nothing to index
         for author in channel.followed - followed:
             self._by_author.get(author, set()).discard(reader_id)
         for author in followed:
             self._by_author.setdefault(author, set()).add(reader_id)
         channel.followed = followed
+
+    def follows_changed(self, users: Iterable[int]) -> None:
+        """Some users' follows or blocks changed (a serving-changes notice): re-read those
+        with a channel here, in one background task that drains what piles up meanwhile."""
+        self._refresh_owed.update(u for u in users if u in self._channels)
+        if self._refresh_owed and (self._refreshing is None or self._refreshing.done()):
+            self._refreshing = asyncio.ensure_future(self._refresh_owed_followed())
+
+    async def _refresh_owed_followed(self) -> None:
+        while self._refresh_owed:
+            reader_id = self._refresh_owed.pop()
+            try:
+                await self.refresh_followed(reader_id)
+            except Exception:  # noqa: BLE001 - the heartbeat's refresh tries again
+                log.warning("follow list of reader %d could not be re-read", reader_id,
+                            exc_info=True)
 
     def expire_idle(self) -> None:
         """Forget channels with no stream for longer than the resume window."""
@@ -155,6 +182,10 @@ class StreamHub:
         if last_event_id not in ids:
             return Resume([], True)
         return Resume(list(channel.buffer)[ids.index(last_event_id) + 1:], False)
+
+    def routes(self, author_id: int, reader_id: int) -> bool:
+        """Whether an event of ``author_id`` is checked for ``reader_id`` (the index)."""
+        return reader_id in self._by_author.get(author_id, ())
 
     def is_open(self, reader_id: int, queue: asyncio.Queue[StreamItem]) -> bool:
         """False once the hub dropped the queue (the client stopped reading)."""
@@ -184,12 +215,6 @@ class StreamHub:
         _tell_resync(channel)
 
     # -- events ----------------------------------------------------------------------------------
-    async def post_landed(self, reader_id: int, post_id: int, author_id: int) -> int:
-        """An inbox event: deliver to the reader if connected (or resumable) and allowed."""
-        if reader_id not in self._channels:
-            return 0
-        return await self._deliver([reader_id], post_id, author_id)
-
     async def author_posted(self, author_id: int, post_id: int) -> int:
         """An author event: deliver to the known followers of the author who are allowed."""
         readers = sorted(self._by_author.get(author_id, ()))

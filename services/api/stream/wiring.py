@@ -36,6 +36,9 @@ async def open_stream(app: FastAPI) -> None:
     hub = StreamHub(gate, followed, settings.stream_resume_buffer, settings.stream_resume_window_s)
     app.state.stream_gate = gate
     app.state.stream_hub = hub
+    cache = getattr(app.state, "serving_cache", None)
+    if cache is not None:  # follows changed: the hub's author index re-reads them
+        cache.graph_listeners.append(hub.follows_changed)
 
     async def stream_ready() -> None:
         if not hub.ready.is_set():

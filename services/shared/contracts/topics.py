@@ -35,13 +35,9 @@ def dlq_topic(topic: str) -> str:
     return f"{topic}.dlq"
 
 
-def inbox_events_topic(prefix: str) -> str:
-    """Fan-out announces a post landing in a reader's inbox (key = reader_id)."""
-    return f"{prefix}.inbox-events"
-
-
 def author_events_topic(prefix: str) -> str:
-    """One event per post of a high-degree author (key = author_id), for SSE."""
+    """One event per post the fan-out made readable (key = author_id), for SSE. It
+    replaced ``<prefix>.inbox-events`` (one per inbox row), which is no longer created."""
     return f"{prefix}.author-events"
 
 
@@ -84,7 +80,6 @@ _MONTH_MS = str(30 * 24 * 3600 * 1000)
 def all_topics(prefix: str) -> list[TopicSpec]:
     specs = [TopicSpec(cdc_topic(t, prefix), 3, {"retention.ms": _WEEK_MS}) for t in CAPTURED_TABLES]
     specs += [
-        TopicSpec(inbox_events_topic(prefix), 3, {"retention.ms": str(24 * 3600 * 1000)}),
         TopicSpec(author_events_topic(prefix), 3, {"retention.ms": str(24 * 3600 * 1000)}),
         TopicSpec(rank_features_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
         TopicSpec(rank_moves_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
