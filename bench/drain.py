@@ -194,17 +194,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     settings = get_settings()
     deadline = time.monotonic() + args.timeout_s
-    offsets = None
-    while offsets is None:  # the stack may still be starting
+    offsets, records_before = None, None
+    while offsets is None or records_before is None:  # the stack may still be starting
         try:
-            offsets = PipelineOffsets(settings, timeout_s=4.0)
+            offsets = offsets or PipelineOffsets(settings, timeout_s=4.0)
+            records_before = stream_records(settings)
         except Exception:  # noqa: BLE001
             if time.monotonic() > deadline:
                 raise
             time.sleep(args.every_s)
     samples: list[Sample] = []
     seen_backlog, quiet_since = False, None
-    records_before, cpu_before = stream_records(settings), api_cpu_s()
+    cpu_before = api_cpu_s() or 0.0  # not started yet: its whole life is the run's
     try:
         while time.monotonic() < deadline:
             try:
@@ -239,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     result["streams"] = {
         "records each API process read": stream_records(settings) - records_before,
         "API CPU-s (all its processes)": (round(cpu_after - cpu_before, 1)
-                                          if cpu_after is not None and cpu_before is not None
-                                          else None)}
+                                          if cpu_after is not None else None)}
     print("drain: " + json.dumps(result))
     if args.out:
         with open(args.out, "w") as f:

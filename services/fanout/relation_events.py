@@ -10,9 +10,10 @@ Round trips of a follow change, each step's statements concurrent:
 2. a follow only: read back the ``followers`` copy's write time (is this change still
    the pair's newest?), and read the author's posts of the window (after the follow is
    written: see docs/fanout.md, post-before-follow);
-3. only when there are such posts: the block check and the posts' copies, then pushes,
-   and the posts announced again on ``author-events`` (the reader's stream may not have
-   known the follow when they were first announced).
+3. only when there are such posts: the block check and the posts' copies, then pushes.
+   Pushed rows are not announced: the posts' own ``author-events`` records went out when
+   they were fanned out, and announcing each backfilled row again would bring back one
+   record per row (a bulk load of follows backfills most of its rows; issue 38).
 The change is also published to ``<prefix>.follow-counts`` keyed by the author: the
 follower count's one owner (the ``follow_counts`` agent) moves it, without a Paxos round
 (services/shared/domain/owned_counts.py). The batch is acked once that record is in its
@@ -26,9 +27,7 @@ from typing import Awaitable, Callable
 
 from services.shared.contracts import edge_counts
 from services.shared.contracts.envelope import ChangeRecord, parse_timestamp, require_int
-from services.shared.contracts.feed_events import AuthorPosted
-from services.shared.contracts.feed_events import encode as encode_event
-from services.shared.contracts.topics import author_events_topic, follow_counts_topic
+from services.shared.contracts.topics import follow_counts_topic
 from services.shared.worker.event_publisher import EventPublisher, delivered, settle
 
 from .audience import PostCopy, backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
@@ -50,7 +49,6 @@ class RelationChanges:
         self._unflag = unflag
         self._inbox = inbox
         self._publisher = publisher
-        self._author_topic = author_events_topic(topic_prefix)
         self._counts_topic = follow_counts_topic(topic_prefix)
         self._clock = clock
         self._now_us = wall_clock_us
@@ -135,12 +133,7 @@ class RelationChanges:
         await self._inbox.push_posts(reader_id, [
             InboxRow(c.post_id, author_id, c.rank_key, key_write_ts(c.key_ts, _created_at(c), at), ttl)
             for c, ttl in landing if c.rank_key is not None])
-        # The posts' own announcements may have gone out before this reader's stream knew
-        # the follow: announced again (same event ids; a stream sends a post once).
-        events = [encode_event(AuthorPosted(author_id, c.post_id, _created_at(c))) for c, _ in landing]
-        futures = [await self._publisher.send(self._author_topic, k, v) for k, v in events]
         INBOX_ROWS.inc(len(landing))
-        await delivered(futures)
 
 
 def _created_at(copy: PostCopy) -> datetime:
