@@ -36,14 +36,47 @@ def test_a_channel_is_not_expired_while_its_stream_reads_the_follow_list():
     asyncio.run(scenario())
 
 
-def test_a_failed_connect_leaves_no_open_queue():
+def test_a_stream_whose_follows_do_not_load_opens_and_resyncs_once_they_do(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst of opens (or a slow node) must not refuse streams: the follow list is
+    loaded in the background, and the stream told to resync once it is (events before
+    were not routed to it)."""
+    import services.api.stream.hub as hub_module
+    monkeypatch.setattr(hub_module, "RELOAD_PAUSE_S", 0.01)
+
     async def scenario() -> None:
+        failures = [2]
+
         async def load_followed(reader_id: int) -> frozenset[int]:
-            raise ConnectionError("store down")
+            if failures[0]:
+                failures[0] -= 1
+                raise ConnectionError("store overloaded")
+            return frozenset({7})
 
         hub = StreamHub(_Gate(), load_followed, buffer_size=10, window_s=300)
-        with pytest.raises(ConnectionError):
-            await hub.connect(42)
+        queue = await hub.connect(42)
+        assert hub.is_open(42, queue) and not hub.routes(7, 42)
+        assert await hub.author_posted(7, 1000) == 0     # missed: not routed yet
+        assert await asyncio.wait_for(queue.get(), 1) is RESYNC   # loaded on the third try
+        assert hub.routes(7, 42)
+        assert await hub.author_posted(7, 1001) == 1
+        assert (await asyncio.wait_for(queue.get(), 1)).post_id == 1001
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_connect_leaves_no_open_queue():
+    async def scenario() -> None:
+        async def load_followed(reader_id: int) -> frozenset[int]:
+            await asyncio.sleep(10)
+            return frozenset()
+
+        hub = StreamHub(_Gate(), load_followed, buffer_size=10, window_s=300)
+        connecting = asyncio.ensure_future(hub.connect(42))
+        await asyncio.sleep(0.01)
+        connecting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await connecting
         assert hub.open_streams() == 0
 
     asyncio.run(scenario())

@@ -38,6 +38,10 @@ class FeedMetrics:
                              registry=registry)
         self.stream_events = Counter("feed_stream_events_total", "new_item events by outcome",
                                      ("outcome",), registry=registry)
+        self.stream_cap_unchecked = Counter(
+            "feed_stream_cap_unchecked_total",
+            "Streams admitted on this process's own count: the shared cap could not be read",
+            registry=registry)
         self.stream_consumer_errors = Counter("feed_stream_consumer_errors_total",
                                               "Errors of the stream's Kafka consumer",
                                               registry=registry)

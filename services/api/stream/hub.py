@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 QUEUE_LIMIT = 256
 # Concurrent eligibility checks for one author event (one per connected follower).
 CHECK_CONCURRENCY = 32
+# Pause between tries to load the follows of a stream opened without them.
+RELOAD_PAUSE_S = 1.0
 
 
 class StreamGate(Protocol):
@@ -100,6 +102,7 @@ class StreamHub:
         self._by_author: dict[int, set[int]] = {}
         self._refresh_owed: set[int] = set()
         self._refreshing: asyncio.Future[None] | None = None
+        self._unloaded: set[int] = set()   # open streams whose follows never loaded yet
         self.ready = asyncio.Event()
 
     # -- connections --------------------------------------------------------------------------
@@ -120,9 +123,17 @@ class StreamHub:
         channel.queues.add(queue)
         try:
             await self.refresh_followed(reader_id)
-        except BaseException:
+        except asyncio.CancelledError:
             self.disconnect(reader_id, queue)
             raise
+        except Exception:  # noqa: BLE001 - open anyway: loaded in the background, then resync
+            # A burst of opens (or a slow node) must not turn into refused streams. Until
+            # the follows load, this reader's author events are not routed here; once they
+            # load the stream gets ``resync``, so the client refetches what it missed.
+            log.warning("follows of reader %d not loaded on open; retried in the background",
+                        reader_id, exc_info=True)
+            self._unloaded.add(reader_id)
+            self.follows_changed([reader_id])
         return queue
 
     def disconnect(self, reader_id: int, queue: asyncio.Queue[StreamItem]) -> None:
@@ -163,6 +174,15 @@ class StreamHub:
             except Exception:  # noqa: BLE001 - the heartbeat's refresh tries again
                 log.warning("follow list of reader %d could not be re-read", reader_id,
                             exc_info=True)
+                if reader_id in self._unloaded and reader_id in self._channels:
+                    self._refresh_owed.add(reader_id)   # never loaded: again, after a pause
+                    await asyncio.sleep(RELOAD_PAUSE_S)
+                continue
+            if reader_id in self._unloaded:
+                self._unloaded.discard(reader_id)
+                channel = self._channels.get(reader_id)
+                if channel is not None:
+                    _tell_resync(channel)   # events before the load were not routed here
 
     def expire_idle(self) -> None:
         """Forget channels with no stream for longer than the resume window."""
@@ -172,6 +192,7 @@ class StreamHub:
                 for author in channel.followed:
                     self._by_author.get(author, set()).discard(reader_id)
                 del self._channels[reader_id]
+                self._unloaded.discard(reader_id)
 
     def resume(self, reader_id: int, last_event_id: str) -> Resume:
         """Events after ``last_event_id`` in this reader's buffer, or a resync."""

@@ -26,7 +26,8 @@ async def open_stream(app: FastAPI) -> None:
     store = app.state.feed_store
     # A lease outlives two missed heartbeats, so one slow refresh does not free the slot.
     app.state.stream_leases = await asyncio.to_thread(
-        StreamLeases, app.state.cassandra, store, int(settings.stream_heartbeat_s * 2) + 5)
+        StreamLeases, app.state.cassandra, store, int(settings.stream_heartbeat_s * 2) + 5,
+        on_unchecked=app.state.feed_metrics.stream_cap_unchecked.inc)
     gate = EligibilityGate(store, app.state.visibility_fence,
                            fresh_s=stream_bound(settings.feed_visibility_commit_wait_s))
 
