@@ -104,9 +104,16 @@ async def run(settings: Settings, readers: int, deadline_s: float) -> dict[str, 
         sem = asyncio.Semaphore(32)
 
         async def call(method: str, path: str, user: int, **kw: Any) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {tokens[user]}", **kw.pop("headers", {})}
             async with sem:
-                return await client.request(method, path, headers={
-                    "Authorization": f"Bearer {tokens[user]}", **kw.pop("headers", {})}, **kw)
+                for attempt in range(4):   # set-up only: a dropped connection is tried again
+                    try:
+                        return await client.request(method, path, headers=headers, **kw)
+                    except httpx.TransportError:
+                        if attempt == 3:
+                            raise
+                        await asyncio.sleep(0.5)
+            raise AssertionError("unreachable")
 
         t0 = time.monotonic()
         await asyncio.gather(*(call("GET", "/v1/feed", u, params={"limit": 1}) for u in [author, *cast]))
