@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from services.shared.contracts.topics import cdc_topic, follow_counts_topic, like_counts_topic
 from services.shared.settings import Settings
 from services.shared.stores import cql
 
@@ -115,9 +116,19 @@ def open_worker_env(settings: Settings, tmp_path: Path) -> Iterator[WorkerEnv]:
 
 
 def group_caught_up(settings: Settings, group: str, topics: list[str]) -> bool:
-    """True when ``group`` has committed the end offset of every partition of ``topics``."""
+    """True when ``group`` has committed the end offset of every partition of ``topics``.
+
+    A follow or a like is done only when its count's owner, in the same worker and group,
+    has applied it from the repartition topic (docs/fanout.md, "Counts"): with the follows
+    or likes CDC topic, its count topic is waited for too. Otherwise a test could read a
+    count the owner has not written yet (CI found three such races)."""
     from confluent_kafka import Consumer, TopicPartition
 
+    prefix = settings.topic_prefix
+    topics = list(topics)
+    for table, counts in (("follows", follow_counts_topic(prefix)), ("likes", like_counts_topic(prefix))):
+        if cdc_topic(table, prefix) in topics and counts not in topics:
+            topics.append(counts)
     consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
                          "enable.auto.commit": False})
     try:
