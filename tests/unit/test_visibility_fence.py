@@ -162,6 +162,14 @@ class _Log:
         self._theirs.close()
 
 
+def _fence_on(source: _Log, timeout_s: float = 1.0) -> VisibilityFence:
+    """A fence whose every connection is ``source``."""
+    async def connect() -> _Log:
+        return source
+
+    return VisibilityFence("", timeout_s, open_source=connect)
+
+
 async def _turns(n: int = 12) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
@@ -172,10 +180,7 @@ def test_callers_share_the_read_on_the_wire_only_if_they_arrived_before_it_went_
         log: list[VisibilityChange] = []
         source = _Log(log)
 
-        async def connect() -> _Log:
-            return source
-
-        fence = VisibilityFence("", 1.0, open_source=connect)
+        fence = _fence_on(source)
         await _turns()
         early = [asyncio.ensure_future(fence.sync()) for _ in range(5)]
         await _turns()
@@ -201,10 +206,7 @@ def test_an_answer_already_there_is_taken_without_waiting() -> None:
     async def scenario() -> None:
         source = _Log([change(1, POST, 10, AUTHOR, True)])
 
-        async def connect() -> _Log:
-            return source
-
-        fence = VisibilityFence("", 1.0, open_source=connect)
+        fence = _fence_on(source)
         first = asyncio.ensure_future(fence.sync())  # connects, sends the first read
         await _turns()
         source.answer()
@@ -254,10 +256,7 @@ def test_a_read_slower_than_the_timeout_fails_rather_than_answer_late() -> None:
     async def scenario() -> None:
         source = _Log([])
 
-        async def connect() -> _Log:
-            return source
-
-        fence = VisibilityFence("", 0.05, open_source=connect)
+        fence = _fence_on(source, 0.05)
         with pytest.raises(FenceUnavailable):
             await fence.sync()  # never answered
         await _turns()
@@ -282,10 +281,7 @@ def test_the_answer_age_counts_from_when_the_answered_read_went_out() -> None:
     async def scenario() -> None:
         source = _Log([])
 
-        async def connect() -> _Log:
-            return source
-
-        fence = VisibilityFence("", 1.0, open_source=connect)
+        fence = _fence_on(source)
         assert fence.answer_age() == float("inf")   # nothing answered yet
         read = asyncio.ensure_future(fence.sync())
         await _turns()
@@ -313,12 +309,7 @@ def _gate(delay_s: float, fresh_s: float | None) -> tuple[object, _SlowLog]:
     from services.api.stream.gate import EligibilityGate
 
     source = _SlowLog(delay_s)
-
-    async def connect() -> _Log:
-        return source
-
-    fence = VisibilityFence("", 1.0, open_source=connect)
-    return EligibilityGate(store=None, fence=fence, fresh_s=fresh_s), source  # type: ignore[arg-type]
+    return EligibilityGate(store=None, fence=_fence_on(source), fresh_s=fresh_s), source  # type: ignore[arg-type]
 
 
 def test_an_event_is_judged_only_on_a_read_younger_than_the_commit_wait_bound() -> None:
