@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -34,7 +34,6 @@ router = APIRouter(tags=["feed"])
 TOO_MANY_STREAMS = ProblemKind("too-many-streams", 429, "Too many open streams")
 # Routing of author events follows the reader's follows; re-read them this often.
 FOLLOWED_REFRESH_HEARTBEATS = 2
-_background: set[asyncio.Task[Any]] = set()
 
 
 def _new_item(event: StreamEvent, feed_version: str) -> ServerSentEvent:
@@ -45,13 +44,6 @@ def _new_item(event: StreamEvent, feed_version: str) -> ServerSentEvent:
                       separators=(",", ":"))
     return ServerSentEvent(data, event="new_item", id=event.event_id,
                            comment=f"sent {int(time.time() * 1000)}")
-
-
-def _later(coro: Any) -> None:
-    """Run clean-up outside the (cancelled) response scope; keep a reference until done."""
-    task = asyncio.ensure_future(coro)
-    _background.add(task)
-    task.add_done_callback(_background.discard)
 
 
 @router.get("/v1/feed/stream", response_class=EventSourceResponse,
@@ -81,7 +73,7 @@ async def feed_stream(
     try:
         queue = await hub.connect(reader_id)
     except Exception as exc:  # noqa: BLE001
-        _later(state.stream_leases.close(reader_id, lease))
+        state.stream_leases.release(reader_id, lease)
         raise ProblemError(UNAVAILABLE, "the stream could not be opened",
                            headers={"Retry-After": "1"}) from exc
     # An open stream is reading: recorded like a page (once per period), and a reader the
@@ -147,7 +139,7 @@ async def feed_stream(
         finally:
             hub.disconnect(reader_id, queue)
             metrics.streams.dec()
-            _later(state.stream_leases.close(reader_id, lease))
+            state.stream_leases.release(reader_id, lease)
 
     return EventSourceResponse(events(), headers={"Cache-Control": "no-store",
                                                   "X-Accel-Buffering": "no"})

@@ -72,6 +72,11 @@ class StreamLeases:
         await self._store.run(self._put, (user_id, lease, datetime.now(timezone.utc), self._ttl_s),
                               hedge=True)
 
+    def release(self, user_id: int, lease: str) -> None:
+        """``close`` in the background: a stream ends in a cancelled response scope, and
+        the task is kept referenced until done."""
+        self._background(self.close(user_id, lease))
+
     async def close(self, user_id: int, lease: str) -> None:
         here = self._here.get(user_id, 0) - 1
         if here > 0:
@@ -84,8 +89,9 @@ class StreamLeases:
         async def logged() -> None:
             try:
                 await write
-            except Exception:  # noqa: BLE001 - the next heartbeat writes it again
-                log.warning("stream lease not written; the heartbeat retries", exc_info=True)
+            except Exception:  # noqa: BLE001 - a lost write: the heartbeat or the TTL mends it
+                log.warning("stream lease not written or dropped; the next heartbeat or its "
+                            "TTL mends it", exc_info=True)
         task = asyncio.ensure_future(logged())
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
