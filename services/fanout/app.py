@@ -112,13 +112,14 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     copy_writes = inbox_writes = None
     if linger is not None:
         copy_writes = WriteCoalescer(runner, linger_s=linger, max_in_flight=settings.store_max_in_flight)
-        inbox_writes = WriteCoalescer(runner, linger_s=linger,
+        inbox_writes = WriteCoalescer(runner, linger_s=linger, max_rows=settings.fanout_batch_rows,
                                       max_in_flight=settings.fanout_push_batches_in_flight)
     copies = CopyStore(session, runner, settings.fanout_follower_page, notices, copy_writes,
                        read_linger_s=linger)
     inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
                        cap=settings.inbox_cap, trim_every=settings.inbox_trim_every,
                        push_batches_in_flight=settings.fanout_push_batches_in_flight,
+                       batch_rows=settings.fanout_batch_rows,
                        notices=notices, writes=inbox_writes, read_linger_s=linger)
     capacity = CapacityEstimate(settings.fanout_capacity_floor_rows_per_s,
                                 settings.fanout_capacity_pinned_rows_per_s)

@@ -89,8 +89,9 @@ class InboxStore:
     def __init__(self, session: Session, runner: CqlRunner, *, max_in_flight: int,
                  cap: int, trim_every: int, push_batches_in_flight: int = 16,
                  notices: ChangeSink = NO_NOTICES, writes: WriteCoalescer | None = None,
-                 read_linger_s: float | None = None) -> None:
+                 read_linger_s: float | None = None, batch_rows: int = PUSH_BATCH_ROWS) -> None:
         self._run = runner
+        self._batch_rows = max(1, batch_rows)
         # A push's rows join those of the other posts being fanned out at once, grouped by
         # replicas (write_coalescer.py): a batch carries rows of several posts, and a
         # reader's rows of several posts are one mutation. None: each push batches its
@@ -135,7 +136,7 @@ class InboxStore:
             batch, count, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0, 0
             for reader in readers:
                 statements = rows_of(reader)
-                if size and size + len(statements) > PUSH_BATCH_ROWS:
+                if size and size + len(statements) > self._batch_rows:
                     batches.append((batch, count))
                     batch, count, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0, 0
                 for statement, params in statements:
@@ -214,9 +215,9 @@ class InboxStore:
         batch per ``PUSH_BATCH_ROWS`` instead of a request per row."""
         rows = [r for r in rows if r.ttl_s > 0]  # TTL 0 would mean "never expires"
         batches: list[tuple[Any, Sequence[Any]]] = []
-        for start in range(0, len(rows), PUSH_BATCH_ROWS):
+        for start in range(0, len(rows), self._batch_rows):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for r in rows[start:start + PUSH_BATCH_ROWS]:
+            for r in rows[start:start + self._batch_rows]:
                 batch.add(self._push, (reader_id, r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts))
             batches.append((batch, ()))
         await self._run.run_bounded(batches, self._max_in_flight)
@@ -251,9 +252,9 @@ class InboxStore:
         doomed.update(rows_to_purge(await self.rows(reader_id), author_id))
         ordered = sorted(doomed)
         statements = []
-        for i in range(0, len(ordered), PUSH_BATCH_ROWS):
+        for i in range(0, len(ordered), self._batch_rows):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for key, post_id in ordered[i:i + PUSH_BATCH_ROWS]:
+            for key, post_id in ordered[i:i + self._batch_rows]:
                 batch.add(self._unpush, (ts, reader_id, key, post_id))
             statements.append((batch, ()))
         await self._run.run_bounded(statements, self._max_in_flight)

@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     # Inbox batches (up to 50 rows of one replica set) in flight per fan-out process: about
     # 800 rows, enough to keep a shared 2-core node busy; more only queues on the node.
     fanout_push_batches_in_flight: int = 16
+    # Inbox rows per unlogged batch (one replica set): 200 is the best raw writer's
+    # batch on this stack (bench/raw_writer.py). The stack's
+    # unlogged_batch_across_partitions_warn_threshold is raised above it
+    # (deploy/stack/cassandra.py); a production cluster warns at 10 by default.
+    fanout_batch_rows: int = 200
     # The fan-out's single-row writes and inbox rows of concurrent posts wait this long for
     # company before leaving as a shared batch (services/shared/stores/write_coalescer.py),
     # and its reads of small partitions (a post's copy, its author's tier, count, blocks,
@@ -95,9 +100,12 @@ class Settings(BaseSettings):
     # Inbox length cap (soft): ranking candidates for several pages; older rows are
     # trimmed from the tail with one range delete.
     inbox_cap: int = 500
-    # Check the cap on one insert in N per reader (by hash): a cap check reads the
-    # partition, so doing it on every insert would double the cost of fan-out.
-    inbox_trim_every: int = 32
+    # Check the cap on one insert in N per reader (by hash): a check reads up to
+    # inbox_cap + 1 keys of the reader's head, so at 32 a full inbox cost ~16 key reads
+    # per row written (the fan-out's largest cost beyond the floor's). At 128: ~4. An
+    # inbox holds up to about inbox_cap + N rows between checks; reads never take more
+    # than inbox_cap of them, so the slack costs disk, not what a reader sees.
+    inbox_trim_every: int = 128
     # Inactive readers (services/fanout/inactive.py): the fan-out skips readers who have
     # not read their feed for this long (Mastodon: 7 days; Twitter 2013: 30). An ISO 8601
     # duration or seconds; 0 turns it off. Reads are recorded once per reader, API process
