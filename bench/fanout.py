@@ -38,6 +38,7 @@ import argparse
 import os
 import random
 import secrets
+import signal
 import socket
 import statistics
 import subprocess
@@ -139,6 +140,17 @@ def until_announced(consumer: Consumer, post_ids: set[int], timeout: float) -> N
             left.discard(parse_author(m.value()).post_id)
 
 
+def profiler(pid: int, out: Path) -> subprocess.Popen:
+    """py-spy sampling ``pid`` until it gets SIGINT, then writing ``out`` (raw format:
+    ``frame;frame;... count`` per line, as bench/read_grid.py's profiles)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spy = subprocess.Popen([str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid", str(pid),
+                            "--format", "raw", "--rate", "200", "--gil", "--output", str(out)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the first post is sent
+    return spy
+
+
 def audiences_of(authors: list[int], followers: int) -> dict[int, list[int]]:
     """Each author's followers: readers from 10,000 on; several authors share a pool of
     readers, each reader following about 8 of them (a fixed seed: the same every run)."""
@@ -156,6 +168,9 @@ def main() -> int:
     ap.add_argument("--authors", type=int, default=1)
     ap.add_argument("--rate", type=float, default=4.0)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--profile", type=Path, default=None,
+                    help="py-spy samples of the worker over the fan-out window, as a collapsed-stack "
+                         "file (its own CPU slows the worker: that run's rows/s is not comparable)")
     ap.add_argument("--worker-root", type=Path, default=ROOT,
                     help="run the worker from another checkout of services/ (a baseline)")
     args = ap.parse_args()
@@ -204,12 +219,16 @@ def main() -> int:
         before = scrape(port, "feed_fanout_inbox_rows_total")
         cassandra_cpu_s = stack_cpu_meter("cassandra")
         cpu, cass = tree_cpu_s(worker.pid), cassandra_cpu_s()
+        spy = profiler(worker.pid, args.profile) if args.profile else None
         start = time.perf_counter()
         send(s.kafka_bootstrap, posts)
         try:
             until_announced(done, set(post_ids.values()), 600)
         finally:
             done.close()
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(timeout=60)
         fan = rows / (time.perf_counter() - start)
         # Each post's rows are counted before its announcement is produced.
         counted = scrape(port, "feed_fanout_inbox_rows_total") - before
@@ -255,10 +274,9 @@ def main() -> int:
                   f"CPU µs a row (computed): client {step['client CPU µs per row (computed)']}, "
                   f"Cassandra {step['Cassandra CPU µs per row (computed)']}, "
                   f"Kafka {step['Kafka CPU µs per row (computed)']}")
-        print(f"fan-out / floor: {fan / floor['floor_rows_per_s']:.0%} (computed); the floor is "
-              f"{floor['floor_rows_per_s'] / raw['rows_per_s']:.0%} of the best raw writer (computed): "
-              f"the target (>= 80% of it) is {'within' if floor['floor_rows_per_s'] >= 0.8 * raw['rows_per_s'] else 'beyond'} "
-              f"the floor's reach on this stack")
+        print(f"fan-out / floor: {fan / floor['floor_rows_per_s']:.0%} (computed; target >= 60%); the "
+              f"floor is {floor['floor_rows_per_s'] / raw['rows_per_s']:.0%} of the best raw writer "
+              f"(computed); fan-out / raw writer target >= 30%")
 
         consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": f"{name}.bench",
                              "auto.offset.reset": "latest", "enable.auto.commit": False})

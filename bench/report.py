@@ -110,6 +110,18 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", "## Fan-out and ingest", ""]
     for k, v in r["fanout"].items():
         lines.append(f"- {k}: {v}")
+    costs = r.get("costs")
+    if costs:
+        lines += ["", "## Costs per unit of work (the capacity model's inputs: `python -m bench.capacity`)", ""]
+        for phase, figures in costs.items():
+            for k, v in figures.items():
+                if k != "window":
+                    lines.append(f"- {phase}: {k}: {v}")
+            lines.append(f"- {phase}: CPU over the window: {figures.get('window')}")
+    st = r.get("streams")
+    if st:
+        lines += ["", "## Streams at scale (`bench/streams_at_scale.py`)", ""]
+        lines += [f"- {k}: {v}" for k, v in st.items()]
     lines += ["", "## Raw rates measured in the same run", ""]
     for k, v in r["raw"].items():
         if k not in ("cassandra", "floor"):
@@ -128,8 +140,8 @@ def markdown(r: dict[str, Any]) -> str:
     floor = r["raw"].get("floor")
     if floor:
         lines += ["", "The contract's floor (`bench/fanout_floor.py`) on the same posts: their "
-                      "followers read from the fan-out's `followers`, one row each written, one inbox "
-                      "event each produced; best setting per step (CPU per row computed):", "",
+                      "followers read from the fan-out's `followers`, one row each written, one "
+                      "author event produced per post; best setting per step (CPU per row computed):", "",
                   "| step | posts in flight | rows | seconds | rows/s | client µs/row | Cassandra µs/row | Kafka µs/row |",
                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for t in floor["steps"].values():

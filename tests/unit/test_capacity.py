@@ -1,0 +1,50 @@
+"""The capacity model (bench/capacity.py): load arithmetic and what it derives from costs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.capacity import Costs, Load, instance_limits, main, plan
+
+COSTS = Costs(api_first_us=250.0, api_next_us=500.0, cassandra_read_us=10.0, worker_row_us=20.0,
+              cassandra_row_us=25.0, rows_per_post=100.0, relay_event_us=50.0, postgres_event_us=30.0,
+              cdc_events_per_post=4.0, kafka_record_us=5.0, records_per_post=6.0)
+
+
+def test_load_follows_the_seed_ratio() -> None:
+    load = Load(readers=86_400_000, pages_per_reader=10, reads_per_post=1000, next_share=0.25, peak=2)
+    assert load.pages_per_s == pytest.approx(20_000)   # 86.4M x 10 / 86,400 s x 2
+    assert load.posts_per_s == pytest.approx(20)
+
+
+def test_plan_charges_each_component_its_own_work() -> None:
+    load = Load(readers=86_400_000, pages_per_reader=10, reads_per_post=1000, next_share=0.5, peak=1)
+    p = plan(load, COSTS, utilisation=0.5, cores_per_node=8, rf=3)
+    # 10,000 pages/s x (0.5 x 250 + 0.5 x 500) µs = 3.75 core-s/s, at 50 % = 7.5 cores
+    assert p["cores"]["API processes"] == pytest.approx(7.5)
+    # 10 posts/s x 100 rows x 20 µs / 0.5
+    assert p["cores"]["fan-out workers"] == pytest.approx(0.04)
+    # reads 10,000 x 10 µs, rows 1,000 x 25 µs x RF 3, at 50 %
+    assert p["cores"]["Cassandra"] == pytest.approx((0.1 + 0.075) / 0.5)
+    assert p["processes"] == {"API processes": 8, "fan-out workers": 1, "CDC relays": 1}
+    assert p["nodes"]["Cassandra"] == 3      # never fewer than RF
+    assert p["posts partitions"] == 2
+    assert p["saturates first"] == "API processes"
+
+
+def test_the_write_side_saturates_first_when_posts_are_expensive() -> None:
+    heavy = Costs(**{**COSTS.__dict__, "rows_per_post": 100_000.0})
+    p = plan(Load(1e6, 20, 1000, 0.25, 3), heavy, utilisation=0.6, cores_per_node=8, rf=3)
+    assert p["saturates first"] == "Cassandra"
+
+
+def test_instance_limits() -> None:
+    assert instance_limits(COSTS, utilisation=1.0)["CDC events/s per relay (one slot)"] == 20_000
+
+
+def test_a_result_without_costs_is_refused(tmp_path) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"meta": {}}))
+    with pytest.raises(SystemExit, match="no 'costs'"):
+        main([str(path)])
