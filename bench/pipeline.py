@@ -93,11 +93,13 @@ class Services:
     log_dir: Path
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
-    def start(self, name: str, extra_env: dict[str, str] | None = None) -> None:
+    def start(self, name: str, extra_env: dict[str, str] | None = None, root: Path = REPO) -> None:
+        """Start ``services.<name>`` from ``root`` (another checkout: a baseline) and wait
+        until it answers."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}"], cwd=REPO, stdout=log,
+            [sys.executable, "-m", f"services.{name}"], cwd=root, stdout=log,
             stderr=subprocess.STDOUT, env=env_for(self.settings, extra_env), start_new_session=True)
         url = (f"http://127.0.0.1:{PORTS['api_port']}/readyz" if name == "api"
                else f"http://127.0.0.1:{PORTS[name + '_metrics_port']}/metrics")

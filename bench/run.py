@@ -119,6 +119,33 @@ def write_window(samples, since: float, rows_before: float, rows: float) -> floa
     return done - last_idle
 
 
+def keep_metrics(settings, logs: Path, label: str) -> None:
+    """The workers' and the relay's /metrics as they stand, beside their logs: what each
+    did (statements, rows moved, trims, retries), for reading a phase's costs."""
+    import urllib.request
+
+    for name in ("fanout", "ranker", "cdc"):
+        port = getattr(settings, f"{name}_metrics_port")
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        except OSError as exc:
+            body = f"# not scraped: {exc}\n".encode()
+        (logs / f"{name}-metrics-{label}.txt").write_bytes(body)
+
+
+def keep_tablestats(settings, logs: Path, label: str) -> None:
+    """``nodetool tablestats`` of the bench keyspace (local reads and writes per table, on
+    node 1), beside the logs: which tables a phase's Cassandra CPU went to."""
+    from deploy.stack.cassandra import nodetool
+    from deploy.stack.layout import Layout
+
+    try:
+        text = nodetool(Layout.from_env(), "tablestats", settings.cassandra_keyspace, timeout=120)
+    except Exception as exc:  # noqa: BLE001 - diagnostics only
+        text = f"# not read: {exc}\n"
+    (logs / f"cassandra-tablestats-{label}.txt").write_text(text)
+
+
 def announced(settings) -> float:
     """The fan-out worker's count of posts announced (one author event per post)."""
     return sum(v for _l, v in scrape(settings.fanout_metrics_port)
@@ -219,6 +246,7 @@ def main() -> int:
             rows_before = sampler.inbox_rows()
             saved_before = skipped_rows(settings)
             announced_before = announced(settings)
+            keep_tablestats(settings, out / "logs", "before-history")
             meter = CostMeter(settings, {n: p.pid for n, p in services.procs.items()}).start()
             t = time.monotonic()
             history_since = t - sampler.t0
@@ -232,6 +260,8 @@ def main() -> int:
             saved_history = skipped_rows(settings) - saved_before
             history_cpu = meter.stop()
             posts_announced = announced(settings) - announced_before
+            keep_metrics(settings, out / "logs", "after-history")
+            keep_tablestats(settings, out / "logs", "after-history")
         log(f"history ingested in {history_ingest_s:.1f}s ({rows_history:.0f} inbox rows, "
             f"{saved_history:.0f} not written for inactive readers)")
         sampler.sample_after(time.monotonic() - sampler.t0)  # one sample with every row
