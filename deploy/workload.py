@@ -1,4 +1,6 @@
-"""A synthetic social graph with power-law follower counts, and its bulk loader.
+"""A synthetic social graph with power-law follower counts, and its bulk loader: the
+demo's data (``deploy/demo.py``, ``make run``) and the benchmarks' (``bench/``), which
+import it from here (``deploy/`` never imports ``bench/``).
 
 Pure generation (``generate``) is deterministic for a seed; loading (``load_postgres``)
 uses COPY, which is what "bulk" means for Postgres. The graph has:

@@ -2,7 +2,7 @@
 debezium-check`` runs it), one after the other on the same backlog and the same steady
 insert rate, with a client-side decode ceiling (issue 14).
 
-    .venv/bin/python -m bench.cdc_debezium [--backlog 100000] [--rate 200] [--seconds 15]
+    .venv/bin/python -m bench.cdc.debezium [--backlog 100000] [--rate 200] [--seconds 15]
         [--out DIR]
 
 On a scratch database: the relay, Debezium with its defaults, and Debezium tuned for
@@ -36,9 +36,9 @@ from typing import Any, Callable
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
-from bench import report
-from bench.cdc import POST_BODY, _insert_backlog
-from bench.wrk_load import tree_cpu_s
+from bench.run import report
+from bench.cdc.relay import POST_BODY, _insert_backlog
+from bench.harness.wrk_load import tree_cpu_s
 from deploy.debezium.check import Scratch, stop
 from deploy.stack.toolchain import PG_BIN
 from services.shared.contracts.topics import cdc_topic
@@ -228,7 +228,7 @@ def markdown(r: dict[str, Any]) -> str:
     rate = "events_per_s (computed, from its first record)"
     cpu = "cpu_s_per_10k_events (computed, from its first record)"
     lines = [f"# CDC: the relay against Debezium 3.6, {r['date']}", "",
-             f"`python -m bench.cdc_debezium`, one after the other on one machine (the stack's "
+             f"`python -m bench.cdc.debezium`, one after the other on one machine (the stack's "
              f"Postgres and Kafka, 2 cores shared): a backlog of {r['backlog']:,} posts in "
              f"transactions of {r['tx_rows']}, then single-row inserts at a steady rate. Figures "
              f"marked computed are arithmetic on measured times and /proc CPU counters.", "",

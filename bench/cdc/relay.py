@@ -1,6 +1,6 @@
 """CDC relay benchmark: relay throughput and lag against two raw baselines, in one run.
 
-    .venv/bin/python bench/cdc.py [--backlog 20000] [--rate 300] [--seconds 15]
+    .venv/bin/python bench/cdc/relay.py [--backlog 20000] [--rate 300] [--seconds 15]
 
 Measured against a scratch database and topic prefix (dropped afterwards):
 1. raw decode: how fast Postgres decodes the backlog through pgoutput on a scratch slot
@@ -27,7 +27,7 @@ import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import psycopg  # noqa: E402

@@ -1,6 +1,6 @@
 """What counting follows and likes costs: changes/s of one real worker, before and after.
 
-    .venv/bin/python bench/counted_changes.py [--baseline-root DIR] [--changes 8000]
+    .venv/bin/python bench/fanout/counted_changes.py [--baseline-root DIR] [--changes 8000]
 
 For each variant (the working tree, and optionally an older checkout of ``services/`` and
 ``deploy/`` at ``--baseline-root``: ``git archive <commit> services deploy | tar -x -C DIR``),
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from cassandra import InvalidRequest  # noqa: E402

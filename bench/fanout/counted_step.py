@@ -1,8 +1,8 @@
 """The counting step alone: follows/s and likes/s of the stores, and worker CPU per change.
 
-    .venv/bin/python bench/counted_step.py --baseline-root DIR [--changes 4000] [--repeats 3]
+    .venv/bin/python bench/fanout/counted_step.py --baseline-root DIR [--changes 4000] [--repeats 3]
 
-``bench/counted_changes.py`` measures whole workers (Kafka, faust, batches); this measures
+``bench/fanout/counted_changes.py`` measures whole workers (Kafka, faust, batches); this measures
 only what a follow or like costs in the store layer, where the counting design lives:
 ``CopyStore.apply_follow`` / ``RankStore.set_like`` (plus the counter bump of a variant
 that still has one), or, for the owned counts (a variant whose counted_edges.py has
@@ -29,7 +29,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Changes in flight: the workers' default keys in flight (fanout_max_in_flight).
 IN_FLIGHT = 64
 SHAPES = {"spread": 300, "hot": 3}

@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.raw_writer import serialized_batches
+from bench.fanout.raw_writer import serialized_batches
 from services.shared.contracts.feed_events import AuthorPosted, encode
 from services.shared.stores.cql_async import CqlRunner, replica_group
 

@@ -1,6 +1,6 @@
 """Follow and like ingestion benchmark: how fast one real worker applies graph changes.
 
-    .venv/bin/python bench/fanout_follows.py [--follows 20000] [--authors 300]
+    .venv/bin/python bench/fanout/follows.py [--follows 20000] [--authors 300]
         [--posts-per-author 2] [--likes 20000] [--liked-posts 300]
         [--baseline-root DIR] [--baseline-fraction 0.25]
 
@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from bench.fanout import raw_insert_rate  # noqa: E402
+from bench.fanout.rows import raw_insert_rate  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
 from services.shared.domain import ids, ranking

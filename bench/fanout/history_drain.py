@@ -1,7 +1,7 @@
 """A month of history bulk-loaded, as a new user would: how long the fan-out takes to
 reach lag 0 (issue 38's backlog drain).
 
-    .venv/bin/python -m bench.history_drain [--authors 500] [--followers 100]
+    .venv/bin/python -m bench.fanout.history_drain [--authors 500] [--followers 100]
         [--posts-per-day 5] [--days 30] [--worker-root DIR] [--out FILE.json]
 
 On its own database, keyspace and topics (``bench_history``, dropped and made again at
@@ -17,8 +17,8 @@ the start), against the running stack (``make up``):
    posts cost their per-post steps and no rows.
 
 ``--worker-root`` runs the fan-out from another checkout (a baseline commit, as
-``bench/fanout.py``). Prints and writes the drain time, the rows written, rows/s and
-posts/s over it, and each component's CPU (bench/costs.py).
+``bench/fanout/rows.py``). Prints and writes the drain time, the rows written, rows/s and
+posts/s over it, and each component's CPU (bench/harness/costs.py).
 """
 from __future__ import annotations
 
@@ -32,12 +32,12 @@ from pathlib import Path
 
 import psycopg
 
-from bench.costs import CostMeter
-from bench.pipeline import Sampler, Services, bench_settings, drop_slots, fresh_stores, topic_sizes, wait_caught_up
-from bench.workload import _copy
+from bench.harness.costs import CostMeter
+from bench.harness.pipeline import Sampler, Services, bench_settings, fresh_stores, shut_down, topic_sizes, wait_caught_up
+from deploy.workload import _copy
 from services.shared.domain import ids
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def log(msg: str) -> None:
@@ -45,7 +45,7 @@ def log(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.history_drain", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.fanout.history_drain", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--authors", type=int, default=500)
     ap.add_argument("--followers", type=int, default=100)
@@ -107,11 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                        "posts/s over the drain (computed)": round(len(posts) / drain_s),
                        "cpu": cpu})
     finally:
-        try:
-            sampler.stop()
-        finally:
-            services.stop()
-            drop_slots(settings)
+        shut_down(sampler, services, settings)
     log(json.dumps(result, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 to (issue 14): the fan-out's own rows, written as fast as a client that knows them all in
 advance can.
 
-    .venv/bin/python -m bench.raw_writer [--rows 20000] [--readers 2000]   # standalone
+    .venv/bin/python -m bench.fanout.raw_writer [--rows 20000] [--readers 2000]   # standalone
 
 Rows are the fan-out's: ``feed_inbox (reader_id, rank_key, post_id, author_id)`` with the
 inbox TTL (``rules.INBOX_TTL_S``) and a write timestamp, into a scratch keyspace made by the same migrations
@@ -214,7 +214,7 @@ def pairs_of(posts: Iterable[tuple[int, int]], fans: dict[int, list[int]],
 
 
 def main() -> int:
-    from bench.pipeline import bench_settings, fresh_stores
+    from bench.harness.pipeline import bench_settings, fresh_stores
     from services.shared.stores import cql
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,7 +1,7 @@
 """Fan-out benchmark: sustained fan-out rows/s against the raw insert rate of the same
 Cassandra in the same run, and commit-to-inbox latency p50/p95 under a steady post rate.
 
-    .venv/bin/python bench/fanout.py [--followers 5000] [--posts 10] [--authors 1]
+    .venv/bin/python bench/fanout/rows.py [--followers 5000] [--posts 10] [--authors 1]
         [--rate 4] [--seconds 20] [--worker-root DIR]
 
 Runs on its own keyspace and topic prefix (dropped at the end) against the running
@@ -20,12 +20,12 @@ stack, with a real ``python -m services.fanout`` worker subprocess.
    --followers 100``) is the full run's history, where each post's own reads and writes
    weigh beside its rows. Several authors draw their followers from one pool of readers
    (each reader follows about 8 of them, as in the full run's graph).
-2. raw: the best raw writer (``bench/raw_writer.py``) on the same (reader, post) rows, TTL
+2. raw: the best raw writer (``bench/fanout/raw_writer.py``) on the same (reader, post) rows, TTL
    and keyspace, into a copy of ``feed_inbox``'s definition, after the fan-out, with the
    worker running and idle. Beside it, the raw writer's best writing post by post (as the
    fan-out does), and CPU per row of the worker, the raw writer and Cassandra (computed
    from /proc and ``process_time``).
-   Then the contract's floor (``bench/fanout_floor.py``) on the same posts, announcing
+   Then the contract's floor (``bench/fanout/floor.py``) on the same posts, announcing
    one event per post on the worker's own author-events topic, as the worker does.
 3. latency: ``--rate`` posts/s for ``--seconds`` s by an author with 100 followers; per
    post, from the CDC event's commit time (source.ts_ms = when produced) to its
@@ -48,16 +48,16 @@ import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from bench.fanout_floor import floor_rates  # noqa: E402
-from bench.raw_writer import best_of, best_raw_rate  # noqa: E402
-from bench.read_servers import stack_cpu_meter  # noqa: E402
-from bench.wrk_load import tree_cpu_s  # noqa: E402
+from bench.fanout.floor import floor_rates  # noqa: E402
+from bench.fanout.raw_writer import best_of, best_raw_rate  # noqa: E402
+from bench.harness.servers import stack_cpu_meter  # noqa: E402
+from bench.harness.wrk_load import tree_cpu_s  # noqa: E402
 from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.shared.contracts.feed_events import parse_author  # noqa: E402
 from services.shared.contracts.topics import all_topics, author_events_topic  # noqa: E402
@@ -75,7 +75,7 @@ def free_port() -> int:
 
 
 async def raw_insert_rate(session, rows: int, in_flight: int) -> float:
-    """Single-row INSERTs (bench/fanout_follows.py's baseline for follow copies)."""
+    """Single-row INSERTs (bench/fanout/follows.py's baseline for follow copies)."""
     stmt = session.prepare("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
                            "VALUES (?,?,?,?) USING TIMESTAMP ?")
     runner = CqlRunner(session)
@@ -142,7 +142,7 @@ def until_announced(consumer: Consumer, post_ids: set[int], timeout: float) -> N
 
 def profiler(pid: int, out: Path) -> subprocess.Popen:
     """py-spy sampling ``pid`` until it gets SIGINT, then writing ``out`` (raw format:
-    ``frame;frame;... count`` per line, as bench/read_grid.py's profiles)."""
+    ``frame;frame;... count`` per line, as bench/read/grid.py's profiles)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     spy = subprocess.Popen([str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid", str(pid),
                             "--format", "raw", "--rate", "200", "--gil", "--output", str(out)],
@@ -260,7 +260,7 @@ def main() -> int:
                   f"Cassandra {by_post['Cassandra CPU µs per row (computed)']} µs a row; the fan-out is "
                   f"{fan / by_post['rows/s']:.0%} of it (computed)")
 
-        # The contract's floor (bench/fanout_floor.py): the least any fan-out here must do
+        # The contract's floor (bench/fanout/floor.py): the least any fan-out here must do
         # for these posts (read the audience, write the rows, announce each post once), by
         # the cheapest client, into the same scratch table and the worker's author-events
         # topic (its partitions and replication).

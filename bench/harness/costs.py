@@ -1,5 +1,5 @@
 """What a unit of work costs, per component, measured over a window of a bench run: the
-inputs of the capacity model (bench/capacity.py, docs/capacity.md).
+inputs of the capacity model (bench/run/capacity.py, docs/capacity.md).
 
 A ``CostMeter`` reads, at its start and its end, the CPU seconds of every service process
 (the process and its children, from /proc) and of the stack's JVMs and Postgres, and the
@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from bench.read_servers import stack_cpu_meter
-from bench.wrk_load import tree_cpu_s
+from bench.harness.servers import stack_cpu_meter
+from bench.harness.wrk_load import tree_cpu_s
 from services.shared.contracts.topics import all_topics
 from services.shared.settings import Settings
 

@@ -20,7 +20,7 @@ from services.shared.contracts.topics import cdc_topic, rank_features_topic
 from services.shared.settings import Settings
 from services.shared.stores import cql
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # What each worker group consumes (CDC tables; the ranker also reads rank-features).
 CONSUMED = {"fanout": ("posts", "follows", "blocks"), "ranker": ("likes",)}
 
@@ -126,6 +126,15 @@ class Services:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def shut_down(sampler: "Sampler", services: Services, settings: Settings) -> None:
+    """End a run: the sampler, then every service, then the run's replication slots."""
+    try:
+        sampler.stop()
+    finally:
+        services.stop()
+        drop_slots(settings)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 * ``ours``: ``python -m services.api`` (FEED_API_WORKERS=``workers``, default 1) on the
   bench's database, keyspace and topic prefix (all named like the database: its stream
   consumer sees no other traffic); ready when ``/readyz`` answers 200.
-* ``pull-<shape>``: ``python -m bench.pull_service --query <shape> --workers <workers>`` on
+* ``pull-<shape>``: ``python -m bench.read.pull_service --query <shape> --workers <workers>`` on
   the same database; ready when ``/healthz`` answers 200.
 
 Both get the run's own JWT secret and cursor key (``secrets_env``: FEED_JWT_SECRET,
@@ -26,9 +26,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable
 
-from bench.wrk_load import tree_cpu_s
+from bench.harness.wrk_load import tree_cpu_s
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # Our API connects to Postgres, Cassandra and Kafka and pins stream offsets before
 # /readyz says ready: tens of seconds on a loaded 2-core machine.
 READY_DEADLINE_S = 120
@@ -110,7 +110,7 @@ class Servers:
 
     def start_pull(self, shape: str) -> Server:
         port = free_port()
-        return self._spawn(f"pull-{shape}", port, [sys.executable, "-m", "bench.pull_service",
+        return self._spawn(f"pull-{shape}", port, [sys.executable, "-m", "bench.read.pull_service",
                                                    "--query", shape, "--port", str(port),
                                                    "--workers", str(self._workers)],
                            {}, "/healthz")

@@ -1,6 +1,6 @@
 """A/B of our read path: two source trees of the API on one seeded dataset, runs interleaved.
 
-    .venv/bin/python -m bench.read_ab --base HEAD [--rounds 4] [--duration 8]
+    .venv/bin/python -m bench.read.ab --base HEAD [--rounds 4] [--duration 8]
         [--cells small,h30-f500] [--kinds first] [--connections 16] [--env FEED_X=VALUE]
         [grid data options]
 
@@ -24,10 +24,10 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.read_grid import PAGE_LIMIT, TOKEN_TTL_S, grid_args, grid_of, next_entries, seeded_stores
-from bench.read_seed import log
-from bench.read_servers import ROOT, Server, Servers, store_pids
-from bench.wrk_load import warm_and_run
+from bench.read.grid import PAGE_LIMIT, TOKEN_TTL_S, grid_args, grid_of, next_entries, seeded_stores
+from bench.read.seed import log
+from bench.harness.servers import ROOT, Server, Servers, store_pids
+from bench.harness.wrk_load import warm_and_run
 from services.api.http.auth import mint_token
 
 # Counters read from each side's /metrics at the end (summed over their labels but the

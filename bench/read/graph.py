@@ -10,7 +10,7 @@ made of them. Pure: no I/O; the clock (``now``) and the random source are argume
   ``celebrities_followed(follows)`` celebrities; one follow in ``LATE_FOLLOW_EVERY``
   started half-way through the history (``following_since`` hides the older posts);
   each reader blocks one followed ordinary author and is blocked by another.
-* The **small** cell is the demo graph (``bench.workload``, 2,000 users, 3 days of
+* The **small** cell is the demo graph (``deploy.workload``, 2,000 users, 3 days of
   history) with ``SMALL_READERS`` random readers following at least 5 authors.
 * ``inbox_of``: what fan-out leaves in a reader's inbox: ordinary authors' visible posts
   of the last ``INBOX_DAYS`` made at or after ``following_since``, not from a blocked
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Callable, NamedTuple
 
-from bench.workload import Graph as DemoGraph
+from deploy.workload import Graph as DemoGraph
 from services.shared.domain import ids
 
 # The seed's posting rate for an active author.
@@ -42,7 +42,7 @@ LATE_FOLLOW_EVERY = 10
 INBOX_DAYS = 7
 # The small cell's readers: 200 random users of the demo graph with at least 5 follows.
 SMALL_READERS, SMALL_MIN_FOLLOWS = 200, 5
-# User ids of the grid start here: clear of the demo graph (bench.workload.FIRST_USER_ID).
+# User ids of the grid start here: clear of the demo graph (deploy.workload.FIRST_USER_ID).
 GRID_USER_BASE = 10_000_000
 # Snowflake node ids of bulk-loaded grid posts (one per pool): never issued by a live
 # generator in the bench database, so ids cannot collide (the demo graph uses 1023).

@@ -1,16 +1,16 @@
 """Read benchmark grid: our feed API against the strongest plain pull service, over HTTP
 with wrk, on one freshly seeded database and keyspace (both dropped at the end).
 
-    .venv/bin/python -m bench.read_grid [--duration 10] [--warmup 2]
+    .venv/bin/python -m bench.read.grid [--duration 10] [--warmup 2]
         [--histories 1,7,30,90] [--follows 10,100,500,2000] [--skip 90x2000]
         [--readers 20] [--pull lateral,join] [--serving-days 2] [--workers 1]
         [--c64-cells small,h30-f500] [--out bench/out/read-grid] [--keep] [--profile]
         [--no-rebuild]
 
-(``make bench-read BENCH_READ_ARGS="..."``). Data: ``bench.read_graph`` (an author pool
+(``make bench-read BENCH_READ_ARGS="..."``). Data: ``bench.read.graph`` (an author pool
 per history length, cells of readers, the demo graph as the ``small`` cell), loaded by
-``bench.read_seed``. Services: ``bench.read_servers`` (ours = ``python -m services.api``;
-pull = ``bench.pull_service``, one process per query shape; 1 worker each by default;
+``bench.read.seed``. Services: ``bench.harness.servers`` (ours = ``python -m services.api``;
+pull = ``bench.read.pull_service``, one process per query shape; 1 worker each by default;
 ``ours-rebuild`` = ours with snapshot reuse off, first pages only; ``--no-rebuild``).
 
 Order: ``/healthz`` of every service at 16 connections (the "empty endpoint"); then for
@@ -21,7 +21,7 @@ background CPU, the measured run; then ours at 64 connections on ``--c64-cells``
 ``/healthz`` again. Before its runs, every reader's first page from each service is
 checked: no post of a blocked author, none from before ``following_since`` or from an
 author not followed, and the share of ours that pull also shows (the same order by
-construction: every seeded post has the same score). Results: ``bench.read_report``.
+construction: every seeded post has the same score). Results: ``bench.read.report``.
 """
 from __future__ import annotations
 
@@ -43,19 +43,19 @@ from typing import Iterator
 import psycopg
 from confluent_kafka.admin import AdminClient
 
-from bench.read_graph import Cell, ReadGraph, add_small_cell, make_grid
-from bench.read_report import REBUILD, write_report
-from bench.read_seed import log, seed_all
-from bench.read_servers import Server, Servers, store_pids
-from bench.workload import GraphSpec, generate
-from bench.wrk_load import WrkResult, run_wrk, warm_and_run
+from bench.read.graph import Cell, ReadGraph, add_small_cell, make_grid
+from bench.read.report import REBUILD, write_report
+from bench.read.seed import log, seed_all
+from bench.harness.servers import Server, Servers, store_pids
+from deploy.workload import GraphSpec, generate
+from bench.harness.wrk_load import WrkResult, run_wrk, warm_and_run
 from deploy.migrate import migrate_cassandra, migrate_kafka, migrate_postgres
 from services.api.http.auth import mint_token
 from services.shared.contracts.topics import all_topics
 from services.shared.settings import Settings
 from services.shared.stores import cql
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE_LIMIT = 20       # the seed's page size, both services
 CONNECTIONS = (1, 16)
 # A page fetched to check it or to get a cursor is retried this often when shed (503).
@@ -282,7 +282,7 @@ def main() -> int:
 
 
 def grid_args(parser: argparse.ArgumentParser) -> None:
-    """The data options (shared with bench.read_ab)."""
+    """The data options (shared with bench.read.ab)."""
     parser.add_argument("--histories", default="1,7,30,90")
     parser.add_argument("--follows", default="10,100,500,2000")
     parser.add_argument("--skip", default="90x2000", help="HISTORYxFOLLOWS cells to leave out")

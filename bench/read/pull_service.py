@@ -1,6 +1,6 @@
 """The pull baseline: a plain fan-out-on-read feed service on the same Postgres.
 
-    FEED_PG_DATABASE=<db> .venv/bin/python -m bench.pull_service --port 8090
+    FEED_PG_DATABASE=<db> .venv/bin/python -m bench.read.pull_service --port 8090
         [--query lateral|join] [--workers 1]
 
 ``GET /v1/feed?limit&cursor`` answered by one prepared query per page (seed 003: posts
@@ -270,7 +270,7 @@ def main() -> None:
         uvicorn.run(create_app(get_settings(), args.query), **common)
         return
     os.environ[SHAPE_ENV] = args.query
-    uvicorn.run("bench.pull_service:worker_app", factory=True, workers=args.workers, **common)
+    uvicorn.run("bench.read.pull_service:worker_app", factory=True, workers=args.workers, **common)
 
 
 if __name__ == "__main__":

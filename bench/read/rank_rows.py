@@ -1,6 +1,6 @@
 """Rank-key rows after a simulated month: tombstones a first page scans, rows a move costs.
 
-    .venv/bin/python -m bench.rank_rows [--authors 120] [--readers 60] [--follows 40]
+    .venv/bin/python -m bench.read.rank_rows [--authors 120] [--readers 60] [--follows 40]
         [--posts-per-day 5] [--days 30] [--out bench/out/rank-rows]
 
 A month of a small social graph goes through the workers' own handlers, in process, on

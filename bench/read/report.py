@@ -75,7 +75,7 @@ def markdown(rows: list[dict], meta: dict, verdicts: list[str]) -> str:
     lines = [f"# Read grid, {meta['started']}", "",
              f"wrk, {meta['duration_s']:g} s per run after {meta['warmup_s']:g} s of warm-up; "
              f"page limit 20; ours = `python -m services.api` (1 worker), pull = "
-             f"`bench.pull_service` ({', '.join(meta['pull_shapes'])}); seeding: "
+             f"`bench.read.pull_service` ({', '.join(meta['pull_shapes'])}); seeding: "
              f"`{json.dumps(meta['seeding'])}`; skipped cells: {meta['skipped'] or 'none'}.",
              "CPU-s/1k pages, ratios and verdicts are computed. Server CPU is the service's "
              "process tree. Store CPU is Postgres + Cassandra, which other work on this machine "

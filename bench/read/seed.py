@@ -1,7 +1,7 @@
 """Loads a ``ReadGraph`` into the bench's own Postgres database and Cassandra keyspace.
 
 Postgres (the truth) gets everything through COPY: users, follows, blocks and the whole
-post history, then the pull baseline's extra indexes (``bench.pull_service``).
+post history, then the pull baseline's extra indexes (``bench.read.pull_service``).
 
 Cassandra gets what the pipeline would have written there that our read path can reach
 (``seed_serving``), through the fan-out's own stores (``CopyStore``, ``InboxStore``,
@@ -11,7 +11,8 @@ copy with its state cell costs a read and a batch per follow, minutes here) and 
 for every post of the last ``serving_days`` (0: the whole history) and every post some
 inbox holds: its copy, rank key and author-timeline row, ``fanned_out`` for ordinary
 authors, and its inbox rows (``read_graph.plan_serving``) with the TTL they would have
-left. Single-row writes leave in unlogged batches (``bench.write_coalescer``).
+left. Single-row writes leave in unlogged batches, through the fan-out's own
+``WriteCoalescer`` (services/shared/stores/write_coalescer.py), as the fan-out's do.
 
 Store API switch: the serving schema with rank keys in clustering order added
 ``CopyStore.set_rank_key``, a keyed ``add_author_post``, a keyed ``InboxStore.push`` and
@@ -28,9 +29,8 @@ from typing import Awaitable, Callable, Iterable, TypeVar
 
 import psycopg
 
-from bench.pull_service import create_baseline_indexes
-from bench.read_graph import Post, ReadGraph, plan_serving
-from bench.write_coalescer import CoalescingRunner
+from bench.read.pull_service import create_baseline_indexes
+from bench.read.graph import Post, ReadGraph, plan_serving
 from services.fanout.audience import PostFields, inbox_ttl_s
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
@@ -39,6 +39,8 @@ from services.fanout.tiering import CapacityEstimate, TierPolicy
 from services.shared.domain import ranking
 from services.shared.settings import Settings
 from services.shared.stores import cql
+from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.write_coalescer import WriteCoalescer
 
 T = TypeVar("T")
 
@@ -135,10 +137,11 @@ async def seed_serving(s: Settings, graph: ReadGraph, now: datetime,
                        serving_days: int) -> dict[str, int]:
     """Write the serving copies of ``graph`` as the fan-out would have; returns counts."""
     session = cql.session(s, timeout=SEED_TIMEOUT_S)
-    runner = CoalescingRunner(session, SEED_IN_FLIGHT)
-    copies = CopyStore(session, runner, s.fanout_follower_page)
+    runner = CqlRunner(session, SEED_IN_FLIGHT)
+    writes = WriteCoalescer(runner, linger_s=0.002, max_in_flight=SEED_IN_FLIGHT)
+    copies = CopyStore(session, runner, s.fanout_follower_page, writes=writes)
     inbox = InboxStore(session, runner, max_in_flight=SEED_IN_FLIGHT, cap=s.inbox_cap,
-                       trim_every=10**9)
+                       trim_every=10**9, writes=writes)
     tiers = TierStore(session, runner, TierPolicy(min_dwell_s=0), CapacityEstimate(1, 1.0),
                       lambda: now)
     counts: dict[str, int] = {}

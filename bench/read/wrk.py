@@ -1,11 +1,11 @@
-"""``make bench``'s read phase: HTTP load from wrk (bench/wrk_load.py, a C load generator
+"""``make bench``'s read phase: HTTP load from wrk (bench/harness/wrk_load.py, a C load generator
 in its own process), against our API and against the strongest pull baseline, on the
 bench's own database, for the same readers.
 
-* **Ours**: the running API (``bench.pipeline.Services``: as many uvicorn workers as the
+* **Ours**: the running API (``bench.harness.pipeline.Services``: as many uvicorn workers as the
   machine has cores). First pages (each reader's ranked walk), then next pages from the
   cursors of first pages fetched just before.
-* **Pull**: ``bench.pull_service`` (FastAPI + psycopg on the same Postgres, seed 003's
+* **Pull**: ``bench.read.pull_service`` (FastAPI + psycopg on the same Postgres, seed 003's
   query as a LATERAL over covering indexes: the read grid's faster pull shape,
   docs/read-path.md), with the same number of workers, the same JWTs and page size,
   signed keyset cursors for its next pages.
@@ -30,8 +30,8 @@ from services.api.http.auth import mint_token
 from services.shared.settings import Settings
 
 from .pull_service import create_baseline_indexes
-from .read_servers import Servers, store_pids
-from .wrk_load import WrkResult, warm_and_run
+from bench.harness.servers import Servers, store_pids
+from bench.harness.wrk_load import WrkResult, warm_and_run
 
 PAGE_LIMIT = 20
 PULL_SHAPE = "lateral"

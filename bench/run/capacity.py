@@ -1,11 +1,11 @@
 """The capacity model (docs/capacity.md): from the costs a bench run measured, the cores,
 processes, nodes and Kafka partitions a stated load needs, per component.
 
-    .venv/bin/python -m bench.capacity RESULT.json [--readers 1e6,1e7,1e8]
+    .venv/bin/python -m bench.run.capacity RESULT.json [--readers 1e6,1e7,1e8]
         [--pages-per-reader 20] [--reads-per-post 1000] [--next-share 0.25] [--peak 3]
         [--utilisation 0.6] [--cores-per-node 8] [--rf 3] [--markdown]
 
-RESULT.json is a ``make bench`` / ``make bench-full`` result (``bench/run.py``; its
+RESULT.json is a ``make bench`` / ``make bench-full`` result (``bench/run/main.py``; its
 ``costs`` section). Every cost is measured in that run, on its machine; every figure
 printed here is computed from them and the stated load (the assumptions are printed with
 it). One unit of work and its cost per core:
@@ -58,7 +58,7 @@ class Load:
 
 @dataclass(frozen=True)
 class Costs:
-    """µs of CPU per unit of work, measured (bench/run.py's ``costs``)."""
+    """µs of CPU per unit of work, measured (bench/run/main.py's ``costs``)."""
 
     api_first_us: float
     api_next_us: float
@@ -140,7 +140,7 @@ def instance_limits(c: Costs, *, utilisation: float) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.capacity", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.run.capacity", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("result", type=Path)
     ap.add_argument("--readers", default="1e6,1e7,1e8", help="daily readers, comma-separated")

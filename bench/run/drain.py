@@ -1,7 +1,7 @@
 """Goodput of a backlog drain: events the workers applied in every 5 s window, until lag 0.
 
-    .venv/bin/python -m bench.drain [--out FILE.json] [--timeout-s 1800]
-    .venv/bin/python -m bench.drain --plot OUT.svg RUN.json [RUN.json ...]
+    .venv/bin/python -m bench.run.drain [--out FILE.json] [--timeout-s 1800]
+    .venv/bin/python -m bench.run.drain --plot OUT.svg RUN.json [RUN.json ...]
 
 Run it beside ``make run`` (or ``make run NODES=3``) on a fresh stack (``make reset``):
 it waits for the demo's backlog to appear, then samples every ``--every-s`` the workers'
@@ -99,7 +99,7 @@ def stream_records(settings: Settings) -> int:
 
 def api_cpu_s() -> float | None:
     """CPU-seconds of the API service's process tree (None when it is not running)."""
-    from bench.wrk_load import tree_cpu_s
+    from bench.harness.wrk_load import tree_cpu_s
     from deploy.services import daemon
     from deploy.stack.layout import Layout
 
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(out, "w") as f:
             f.write(plot(runs))
         return 0
-    ap = argparse.ArgumentParser(prog="python -m bench.drain", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.run.drain", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--every-s", type=float, default=5.0)
     ap.add_argument("--settle-s", type=float, default=30.0)

@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.phases import _tokens
-from bench.workload import Graph
+from bench.run.phases import _tokens
+from deploy.workload import Graph
 from services.fanout.copies import CopyStore
 from services.fanout.inactive import InactiveSweeper
 from services.fanout.inbox import InboxStore

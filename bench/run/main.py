@@ -4,7 +4,7 @@ one run, reported as JSON, Markdown and PNG plots.
     python -m bench.run [--mode short|full] [--out DIR]
 
 short (~11 min): 6,000 users, 1 and 16 connections, 20 s of steady posts, 30 s of the seed mix.
-Reads are driven by wrk against our API and the pull service (bench/read_wrk.py).
+Reads are driven by wrk against our API and the pull service (bench/read/wrk.py).
 full (~70 min, 46 of them taking the follows in): 120,000 users with 5 authors over 100,000 followers, concurrency 1/4/16.
 """
 from __future__ import annotations
@@ -24,17 +24,18 @@ from pathlib import Path
 
 import psycopg
 
-from bench import inactive, mix, phases, read_wrk, report, streams_at_scale
-from bench.costs import CostMeter, per_unit_us
-from bench.pipeline import (PORTS, Sampler, Services, bench_settings, drop_slots, fresh_stores,
+from bench.read import wrk as read_wrk
+from bench.run import inactive, mix, phases, report, streams_at_scale
+from bench.harness.costs import CostMeter, per_unit_us
+from bench.harness.pipeline import (PORTS, Sampler, Services, bench_settings, fresh_stores, shut_down,
                             topic_sizes, wait_caught_up)
-from bench.fanout_floor import FLOOR_STEP
-from bench.raw_writer import best_of
-from bench.workload import GraphSpec, generate, load_graph, load_history, publish_feature_events
+from bench.fanout.floor import FLOOR_STEP
+from bench.fanout.raw_writer import best_of
+from deploy.workload import GraphSpec, generate, load_graph, load_history, publish_feature_events
 from deploy.lag import scrape
 from services.shared.stores import cql
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MODES = {
     "short": {"spec": GraphSpec.short(), "levels": [1, 16], "seconds": 8, "post_rate": 3.0,
               "post_seconds": 20, "mix_seconds": 30, "raw_rows": 200_000, "ingest_timeout": 900,
@@ -58,7 +59,7 @@ RAW = "bench_raw"
 def raw_rates(rows: int) -> dict[str, float]:
     """Raw Kafka produce and pgoutput decode rates on scratch stores (made here; the raw
     Cassandra writer uses their keyspace later, with the services idle: raw_cassandra)."""
-    from bench.cdc import raw_decode_rate, raw_produce_rate
+    from bench.cdc.relay import raw_decode_rate, raw_produce_rate
 
     s = bench_settings(RAW)
     fresh_stores(s)
@@ -70,15 +71,15 @@ def raw_rates(rows: int) -> dict[str, float]:
 
 
 def raw_cassandra(graph, rows: int, settings) -> tuple[dict, dict]:
-    """The best raw writer (bench/raw_writer.py) on the history's own (reader, post) rows,
+    """The best raw writer (bench/fanout/raw_writer.py) on the history's own (reader, post) rows,
     into the scratch keyspace (same migrations, same replication), services idle; then the
-    contract's floor (bench/fanout_floor.py) on the same posts: their followers read from
+    contract's floor (bench/fanout/floor.py) on the same posts: their followers read from
     the bench keyspace's ``followers`` (what the fan-out read), rows into the scratch
     keyspace, one event per post onto its author-events topic (made by ``fresh_stores``
     in ``raw_rates``: the fan-out's partitions and replication), as the fan-out announces."""
-    from bench.fanout_floor import floor_rates
-    from bench.raw_writer import best_raw_rate, history_posts, pairs_of
-    from bench.read_servers import stack_cpu_meter
+    from bench.fanout.floor import floor_rates
+    from bench.fanout.raw_writer import best_raw_rate, history_posts, pairs_of
+    from bench.harness.servers import stack_cpu_meter
     from services.shared.contracts.topics import author_events_topic
     from services.shared.domain.rules import INBOX_TTL_S
 
@@ -154,7 +155,7 @@ def announced(settings) -> float:
 
 def history_costs(cpu: dict, *, rows: float, posts: int, announced: float, cdc_events: int) -> dict:
     """The history window's CPU per unit of work, per component (computed): the capacity
-    model's write-side inputs (bench/capacity.py). Each component's CPU over the window
+    model's write-side inputs (bench/run/capacity.py). Each component's CPU over the window
     is charged to the work it exists for: the fan-out worker and Cassandra to inbox rows
     (Cassandra also served the ranker's and the API's few writes: an upper bound), the
     relay and Postgres to CDC events, Kafka to records written, the ranker to its events."""
@@ -346,11 +347,7 @@ def main() -> int:
         log(f"largest authors: hybrid {hybrid_posts}; push {push_posts}")
         result["lag_samples"] = [asdict(s) for s in sampler.samples]
     finally:
-        try:
-            sampler.stop()
-        finally:
-            services.stop()
-            drop_slots(settings)
+        shut_down(sampler, services, settings)
 
     result["headline"] = headline(result)
     path = report.write(result, out)
@@ -451,7 +448,7 @@ def headline(r: dict) -> list[dict]:
     if post_best is not None:
         # Not a target: how much of the gap is the raw writer grouping each reader's rows
         # of several posts into one partition mutation, which a fan-out writing each post
-        # as it arrives cannot do (bench/raw_writer.py).
+        # as it arrives cannot do (bench/fanout/raw_writer.py).
         rows.append({"figure": "fan-out rows/s against the raw writer writing post by post",
                      "ours": fan,
                      "baseline": (f"raw writer, post by post {post_best['rows/s']} "
@@ -462,7 +459,7 @@ def headline(r: dict) -> list[dict]:
     if floor is not None:
         # Not targets: the least work the contract asks for these posts (read the
         # audience, write the rows, announce them), by the cheapest client
-        # (bench/fanout_floor.py). The floor against the best raw writer bounds what any
+        # (bench/fanout/floor.py). The floor against the best raw writer bounds what any
         # fan-out here can reach; the fan-out against the floor is its own overhead.
         step = floor["steps"][FLOOR_STEP]
         rows.append({"figure": "the contract's floor (read + write + announce) against the best raw writer",

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from bench.phases import PostWatch, _tokens, posting_authors, visibility_summary
-from bench.workload import Graph
-from bench.wrk_load import run_wrk
+from bench.run.phases import PostWatch, _tokens, posting_authors, visibility_summary
+from deploy.workload import Graph
+from bench.harness.wrk_load import run_wrk
 from services.api.http.auth import mint_token
 from services.shared.settings import Settings
 

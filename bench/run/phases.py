@@ -18,8 +18,8 @@ from typing import Any, Callable
 import httpx
 from psycopg_pool import AsyncConnectionPool
 
-from bench.http_load import LoadResult, run_load
-from bench.workload import Graph
+from bench.harness.http_load import LoadResult, run_load
+from deploy.workload import Graph
 from services.api.http.auth import mint_token
 from services.shared.domain.rules import VISIBLE
 from services.shared.settings import Settings

@@ -112,7 +112,7 @@ def markdown(r: dict[str, Any]) -> str:
         lines.append(f"- {k}: {v}")
     costs = r.get("costs")
     if costs:
-        lines += ["", "## Costs per unit of work (the capacity model's inputs: `python -m bench.capacity`)", ""]
+        lines += ["", "## Costs per unit of work (the capacity model's inputs: `python -m bench.run.capacity`)", ""]
         for phase, figures in costs.items():
             for k, v in figures.items():
                 if k != "window":
@@ -120,7 +120,7 @@ def markdown(r: dict[str, Any]) -> str:
             lines.append(f"- {phase}: CPU over the window: {figures.get('window')}")
     st = r.get("streams")
     if st:
-        lines += ["", "## Streams at scale (`bench/streams_at_scale.py`)", ""]
+        lines += ["", "## Streams at scale (`bench/run/streams_at_scale.py`)", ""]
         lines += [f"- {k}: {v}" for k, v in st.items()]
     lines += ["", "## Raw rates measured in the same run", ""]
     for k, v in r["raw"].items():
@@ -128,7 +128,7 @@ def markdown(r: dict[str, Any]) -> str:
             lines.append(f"- {k}: {v}")
     cass = r["raw"].get("cassandra")
     if cass:
-        lines += ["", f"Best raw Cassandra writer (`bench/raw_writer.py`): {cass['rows']:,} of the "
+        lines += ["", f"Best raw Cassandra writer (`bench/fanout/raw_writer.py`): {cass['rows']:,} of the "
                       f"history's (reader, post) rows over {cass['readers (partitions)']:,} partitions, "
                       f"TTL {cass['ttl_s']} s, each setting after a warm-up pass:", "",
                   "| strategy | rows a request (at most) | in flight | seconds | rows/s | client µs/row | Cassandra µs/row |",
@@ -139,7 +139,7 @@ def markdown(r: dict[str, Any]) -> str:
                          f"{t.get('Cassandra CPU µs per row (computed)')} |")
     floor = r["raw"].get("floor")
     if floor:
-        lines += ["", "The contract's floor (`bench/fanout_floor.py`) on the same posts: their "
+        lines += ["", "The contract's floor (`bench/fanout/floor.py`) on the same posts: their "
                       "followers read from the fan-out's `followers`, one row each written, one "
                       "author event produced per post; best setting per step (CPU per row computed):", "",
                   "| step | posts in flight | rows | seconds | rows/s | client µs/row | Cassandra µs/row | Kafka µs/row |",

@@ -1,7 +1,7 @@
 """Streams at scale (issue 38): N readers who follow one author open their SSE streams at
 once; the author posts; how many opens were refused, and how fast the post reached them.
 
-    .venv/bin/python -m bench.streams_at_scale [--readers 1000] [--out FILE.json]
+    .venv/bin/python -m bench.run.streams_at_scale [--readers 1000] [--out FILE.json]
 
 Against the running services (``make run`` or ``make up NODES=3`` with the services),
 through the API over HTTP only, as a new user would:
@@ -190,7 +190,7 @@ async def _wait_follows_applied(settings: Settings, timeout_s: float = 300.0) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.streams_at_scale", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.run.streams_at_scale", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--readers", type=int, default=1000)
     ap.add_argument("--deadline-s", type=float, default=30.0)

@@ -1,6 +1,6 @@
 """Write-path benchmark: Snowflake ids per second, and POST /v1/posts throughput and p95.
 
-    .venv/bin/python bench/api_write.py [--requests 2000] [--concurrency 1,8,32]
+    .venv/bin/python bench/write/api.py [--requests 2000] [--concurrency 1,8,32]
                                         [--base-url http://127.0.0.1:8080]
 
 Without ``--base-url`` it creates a scratch database, migrates it, serves the API from
@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import bench  # noqa: E402,F401 - sets FEED_DEV_MODE when run as a script

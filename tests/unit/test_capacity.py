@@ -1,11 +1,11 @@
-"""The capacity model (bench/capacity.py): load arithmetic and what it derives from costs."""
+"""The capacity model (bench/run/capacity.py): load arithmetic and what it derives from costs."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from bench.capacity import Costs, Load, instance_limits, main, plan
+from bench.run.capacity import Costs, Load, instance_limits, main, plan
 
 COSTS = Costs(api_first_us=250.0, api_next_us=500.0, cassandra_read_us=10.0, worker_row_us=20.0,
               cassandra_row_us=25.0, rows_per_post=100.0, relay_event_us=50.0, postgres_event_us=30.0,
