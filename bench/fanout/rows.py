@@ -64,7 +64,6 @@ from services.shared.contracts.topics import all_topics, author_events_topic  # 
 from services.shared.domain.rules import INBOX_TTL_S  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
 from services.shared.stores import cql  # noqa: E402
-from services.shared.stores.cql_async import CqlRunner  # noqa: E402
 from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 
@@ -72,17 +71,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-async def raw_insert_rate(session, rows: int, in_flight: int) -> float:
-    """Single-row INSERTs (bench/fanout/follows.py's baseline for follow copies)."""
-    stmt = session.prepare("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
-                           "VALUES (?,?,?,?) USING TIMESTAMP ?")
-    runner = CqlRunner(session)
-    start = time.perf_counter()
-    await runner.run_bounded(((stmt, (10**12 + i % 5000, float(i), i, 1, 1)) for i in range(rows)),
-                             in_flight)
-    return rows / (time.perf_counter() - start)
 
 
 def raw_table_cql(cluster, keyspace: str, table: str) -> str:
