@@ -41,6 +41,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
 from services.shared.stores import cql  # noqa: E402
+from bench.harness.pipeline import stop_process  # noqa: E402
 from tests.support.cdc_events import CdcEvents, CdcMessage, send  # noqa: E402
 from tests.support.worker_env import group_caught_up  # noqa: E402
 
@@ -99,12 +100,7 @@ def timed(module: str, root: Path, s: Settings, table: str, warm: list[CdcMessag
         wait_caught_up(s, group, topic, worker)
         return sum(1 for m in changes if m.value is not None) / (time.perf_counter() - start)
     finally:
-        worker.terminate()
-        try:
-            worker.wait(30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(30)
+        stop_process(worker)
 
 
 def stored_total(session, old: str, new: str) -> int:

@@ -43,12 +43,11 @@ from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from bench.fanout.raw_writer import best_raw_rate  # noqa: E402
-from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
+from bench.harness.pipeline import scratch_keyspace, stop_process  # noqa: E402
 from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
 from services.shared.domain import ids, ranking
 from services.shared.domain.rules import INBOX_TTL_S, VISIBLE  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
-from services.shared.stores import cql  # noqa: E402
 from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 # Ids far from anything the workload generates; followers are unique per follow.
@@ -109,15 +108,6 @@ def start_worker(module: str, root: Path, s: Settings, group: str, log_path: Pat
                             stdout=open(log_path, "wb"), stderr=subprocess.STDOUT)
 
 
-def stop_worker(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(30)
-
-
 def seed_author_posts(session, authors: list[int], per_author: int) -> None:
     """Posts already fanned out before the follows: the backfill must bring them."""
     now = datetime.now(timezone.utc)
@@ -165,16 +155,12 @@ def timed_changes(module: str, root: Path, s: Settings, table: str, warm_up: lis
     finally:
         if progress is not None:
             progress.close()
-        stop_worker(worker)
+        stop_process(worker)
 
 
 def run_variant(label: str, root: Path, args: argparse.Namespace, fraction: float) -> VariantResult:
     name = f"bench_{secrets.token_hex(3)}"
-    s = Settings(cassandra_keyspace=name, topic_prefix=name)
-    migrate_cassandra(s, name)
-    migrate_kafka(s, name)
-    cluster = cql.cluster(s, timeout=30)
-    session = cluster.connect(name)
+    s, cluster, session = scratch_keyspace(name)
     try:
         # The best raw writer (bench/fanout/raw_writer.py) on inbox rows of 5,000 readers:
         # the store's speed in this run.

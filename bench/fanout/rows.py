@@ -56,14 +56,12 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from bench.fanout.floor import floor_rates  # noqa: E402
 from bench.fanout.raw_writer import best_of, best_raw_rate  # noqa: E402
+from bench.harness.pipeline import scratch_keyspace, stop_process  # noqa: E402
 from bench.harness.servers import stack_cpu_meter  # noqa: E402
 from bench.harness.wrk_load import tree_cpu_s  # noqa: E402
-from deploy.migrate import migrate_cassandra, migrate_kafka  # noqa: E402
 from services.shared.contracts.feed_events import parse_author  # noqa: E402
 from services.shared.contracts.topics import all_topics, author_events_topic  # noqa: E402
 from services.shared.domain.rules import INBOX_TTL_S  # noqa: E402
-from services.shared.settings import Settings  # noqa: E402
-from services.shared.stores import cql  # noqa: E402
 from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 
@@ -164,11 +162,7 @@ def main() -> int:
     args = ap.parse_args()
 
     name = f"bench_{secrets.token_hex(3)}"
-    s = Settings(cassandra_keyspace=name, topic_prefix=name)
-    migrate_cassandra(s, name)
-    migrate_kafka(s, name)
-    cluster = cql.cluster(s, timeout=30)
-    session = cluster.connect(name)
+    s, cluster, session = scratch_keyspace(name)
     port = free_port()
     worker = None
     try:
@@ -312,11 +306,7 @@ def main() -> int:
         return 0
     finally:
         if worker is not None:
-            worker.terminate()
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+            stop_process(worker)
         session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=120)
         cluster.shutdown()
         AdminClient({"bootstrap.servers": s.kafka_bootstrap}).delete_topics(

@@ -11,11 +11,12 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 from deploy.lag import group_lag, scrape, slot_lag
-from deploy.migrate import migrate_all
+from deploy.migrate import migrate_all, migrate_cassandra, migrate_kafka
 from services.shared.contracts.topics import cdc_topic, rank_features_topic
 from services.shared.settings import Settings
 from services.shared.stores import cql
@@ -59,20 +60,49 @@ def drop_slots(settings: Settings) -> None:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
+def drop_database_and_keyspace(settings: Settings, database: str, keyspace: str, timeout: float = 120) -> None:
+    """Drop a bench run's Postgres database (its sessions closed) and Cassandra keyspace."""
+    admin_dsn = Settings(pg_database="postgres", pg_user="postgres").pg_dsn
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+    cl = cql.cluster(settings, timeout=timeout)
+    try:
+        cl.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+    finally:
+        cl.shutdown()
+
+
+def scratch_keyspace(name: str) -> tuple[Settings, Any, Any]:
+    """Settings, cluster and session of a new keyspace and topic prefix ``name``, migrated
+    (the fan-out benchmarks' own, dropped when they end)."""
+    s = Settings(cassandra_keyspace=name, topic_prefix=name)
+    migrate_cassandra(s, name)
+    migrate_kafka(s, name)
+    cluster = cql.cluster(s, timeout=30)
+    return s, cluster, cluster.connect(name)
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``; waits for the exit either way."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def fresh_stores(settings: Settings) -> None:
     """Drop and recreate the bench database, keyspace and topics, then migrate."""
     from confluent_kafka.admin import AdminClient
 
     drop_slots(settings)
+    drop_database_and_keyspace(settings, settings.pg_database, settings.cassandra_keyspace)
     admin_dsn = Settings(pg_database="postgres", pg_user="postgres").pg_dsn
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {settings.pg_database} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {settings.pg_database} OWNER feed")
-    cl = cql.cluster(settings, timeout=120)
-    try:
-        cl.connect().execute(f"DROP KEYSPACE IF EXISTS {settings.cassandra_keyspace}")
-    finally:
-        cl.shutdown()
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     stale = [t for t in admin.list_topics(timeout=15).topics
              if t.startswith(f"{settings.topic_prefix}.") or t.endswith(f".{settings.topic_prefix}")]
@@ -119,13 +149,8 @@ class Services:
     def stop(self, name: str | None = None) -> None:
         for n in ([name] if name else list(self.procs)):
             proc = self.procs.pop(n, None)
-            if proc and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            if proc:
+                stop_process(proc)
 
 
 def shut_down(sampler: "Sampler", services: Services, settings: Settings) -> None:

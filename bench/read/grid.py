@@ -46,6 +46,7 @@ from confluent_kafka.admin import AdminClient
 from bench.read.graph import Cell, ReadGraph, add_small_cell, make_grid
 from bench.read.report import REBUILD, write_report
 from bench.read.seed import log, seed_all
+from bench.harness.pipeline import drop_database_and_keyspace
 from bench.harness.servers import Server, Servers, store_pids
 from deploy.workload import GraphSpec, generate
 from bench.harness.wrk_load import WrkResult, run_wrk, warm_and_run
@@ -53,7 +54,6 @@ from deploy.migrate import migrate_cassandra, migrate_kafka, migrate_postgres
 from services.api.http.auth import mint_token
 from services.shared.contracts.topics import all_topics
 from services.shared.settings import Settings
-from services.shared.stores import cql
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE_LIMIT = 20       # the seed's page size, both services
@@ -341,13 +341,7 @@ def drop_stores(base: Settings, name: str) -> None:
             log(f"topic not deleted: {exc}")
     while True:
         try:
-            with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
-                conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            cluster = cql.cluster(base, timeout=60)
-            try:
-                cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {name}")
-            finally:
-                cluster.shutdown()
+            drop_database_and_keyspace(base, name, name, timeout=60)
             return
         except Exception as exc:  # noqa: BLE001 - any store error: retry until the deadline
             if time.monotonic() > deadline:
