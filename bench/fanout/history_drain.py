@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
@@ -77,6 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"authors": args.authors, "followers each": args.followers, "posts": len(posts),
                     "posts within the inbox TTL (7 days)": recent, "worker root": str(args.worker_root)}
     try:
+        if args.worker_root.resolve() != REPO:
+            # The baseline worker's own topics too (before issue 38 it also wrote
+            # inbox-events, which this tree's migration no longer creates).
+            subprocess.run([sys.executable, "-c", "from deploy.migrate import migrate_kafka; "
+                            "from services.shared.settings import Settings; "
+                            f"migrate_kafka(Settings(topic_prefix={settings.topic_prefix!r}), "
+                            f"{settings.topic_prefix!r})"], cwd=args.worker_root, check=True)
         services.start("cdc")
         services.start("fanout", root=args.worker_root)
         services.start("ranker")
