@@ -15,7 +15,7 @@ it). One unit of work and its cost per core:
 - an inbox row: the fan-out worker's and Cassandra's CPU per row over the history window
   (Cassandra's includes the ranker's and the API's few writes: an upper bound); at RF n a
   row costs n replicas, so Cassandra's write cost is multiplied by ``--rf`` (the bench
-  stack is RF 1);
+  stack is RF 1), and so is Kafka's (a record is written by every replica);
 - a post announced: one author event; its cost is in the worker's per-row figure, and its
   records in Kafka's;
 - a CDC event: the relay's and Postgres's CPU per event (Postgres's includes the COPY of
@@ -111,7 +111,7 @@ def plan(load: Load, c: Costs, *, utilisation: float, cores_per_node: int, rf: i
         "CDC relays": cores(posts * c.cdc_events_per_post, c.relay_event_us),
         "Cassandra": cores(pages, c.cassandra_read_us) + cores(rows, c.cassandra_row_us * rf),
         "Postgres": cores(posts * c.cdc_events_per_post, c.postgres_event_us),
-        "Kafka": cores(posts * c.records_per_post, c.kafka_record_us),
+        "Kafka": cores(posts * c.records_per_post, c.kafka_record_us * rf),
     }
     out: dict[str, Any] = {
         "daily readers": load.readers, "pages/s at peak": round(pages), "posts/s at peak": round(posts, 1),
@@ -120,7 +120,8 @@ def plan(load: Load, c: Costs, *, utilisation: float, cores_per_node: int, rf: i
         "cores": {k: round(v, 2) for k, v in need.items()},
     }
     out["processes"] = {k: max(1, math.ceil(need[k])) for k in ("API processes", "fan-out workers", "CDC relays")}
-    out["nodes"] = {k: max(1 if k != "Cassandra" else rf, math.ceil(need[k] / cores_per_node))
+    # Cassandra and Kafka keep rf copies, so never fewer nodes than that.
+    out["nodes"] = {k: max(1 if k == "Postgres" else rf, math.ceil(need[k] / cores_per_node))
                     for k in ("Cassandra", "Postgres", "Kafka")}
     # A faust worker owns whole partitions: at least one per worker, twice that to rebalance.
     out["posts partitions"] = 2 * out["processes"]["fan-out workers"]

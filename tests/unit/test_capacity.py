@@ -28,7 +28,10 @@ def test_plan_charges_each_component_its_own_work() -> None:
     # reads 10,000 x 10 µs, rows 1,000 x 25 µs x RF 3, at 50 %
     assert p["cores"]["Cassandra"] == pytest.approx((0.1 + 0.075) / 0.5)
     assert p["processes"] == {"API processes": 8, "fan-out workers": 1, "CDC relays": 1}
-    assert p["nodes"]["Cassandra"] == 3      # never fewer than RF
+    assert p["nodes"]["Cassandra"] == 3 and p["nodes"]["Kafka"] == 3   # never fewer than RF
+    assert p["nodes"]["Postgres"] == 1
+    # 10 posts/s x 6 records x 5 µs x RF 3, at 50 %
+    assert p["cores"]["Kafka"] == pytest.approx(10 * 6 * 5 * 3 / 1e6 / 0.5)
     assert p["posts partitions"] == 2
     assert p["saturates first"] == "API processes"
 
