@@ -30,8 +30,9 @@ def test_plan_charges_each_component_its_own_work() -> None:
     assert p["processes"] == {"API processes": 8, "fan-out workers": 1, "CDC relays": 1}
     assert p["nodes"]["Cassandra"] == 3 and p["nodes"]["Kafka"] == 3   # never fewer than RF
     assert p["nodes"]["Postgres"] == 1
-    # 10 posts/s x 6 records x 5 µs x RF 3, at 50 %
-    assert p["cores"]["Kafka"] == pytest.approx(10 * 6 * 5 * 3 / 1e6 / 0.5)
+    # Kafka: every record on RF brokers. 10 posts/s x 6,000 records x 5 µs x RF 3, at 50 %
+    chatty = Costs(**{**COSTS.__dict__, "records_per_post": 6000.0})
+    assert plan(load, chatty, utilisation=0.5, cores_per_node=8, rf=3)["cores"]["Kafka"] == pytest.approx(1.8)
     assert p["posts partitions"] == 2
     assert p["saturates first"] == "API processes"
 
