@@ -73,15 +73,15 @@ bench: migrate
 bench-full: migrate
 	$(PY) -m bench.run --mode full
 
-# Read benchmark grid with wrk: ours vs the pull baseline (bench/read_grid.py); pass
+# Read benchmark grid with wrk: ours vs the pull baseline (bench/read/grid.py); pass
 # options as BENCH_READ_ARGS="--duration 5 --skip 90x2000".
 bench-read: migrate
-	$(PY) -m bench.read_grid $(BENCH_READ_ARGS)
+	$(PY) -m bench.read.grid $(BENCH_READ_ARGS)
 
 # A/B of the read path: the working tree against a git revision, runs interleaved on one
-# dataset (bench/read_ab.py); e.g. BENCH_AB_ARGS="--base HEAD~1 --rounds 4".
+# dataset (bench/read/ab.py); e.g. BENCH_AB_ARGS="--base HEAD~1 --rounds 4".
 bench-read-ab: migrate
-	$(PY) -m bench.read_ab $(BENCH_AB_ARGS)
+	$(PY) -m bench.read.ab $(BENCH_AB_ARGS)
 
 # The fault suite on the three-node stack (tests/faults, docs/reliability.md). Stops a
 # running one-node stack first (the two cannot run at once); leaves the three-node stack

@@ -15,7 +15,7 @@ import time
 
 import httpx
 
-from bench.workload import Graph, GraphSpec, generate, load_postgres, publish_feature_events
+from deploy.workload import Graph, GraphSpec, generate, load_postgres, publish_feature_events
 from deploy.pipeline_progress import PipelineOffsets, ProgressWatch
 from deploy.stack import prometheus
 from services.api.http.auth import mint_token

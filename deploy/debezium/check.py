@@ -39,6 +39,8 @@ from .compare import Difference, Record, compare_streams
 CONNECTOR_PROPERTIES = Path(__file__).with_name("connector.properties")
 WORKER_PROPERTIES = Path(__file__).with_name("worker.properties")
 LOG4J = REPO / "deploy" / "stack" / "templates" / "log4j2.properties"
+# The user the last change inserts: its record marks the end of the changes' records.
+MARKER_USER = 999
 
 
 def _free_port() -> int:
@@ -73,9 +75,19 @@ def _changes(s: Settings) -> None:
         conn.execute("DELETE FROM likes WHERE post_id = 100")
         conn.execute("DELETE FROM follows WHERE follower_id = 2")
         conn.execute("UPDATE blocks SET blocked_id = 1 WHERE blocker_id = 3")  # key change
+        # Last, and committed after every change above: once its record is read, every
+        # record the changes produce is there (one slot, commit order), bar stragglers.
+        conn.execute(f"INSERT INTO users (user_id, created_at) VALUES ({MARKER_USER}, '2026-01-01 00:00:00+00')")
 
 
-def _consume(s: Settings, prefix: str, until_count: int, timeout: float) -> list[Record]:
+def _has_marker(records: list[Record]) -> bool:
+    return any(r["table"] == "users" and r["key"] is not None
+               and (r["key"].get("payload") or r["key"]).get("user_id") == MARKER_USER for r in records)
+
+
+def _consume(s: Settings, prefix: str, until: Callable[[list[Record]], bool], timeout: float) -> list[Record]:
+    """Every record under ``prefix`` until ``until(records)`` holds (then 3 s more, so
+    extra records, duplicates, are seen too) or ``timeout``."""
     consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": str(uuid.uuid4()),
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([cdc_topic(t, prefix) for t in CAPTURED_TABLES])
@@ -94,7 +106,7 @@ def _consume(s: Settings, prefix: str, until_count: int, timeout: float) -> list
                                 "partition": msg.partition(),
                                 "key": json.loads(key) if key else None,
                                 "value": json.loads(value) if value else None})
-            if len(records) >= until_count:
+            if until(records):
                 # Let stragglers arrive so extra records (duplicates) are seen too.
                 quiet_until = quiet_until or time.monotonic() + 3
                 if time.monotonic() > quiet_until:
@@ -105,7 +117,7 @@ def _consume(s: Settings, prefix: str, until_count: int, timeout: float) -> list
 
 
 def _wait_records(s: Settings, prefix: str, count: int, timeout: float) -> None:
-    if len(_consume(s, prefix, count, timeout)) < count:
+    if len(_consume(s, prefix, lambda records: len(records) >= count, timeout)) < count:
         raise SystemExit(f"{prefix}: fewer than {count} records after {timeout:.0f} s")
 
 
@@ -113,7 +125,7 @@ class Scratch:
     """A scratch database with the project's schema and the publication Debezium reads,
     relay settings for it, Kafka topics under the relay's prefix and ``<db>_<suffix>``
     for each of ``suffixes``, a work folder for logs and Connect's files, and the
-    launchers of both capturers (used by this check and bench/cdc_debezium.py)."""
+    launchers of both capturers (used by this check and bench/cdc/debezium.py)."""
 
     def __init__(self, name: str, suffixes: tuple[str, ...] = ()) -> None:
         self.layout = Layout.from_env()
@@ -193,8 +205,11 @@ def run_check() -> list[Difference]:
         _wait_records(relay_s, relay_s.topic_prefix, seeded, 120)
         _wait_records(relay_s, dbz_prefix, seeded, 240)
         _changes(relay_s)
-        relay_records = _consume(relay_s, relay_s.topic_prefix, 30, 120)
-        dbz_records = _consume(relay_s, dbz_prefix, 30, 120)
+        relay_records = _consume(relay_s, relay_s.topic_prefix, _has_marker, 120)
+        dbz_records = _consume(relay_s, dbz_prefix, _has_marker, 120)
+        if not (_has_marker(relay_records) and _has_marker(dbz_records)):
+            raise SystemExit("debezium-check: the last change's record did not arrive within 120 s "
+                             f"(relay {len(relay_records)} records, debezium {len(dbz_records)})")
         print(f"debezium-check: relay {len(relay_records)} records, debezium "
               f"{len(dbz_records)} records (logs in {scratch.work})")
         return compare_streams(relay_records, dbz_records)

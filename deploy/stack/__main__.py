@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from . import cassandra, kafka, postgres, prometheus
+from . import cassandra, cgroups, kafka, postgres, prometheus
 from .layout import Layout
 from .process import Daemon, StackError, stop
 
@@ -56,7 +56,9 @@ def cmd_down(layout: Layout) -> None:
         any_stopped |= kafka.down(lay)
         any_stopped |= postgres.down(lay)
     any_stopped |= prometheus.down(layout)
-    print("stack: stopped" if any_stopped else "stack: nothing was running")
+    swept = cgroups.sweep()
+    print(("stack: stopped" if any_stopped else "stack: nothing was running")
+          + (f" ({len(swept)} empty cgroups of stopped stacks removed)" if swept else ""))
 
 
 def cmd_status(layout: Layout, as_json: bool) -> int:

@@ -15,6 +15,7 @@ node's ports (``tests/faults/injectors.py`` records which it did).
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 # nftables resolves a `socket cgroupv2` path relative to this folder.
@@ -86,13 +87,76 @@ def nft_match(stack_run: Path, name: str) -> str | None:
     return f'socket cgroupv2 level {level} "{path.relative_to(NFT_BASE)}"'
 
 
-def remove(stack_run: Path, name: str) -> None:
-    """Remove the server's (empty) cgroup and the stack's group once it is empty."""
+def remove(stack_run: Path, name: str, wait_s: float = 10.0) -> None:
+    """Remove the server's cgroup and the stack's group once it is empty.
+
+    A stopped server's main process is gone before its children are (Postgres's backends,
+    a JVM's last threads): the folder is removed once ``cgroup.procs`` is empty, waiting
+    up to ``wait_s``; past that whatever is left is killed (``cgroup.kill``) and the
+    removal tried again, so ``make down`` leaves no group behind."""
     path = server_cgroup(stack_run, name)
-    if path is None:
+    if path is None or not path.exists():
+        _remove_group(path.parent if path is not None else None)
         return
-    for folder in (path, path.parent):
+    deadline = time.monotonic() + wait_s
+    while _procs(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _procs(path):
         try:
-            folder.rmdir()
+            (path / "cgroup.kill").write_text("1")
         except OSError:
-            return
+            pass
+        deadline = time.monotonic() + min(5.0, wait_s)
+        while _procs(path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    try:
+        _rmdir(path)
+    except OSError:
+        return
+    _remove_group(path.parent)
+
+
+def _procs(path: Path) -> list[str]:
+    try:
+        return (path / "cgroup.procs").read_text().split()
+    except OSError:
+        return []
+
+
+def _remove_group(group: Path | None) -> None:
+    """The stack's group folder, if nothing is left in it."""
+    if group is None:
+        return
+    try:
+        _rmdir(group)
+    except OSError:
+        pass
+
+
+def _rmdir(path: Path) -> None:
+    """rmdir: in cgroupfs it removes a group that has no process and no child group."""
+    path.rmdir()
+
+
+def sweep() -> list[str]:
+    """Remove every empty ``feed-stack-*`` group and server group under the mount: those
+    of stacks whose checkout is gone (a CI clone, a worktree) are never stopped by their
+    own ``down``. A group with a process in it is left alone. Returns what was removed."""
+    mount = _mount()
+    removed: list[str] = []
+    if mount is None:
+        return removed
+    for group in sorted(mount.glob("feed-stack-*")):
+        for server in sorted(p for p in group.iterdir() if p.is_dir()):
+            if not _procs(server):
+                try:
+                    _rmdir(server)
+                    removed.append(str(server.relative_to(mount)))
+                except OSError:
+                    pass
+        try:
+            _rmdir(group)
+            removed.append(str(group.relative_to(mount)))
+        except OSError:
+            pass
+    return removed

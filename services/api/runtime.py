@@ -3,7 +3,7 @@ the collector's pauses as metrics.
 
 An API process is one event-loop thread doing nearly all the work, beside the Cassandra
 driver's I/O thread, which reads and writes every request's bytes. Measured under the
-read benchmark (``bench/read_ab.py``, 2026-12-01, demo graph, 16 connections, one worker):
+read benchmark (``bench/read/ab.py``, 2026-12-01, demo graph, 16 connections, one worker):
 
 * **Full collections paused the loop 55-115 ms**, three to five times in 40 s, and gen1
   collections over 3 ms about once a second: every request in flight waited (first-page
@@ -21,7 +21,7 @@ read benchmark (``bench/read_ab.py``, 2026-12-01, demo graph, 16 connections, on
   At 0.5 ms every batch took under 250 ms, 80 % under 100 ms
   (``feed_snapshot_write_seconds``), with no measurable cost in pages per second.
 
-Measured with ``bench/read_ab.py`` (2026-12-01, demo graph and 30 days x 500 follows,
+Measured with ``bench/read/ab.py`` (2026-12-01, demo graph and 30 days x 500 follows,
 16 connections, one worker, medians of 3 runs each against the code before): first-page
 p95 37 -> 27 ms and 35 -> 28 ms, pages/s 0.93x and 1.01x (the code before lost a third
 of its snapshot writes, which this one stores: docs/read-path.md).

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     # 800 rows, enough to keep a shared 2-core node busy; more only queues on the node.
     fanout_push_batches_in_flight: int = 16
     # Inbox rows per unlogged batch (one replica set): 200 is the best raw writer's
-    # batch on this stack (bench/raw_writer.py). The stack's
+    # batch on this stack (bench/fanout/raw_writer.py). The stack's
     # unlogged_batch_across_partitions_warn_threshold is raised above it
     # (deploy/stack/cassandra.py); a production cluster warns at 10 by default.
     fanout_batch_rows: int = 200
@@ -332,7 +332,7 @@ class Settings(BaseSettings):
     # the read budget (feed_store_timeout_s). At 250 ms a third of the snapshots were
     # lost under the read benchmark's load (1,000-1,400 first pages/s on one worker:
     # next pages on another process restart the walk); at 2 s none were, the slowest
-    # batch took under 1 s (bench/read_ab.py, 2026-12-01).
+    # batch took under 1 s (bench/read/ab.py, 2026-12-01).
     feed_snapshot_write_timeout_s: float = 2.0
     # Snapshots queued or being written, at most; beyond it a snapshot is not stored (it
     # stays in this process's cache, and a next page elsewhere restarts the walk): a node

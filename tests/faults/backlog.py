@@ -1,7 +1,7 @@
 """The ``backlog`` scenario's parts (issue 37): a demo-sized backlog loaded through
 Postgres, as ``make run``'s demo does but with users of its own, and the pipeline's
 goodput sampled every 5 s: events whose last step is done, from the workers' own
-per-message counters (``bench/drain.py``: a follow or a like once its count is written),
+per-message counters (``bench/run/drain.py``: a follow or a like once its count is written),
 not from committed offsets, which move a batch of up to 1,000 at a time.
 
 A pipeline that slows to the cluster's capacity keeps applying events at a steady rate
@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.drain import LAST_STEPS, handled
-from bench.workload import Graph, GraphSpec, generate, load_postgres
+from bench.run.drain import LAST_STEPS, handled
+from deploy.workload import Graph, GraphSpec, generate, load_postgres
 from deploy.pipeline_progress import PipelineOffsets
 from services.shared.settings import Settings
 from services.shared.stores import pg

@@ -1,4 +1,4 @@
-"""The contract's floor (bench/fanout_floor.py) on the session's Cassandra and Kafka: each
+"""The contract's floor (bench/fanout/floor.py) on the session's Cassandra and Kafka: each
 step writes every follower's row once, the steps that read take the audience from
 ``followers``, and the steps that announce put one author event per post on the topic
 (as the fan-out does since issue 38), keyed by the author, readable by the author-events
@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.fanout_floor import FLOOR_STEP, STEPS, floor_rates
+from bench.fanout.floor import FLOOR_STEP, STEPS, floor_rates
 from services.shared.contracts.feed_events import author_event_id, parse_author
 from services.shared.settings import Settings
 from services.shared.stores import cql

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from bench.pull_service import create_app
+from bench.read.pull_service import create_app
 from services.api.http.auth import mint_token
 from services.shared.settings import Settings
 from tests.support.api_server import new_user_id, serve_in_thread, stop_server

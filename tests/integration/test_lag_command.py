@@ -57,3 +57,25 @@ def test_lag_shows_the_products_topics_and_slot_unless_asked_for_all(settings: S
     # The live report, filtered, holds nothing of another prefix.
     live = report(settings, everything=False)
     assert all(r["topic"].startswith(f"{settings.topic_prefix}.") for r in live["kafka"])
+
+
+def test_lag_answers_with_the_broker_down(settings: Settings) -> None:
+    """``make lag`` with no broker answering (a refused port): it prints what it can (the
+    slots, from Postgres) and says Kafka is unavailable, in bounded time; no crash."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]   # closed again: nothing listens there
+    env = {**os.environ, "FEED_KAFKA_BOOTSTRAP": f"127.0.0.1:{dead}", "FEED_PG_DATABASE": settings.pg_database,
+           "FEED_TOPIC_PREFIX": settings.topic_prefix}
+    done = subprocess.run([sys.executable, "-m", "deploy.lag", "--json"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(done.stdout)
+    assert "unavailable" in data["kafka"]
+    assert isinstance(data["cdc_slots"], list)   # Postgres still answers

@@ -6,7 +6,7 @@ below; ``FakeStore`` only counts the calls the cache lets through and can hold r
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal, Sequence, overload
+from typing import Any, Sequence
 
 from services.api.feed.serving_cache import CachedFeedStore, ServingCache
 from services.api.feed.store import PostRow, PostTextRow, SourceRow
@@ -67,14 +67,6 @@ class FakeStore(InMemoryFeedStore):
     async def following_among(self, reader_id: int, authors: Sequence[int]) -> dict[int, int]:
         self.calls.append("following_among")
         return await super().following_among(reader_id, authors)
-
-    @overload
-    async def posts(self, post_ids: Sequence[int], *, with_text: Literal[False]) -> list[PostRow]: ...
-    @overload
-    async def posts(self, post_ids: Sequence[int], *, with_text: Literal[True]) -> list[PostTextRow]: ...
-    @overload
-    async def posts(self, post_ids: Sequence[int], *,
-                    with_text: bool) -> list[PostRow] | list[PostTextRow]: ...
 
     async def posts(self, post_ids: Sequence[int], *,
                     with_text: bool) -> list[PostRow] | list[PostTextRow]:

@@ -1,0 +1,1 @@
+"""Unit tests: pure logic and in-memory fakes, no stack."""

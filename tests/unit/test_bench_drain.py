@@ -1,7 +1,7 @@
-"""bench/drain.py's arithmetic: windows from samples, and what counts as a collapse."""
+"""bench/run/drain.py's arithmetic: windows from samples, and what counts as a collapse."""
 from __future__ import annotations
 
-from bench.drain import Sample, summary, windows
+from bench.run.drain import Sample, summary, windows
 
 
 def _samples(per_window: list[tuple[float, int]]) -> list[Sample]:

@@ -1,4 +1,4 @@
-"""Every benchmark module imports: a helper moved in tests/ once left bench/fanout.py and
+"""Every benchmark module imports: a helper moved in tests/ once left bench/fanout/rows.py and
 two others failing at their first line, unnoticed because nothing imported them."""
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import struct
 from types import SimpleNamespace
 
-from bench import report
-from bench.raw_writer import _requests, history_pairs, history_posts
-from bench.run import write_window
+from bench.run import report
+from bench.fanout.raw_writer import _requests, history_pairs, history_posts
+from bench.run.main import write_window
 
 
 def test_a_verdict_is_computed_from_the_value_and_its_target() -> None:
@@ -97,7 +97,7 @@ def test_the_raw_writer_sends_every_row_once_whatever_the_grouping() -> None:
 
 
 def test_read_headline_rows_are_verdicts_against_pull_and_healthz_at_each_level() -> None:
-    from bench.run import headline
+    from bench.run.main import headline
 
     def wrk(per_s: float, p95: float, **labels: object) -> dict[str, object]:
         return {**labels, "concurrency": 16, "per_s": per_s, "p95_ms": p95}

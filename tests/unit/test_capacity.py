@@ -1,11 +1,11 @@
-"""The capacity model (bench/capacity.py): load arithmetic and what it derives from costs."""
+"""The capacity model (bench/run/capacity.py): load arithmetic and what it derives from costs."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from bench.capacity import Costs, Load, instance_limits, main, plan
+from bench.run.capacity import Costs, Load, instance_limits, main, plan
 
 COSTS = Costs(api_first_us=250.0, api_next_us=500.0, cassandra_read_us=10.0, worker_row_us=20.0,
               cassandra_row_us=25.0, rows_per_post=100.0, relay_event_us=50.0, postgres_event_us=30.0,
@@ -28,7 +28,11 @@ def test_plan_charges_each_component_its_own_work() -> None:
     # reads 10,000 x 10 µs, rows 1,000 x 25 µs x RF 3, at 50 %
     assert p["cores"]["Cassandra"] == pytest.approx((0.1 + 0.075) / 0.5)
     assert p["processes"] == {"API processes": 8, "fan-out workers": 1, "CDC relays": 1}
-    assert p["nodes"]["Cassandra"] == 3      # never fewer than RF
+    assert p["nodes"]["Cassandra"] == 3 and p["nodes"]["Kafka"] == 3   # never fewer than RF
+    assert p["nodes"]["Postgres"] == 1
+    # Kafka: every record on RF brokers. 10 posts/s x 6,000 records x 5 µs x RF 3, at 50 %
+    chatty = Costs(**{**COSTS.__dict__, "records_per_post": 6000.0})
+    assert plan(load, chatty, utilisation=0.5, cores_per_node=8, rf=3)["cores"]["Kafka"] == pytest.approx(1.8)
     assert p["posts partitions"] == 2
     assert p["saturates first"] == "API processes"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from services.api.feed.bodies import PostView
+from services.api.feed.post_view import PostView
 from services.api.feed.candidates import fallback_slice, fallback_start, merge_top
 from services.api.feed.eligibility import PostState
 

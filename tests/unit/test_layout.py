@@ -1,20 +1,32 @@
 """The folder map of docs/architecture.md, checked: which package may import which.
 
-Every import in ``services/`` (module level and inside functions, relative ones resolved)
-is read from the source, so a new upward or sideways import fails here, not in review.
+Every import in the project's Python folders (``services/``, ``deploy/``, ``bench/``,
+``tests/``; module level and inside functions, relative ones resolved) is read from the
+source, so a new upward or sideways import fails here, not in review.
 """
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("services.api", "services.cdc", "services.fanout", "services.ranker")
+# Every top-level folder holding Python, in the order of the arrows between them: each may
+# import those before it, never those after (tests and benchmarks may import each
+# other's helpers: bench/ drives workers with tests/support's CDC events, tests/ check
+# bench/'s harness).
+FOLDERS = ("services", "deploy", "bench", "tests")
 
 # package prefix -> prefixes it must never import (the importer's own package excepted).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
+    # The product stands alone: it is run by deploy/, measured by bench/, tested by tests/.
+    "services": ("deploy", "bench", "tests"),
+    # Running the product (make run) needs neither the benchmarks nor the tests.
+    "deploy": ("bench", "tests"),
     # Shared code serves every service and knows none of them.
     "services.shared": SERVICES,
     # The rules are pure and stand on nothing else.
@@ -55,10 +67,17 @@ def _module(path: Path) -> tuple[str, str]:
     return dotted, dotted.rsplit(".", 1)[0]
 
 
+def sources() -> list[Path]:
+    """Every Python file of the project's folders (not the benchmarks' kept results)."""
+    return [p for folder in FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))
+            if "results" not in p.relative_to(ROOT).parts and "out" not in p.relative_to(ROOT).parts]
+
+
 def imports() -> list[tuple[str, str, int]]:
-    """(importing module, imported module, line) for every import of ``services.*``."""
+    """(importing module, imported module, line) for every import of the project's own
+    packages."""
     found = []
-    for path in sorted((ROOT / "services").rglob("*.py")):
+    for path in sources():
         module, package = _module(path)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
@@ -72,7 +91,7 @@ def imports() -> list[tuple[str, str, int]]:
             else:
                 continue
             found += [(module, target, node.lineno) for target in targets
-                      if target.startswith("services.")]
+                      if target.split(".", 1)[0] in FOLDERS]
     return found
 
 
@@ -100,8 +119,8 @@ def test_the_checker_sees_relative_and_nested_imports() -> None:
     found = {(importer, target) for importer, target, _ in imports()}
     # relative: services/fanout/app.py's "from .inbox import InboxStore"
     assert ("services.fanout.app", "services.fanout.inbox") in found
-    # nested (under TYPE_CHECKING): services/api/feed/serving_cache.py's "from .bodies import"
-    assert ("services.api.feed.serving_cache", "services.api.feed.bodies") in found
+    # nested (under TYPE_CHECKING): services/api/feed/bodies.py's "from .serving_cache import"
+    assert ("services.api.feed.bodies", "services.api.feed.serving_cache") in found
 
 
 def test_an_upward_import_is_reported() -> None:
@@ -112,10 +131,71 @@ def test_an_upward_import_is_reported() -> None:
                                 "(services.shared must not import services.fanout)"]
 
 
-@pytest.mark.parametrize("folder", ["services/shared/contracts", "services/shared/domain",
-                                    "services/shared/worker", "services/shared/stores",
-                                    "services/api/http", "services/api/write",
-                                    "services/api/stores", "services/fanout/jobs"])
-def test_every_folder_says_what_it_holds(folder: str) -> None:
-    init = ROOT / folder / "__init__.py"
+def cycles(found: list[tuple[str, str, int]]) -> list[list[str]]:
+    """Import circles among the project's modules (an import of a name inside a module
+    counts as an import of that module), as lists of modules, each circle once."""
+    modules = {m for m, _, _ in found}
+    edges: dict[str, set[str]] = {}
+    for importer, target, _ in found:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        if target and target != importer:
+            edges.setdefault(importer, set()).add(target)
+    seen: set[frozenset[str]] = set()
+    out: list[list[str]] = []
+
+    def walk(path: list[str]) -> None:
+        for nxt in sorted(edges.get(path[-1], ())):
+            if nxt == path[0] and frozenset(path) not in seen:
+                seen.add(frozenset(path))
+                out.append(path)
+            elif nxt not in path and nxt > path[0]:   # each circle from its least module
+                walk(path + [nxt])
+    for start in sorted(edges):
+        walk([start])
+    return out
+
+
+def test_no_import_circles() -> None:
+    assert cycles([f for f in imports() if f[0].startswith("services.")]) == []
+
+
+def test_a_circle_is_reported() -> None:
+    forged = [("services.a", "services.b.X", 1), ("services.b", "services.a", 2), ("services.c", "services.a", 3)]
+    assert cycles(forged) == [["services.a", "services.b"]]
+
+
+def test_an_arrow_back_up_is_reported() -> None:
+    forged = [("deploy.demo", "bench.workload", 18), ("services.api.app", "deploy.lag", 3),
+              ("bench.run", "deploy.workload", 33), ("tests.unit.test_x", "bench.run.capacity", 5)]
+    assert violations(forged) == [
+        "deploy.demo:18 imports bench.workload (deploy must not import bench)",
+        "services.api.app:3 imports deploy.lag (services must not import deploy)"]
+
+
+def test_every_python_folder_is_on_the_map() -> None:
+    """A new top-level folder of Python gets its place in FOLDERS (and the arrows) first."""
+    holding = {p.relative_to(ROOT).parts[0] for p in ROOT.glob("*/**/*.py")
+               if not p.relative_to(ROOT).parts[0].startswith(".")}
+    assert holding <= set(FOLDERS), sorted(holding - set(FOLDERS))
+
+
+def packages() -> list[Path]:
+    return sorted({p.parent for p in sources()})
+
+
+@pytest.mark.parametrize("folder", packages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_folder_says_what_it_holds(folder: Path) -> None:
+    init = folder / "__init__.py"
+    assert init.exists(), f"{folder} is not a package"
     assert ast.get_docstring(ast.parse(init.read_text())), f"{init} has no docstring"
+
+
+def test_make_run_needs_no_benchmark() -> None:
+    """The demo (and everything else ``make run`` starts) imports with ``bench`` and
+    ``tests`` unimportable, as from a tree without them."""
+    code = ("import sys; sys.modules['bench'] = None; sys.modules['tests'] = None; "
+            "import deploy.demo, deploy.services, deploy.migrate, deploy.lag, deploy.stack, deploy.supervise, "
+            "services.api.app, services.cdc.relay, services.fanout.app, services.ranker.app")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -54,3 +54,53 @@ def test_without_a_cgroup2_mount_nothing_is_prepared(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(cgroups, "_mount", lambda: None)
     assert cgroups.prepare(Path("/stack/run/1n"), "kafka-1") is None
     assert cgroups.nft_match(Path("/stack/run/1n"), "kafka-1") is None
+
+
+@pytest.fixture
+def cgroupfs(tree: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """rmdir as cgroupfs does it: a group goes with its interface files unless a process
+    or a child group is in it."""
+    def rmdir(path: Path) -> None:
+        procs = path / "cgroup.procs"
+        if (procs.exists() and procs.read_text().split()) or any(p.is_dir() for p in path.iterdir()):
+            raise OSError(16, "Device or resource busy")
+        for f in path.iterdir():
+            f.unlink()
+        path.rmdir()
+    monkeypatch.setattr(cgroups, "_rmdir", rmdir)
+    return tree
+
+
+def _server(run: Path, name: str, procs: str) -> Path:
+    folder = cgroups.server_cgroup(run, name)
+    assert folder is not None
+    folder.mkdir(parents=True)
+    (folder / "cgroup.procs").write_text(procs)
+    (folder / "cgroup.kill").write_text("")
+    return folder
+
+
+def test_a_stopped_servers_group_goes_once_its_last_process_is_gone(cgroupfs: Path) -> None:
+    import threading
+
+    run = Path("/stack/run/1n")
+    folder = _server(run, "postgres", "4242\n4243\n")   # a backend still exiting
+    threading.Timer(0.3, lambda: (folder / "cgroup.procs").write_text("")).start()
+    cgroups.remove(run, "postgres", wait_s=5)
+    assert not folder.exists() and not folder.parent.exists()
+
+
+def test_what_outlives_the_wait_is_killed(cgroupfs: Path) -> None:
+    run = Path("/stack/run/1n")
+    folder = _server(run, "kafka-1", "4242\n")
+    cgroups.remove(run, "kafka-1", wait_s=0.2)
+    assert (folder / "cgroup.kill").read_text() == "1"
+
+
+def test_sweep_removes_empty_groups_of_gone_stacks_and_leaves_live_ones(cgroupfs: Path) -> None:
+    gone = _server(Path("/gone/.stack/run/3n"), "cassandra-1", "")
+    live = _server(Path("/here/.stack/run/1n"), "cassandra-1", "777\n")
+    removed = cgroups.sweep()
+    assert not gone.parent.exists()
+    assert live.exists()
+    assert f"{gone.parent.name}/cassandra-1" in removed and gone.parent.name in removed

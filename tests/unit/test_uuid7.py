@@ -1,6 +1,6 @@
 import uuid
 
-from bench.ids_index import uuid7
+from bench.write.ids import uuid7
 
 
 def test_uuid7_has_version_variant_and_its_timestamp() -> None:

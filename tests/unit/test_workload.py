@@ -2,7 +2,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from bench.workload import GraphSpec, generate
+from deploy.workload import GraphSpec, generate
 from services.shared.domain import ids
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)

@@ -45,7 +45,8 @@ from . import candidates as cand
 from . import paging, snapshot
 from .activity import ReaderActivity
 from .awaiting import settled
-from .bodies import FetchResult, PostBody, PostCopies, PostView
+from .bodies import FetchResult, PostCopies
+from .post_view import PostBody, PostView
 from .eligibility import ReaderGraph, Verdict, judge
 from .fence import FenceUnavailable, VisibilityFence
 from .graph import GraphUnavailable, PageGraph

@@ -52,7 +52,7 @@ from services.shared.domain import ids
 from .store import FeedPort, SourceRow
 
 if TYPE_CHECKING:
-    from .bodies import PostView
+    from .post_view import PostView
 
 # Notices remembered for fills that overlapped them (a fill takes a few ms; at a few
 # hundred notices a second, this covers seconds).

@@ -237,7 +237,7 @@ def serialized_batch(rows: Sequence[tuple[bytes, list[Any]]], routing_key: bytes
     """An unlogged batch of rows kept serialized, ``(query id, values)``, built without
     ``bind`` (the driver's private list, ``SUPPORTED``), routed to a replica of
     ``routing_key`` (None: any node). The coalescer's batches, and the benchmark's raw
-    writers' (bench/raw_writer.py), so the baseline serializes as cheaply as the fan-out."""
+    writers' (bench/fanout/raw_writer.py), so the baseline serializes as cheaply as the fan-out."""
     batch = BatchStatement(batch_type=BatchType.UNLOGGED)
     batch._statements_and_parameters = [(True, q, v) for q, v in rows]
     if routing_key is not None:
