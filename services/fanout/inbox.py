@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     from cassandra.pool import Host
 
 
-# Rows per batch (one partition, or one replica set): 50 inbox rows are ~2 KB, under
-# Cassandra's 5 KB batch warning threshold; the stack's unlogged-batch partition warning
-# threshold is set above it (deploy/stack/cassandra.py).
+# Rows per batch (one partition, or one replica set) where no other size is given; the
+# worker passes fanout_batch_rows (200, ~8 KB of inbox rows). The stack's batch size and
+# unlogged-batch partition warning thresholds are set above it (deploy/stack/cassandra.py).
 PUSH_BATCH_ROWS = 50
 _BIGINT = struct.Struct(">q")
 
@@ -212,7 +212,7 @@ class InboxStore:
 
     async def push_posts(self, reader_id: int, rows: Sequence[InboxRow]) -> int:
         """Write several posts into one reader's inbox: one partition, so one unlogged
-        batch per ``PUSH_BATCH_ROWS`` instead of a request per row."""
+        batch per ``batch_rows`` rows instead of a request per row."""
         rows = [r for r in rows if r.ttl_s > 0]  # TTL 0 would mean "never expires"
         batches: list[tuple[Any, Sequence[Any]]] = []
         for start in range(0, len(rows), self._batch_rows):

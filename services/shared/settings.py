@@ -79,8 +79,9 @@ class Settings(BaseSettings):
     # Concurrent Cassandra writes per fan-out: enough to hide round trips, few enough
     # not to queue requests on a shared 2-core node.
     fanout_max_in_flight: int = 64
-    # Inbox batches (up to 50 rows of one replica set) in flight per fan-out process: about
-    # 800 rows, enough to keep a shared 2-core node busy; more only queues on the node.
+    # Inbox batches (up to fanout_batch_rows rows of one replica set) in flight per fan-out
+    # process: up to 3,200 rows, enough to keep a shared 2-core node busy; more only
+    # queues on the node.
     fanout_push_batches_in_flight: int = 16
     # Inbox rows per unlogged batch (one replica set): 200 is the best raw writer's
     # batch on this stack (bench/fanout/raw_writer.py). The stack's

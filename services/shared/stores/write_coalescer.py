@@ -46,8 +46,8 @@ from .cql_async import CqlRunner, replica_group
 if TYPE_CHECKING:
     from cassandra.pool import Host
 
-# Rows per batch: the fan-out's inbox batches' size (services/fanout/inbox.py), under the
-# stack's unlogged_batch_across_partitions_warn_threshold (64, deploy/stack/cassandra.py).
+# Rows per batch by default (the fan-out's inbox rows use fanout_batch_rows, 200), under
+# the stack's unlogged_batch_across_partitions_warn_threshold (256, deploy/stack/cassandra.py).
 MAX_ROWS = 50
 # Serialized bytes of a batch's values: well under Cassandra's batch_size_fail_threshold
 # (50 KiB by default) and the stack's warn threshold (48 KiB); a post copy with a long
