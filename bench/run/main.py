@@ -5,7 +5,8 @@ one run, reported as JSON, Markdown and PNG plots.
 
 short (~11 min): 6,000 users, 1 and 16 connections, 20 s of steady posts, 30 s of the seed mix.
 Reads are driven by wrk against our API and the pull service (bench/read/wrk.py).
-full (~70 min, 46 of them taking the follows in): 120,000 users with 5 authors over 100,000 followers, concurrency 1/4/16.
+full (40-70 min, 24-46 of them taking the follows in): 120,000 users with 5 authors over 100,000 followers,
+concurrency 1/4/16.
 """
 from __future__ import annotations
 
