@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from bench.harness.pipeline import records_in
 from bench.harness.servers import stack_cpu_meter
 from bench.harness.wrk_load import tree_cpu_s
 from services.shared.contracts.topics import all_topics
@@ -24,18 +25,9 @@ STACK = ("cassandra", "kafka", "postgres")
 
 def records_written(settings: Settings) -> int:
     """Records ever written to every topic of ``settings.topic_prefix`` (end offsets)."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    meta = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=10)
-    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "feed-bench-probe"})
-    try:
-        names = {t.name for t in all_topics(settings.topic_prefix)} | {
-            n for n in meta.topics if n.startswith(settings.topic_prefix + ".")}
-        return sum(probe.get_watermark_offsets(TopicPartition(n, p), timeout=5)[1]
-                   for n in sorted(names) if n in meta.topics for p in meta.topics[n].partitions)
-    finally:
-        probe.close()
+    prefix = settings.topic_prefix
+    names = {t.name for t in all_topics(prefix)}
+    return sum(records_in(settings, lambda n: n in names or n.startswith(prefix + ".")).values())
 
 
 @dataclass

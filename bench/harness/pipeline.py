@@ -11,7 +11,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psycopg
 
@@ -224,23 +224,27 @@ class Sampler(threading.Thread):
         self.join(10)
 
 
-def topic_sizes(settings: Settings, tables: list[str]) -> dict[str, int]:
-    """Records ever written to each table's CDC topic (sum of partition end offsets)."""
+def records_in(settings: Settings, wanted: Callable[[str], bool]) -> dict[str, int]:
+    """Records ever written to each existing topic whose name is ``wanted`` (the sum of
+    its partitions' end offsets)."""
     from confluent_kafka import Consumer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
     meta = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=10)
     probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "feed-bench-probe"})
     try:
-        sizes = {}
-        for table in tables:
-            topic = cdc_topic(table, settings.topic_prefix)
-            parts = meta.topics[topic].partitions if topic in meta.topics else {}
-            sizes[table] = sum(probe.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
-                               for p in parts)
-        return sizes
+        return {name: sum(probe.get_watermark_offsets(TopicPartition(name, p), timeout=5)[1]
+                          for p in meta.topics[name].partitions)
+                for name in sorted(meta.topics) if wanted(name)}
     finally:
         probe.close()
+
+
+def topic_sizes(settings: Settings, tables: list[str]) -> dict[str, int]:
+    """Records ever written to each table's CDC topic (0 for a topic not made yet)."""
+    topics = {table: cdc_topic(table, settings.topic_prefix) for table in tables}
+    sizes = records_in(settings, set(topics.values()).__contains__)
+    return {table: sizes.get(topic, 0) for table, topic in topics.items()}
 
 
 def wait_caught_up(sampler: Sampler, expected: dict[str, int], *, timeout: float,

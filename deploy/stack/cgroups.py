@@ -98,22 +98,27 @@ def remove(stack_run: Path, name: str, wait_s: float = 10.0) -> None:
     if path is None or not path.exists():
         _remove_group(path.parent if path is not None else None)
         return
-    deadline = time.monotonic() + wait_s
-    while _procs(path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _procs(path):
+    if not _emptied(path, wait_s):
         try:
             (path / "cgroup.kill").write_text("1")
         except OSError:
             pass
-        deadline = time.monotonic() + min(5.0, wait_s)
-        while _procs(path) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        _emptied(path, min(5.0, wait_s))
     try:
         _rmdir(path)
     except OSError:
         return
     _remove_group(path.parent)
+
+
+def _emptied(path: Path, wait_s: float) -> bool:
+    """Whether the group has no process left within ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while _procs(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _procs(path: Path) -> list[str]:
