@@ -148,12 +148,6 @@ def keep_tablestats(settings, logs: Path, label: str) -> None:
     (logs / f"cassandra-tablestats-{label}.txt").write_text(text)
 
 
-def announced(settings) -> float:
-    """The fan-out worker's count of posts announced (one author event per post)."""
-    return sum(v for _l, v in scrape(settings.fanout_metrics_port)
-               .get("feed_fanout_posts_announced_total", []))
-
-
 def history_costs(cpu: dict, *, rows: float, posts: int, announced: float, cdc_events: int) -> dict:
     """The history window's CPU per unit of work, per component (computed): the capacity
     model's write-side inputs (bench/run/capacity.py). Each component's CPU over the window
@@ -188,10 +182,14 @@ def read_costs(cpu: dict, reads: list[dict]) -> dict:
     return out
 
 
-def skipped_rows(settings) -> float:
-    """The fan-out worker's count of inbox rows not written for inactive readers."""
-    return sum(v for _l, v in scrape(settings.fanout_metrics_port)
-               .get("feed_fanout_inactive_rows_skipped_total", []))
+def fanout_count(settings, name: str) -> float:
+    """One of the fan-out worker's counters, as it stands: ``..._inactive_rows_skipped_total``
+    (inbox rows not written for inactive readers), ``..._posts_announced_total`` (one
+    author event per post)."""
+    return sum(v for _l, v in scrape(settings.fanout_metrics_port).get(name, []))
+
+
+SKIPPED, ANNOUNCED = "feed_fanout_inactive_rows_skipped_total", "feed_fanout_posts_announced_total"
 
 
 def main() -> int:
@@ -246,8 +244,8 @@ def main() -> int:
             flagged = activity.pop("_flagged")
             log(f"activity applied: {activity}")
             rows_before = sampler.inbox_rows()
-            saved_before = skipped_rows(settings)
-            announced_before = announced(settings)
+            saved_before = fanout_count(settings, SKIPPED)
+            announced_before = fanout_count(settings, ANNOUNCED)
             keep_tablestats(settings, out / "logs", "before-history")
             meter = CostMeter(settings, {n: p.pid for n, p in services.procs.items()}).start()
             t = time.monotonic()
@@ -259,9 +257,9 @@ def main() -> int:
                            timeout=cfg["ingest_timeout"], before=before, label="posts, likes")
             history_ingest_s = time.monotonic() - t
             rows_history = sampler.inbox_rows() - rows_before
-            saved_history = skipped_rows(settings) - saved_before
+            saved_history = fanout_count(settings, SKIPPED) - saved_before
             history_cpu = meter.stop()
-            posts_announced = announced(settings) - announced_before
+            posts_announced = fanout_count(settings, ANNOUNCED) - announced_before
             keep_metrics(settings, out / "logs", "after-history")
             keep_tablestats(settings, out / "logs", "after-history")
         log(f"history ingested in {history_ingest_s:.1f}s ({rows_history:.0f} inbox rows, "
