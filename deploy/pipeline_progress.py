@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.shared.contracts.topics import (cdc_topic, follow_counts_topic, like_counts_topic,
-                                              rank_features_topic, rank_moves_topic)
+                                              rank_features_topic, rank_moves_topic,
+                                              reader_events_topic)
 from services.shared.settings import Settings
 
 
@@ -78,7 +79,7 @@ def worker_topics(settings: Settings) -> dict[str, list[str]]:
     return {
         settings.fanout_group_id or f"{prefix}.fanout":
             [cdc_topic(t, prefix) for t in ("posts", "follows", "blocks")]
-            + [rank_moves_topic(prefix), follow_counts_topic(prefix)],
+            + [rank_moves_topic(prefix), reader_events_topic(prefix), follow_counts_topic(prefix)],
         settings.ranker_group_id or f"{prefix}.ranker":
             [cdc_topic("likes", prefix), rank_features_topic(prefix), like_counts_topic(prefix)],
     }

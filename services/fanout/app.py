@@ -1,7 +1,7 @@
 """The fan-out worker: faust agents over the CDC topics of posts, follows and blocks,
 and over the ranker's rank-key moves (the fan-out owns every inbox row).
 
-One agent per topic (posts, follows, blocks, rank-key-moves, follow-counts). Each takes messages in batches and
+One agent per topic (posts, follows, blocks, rank-key-moves, reader-events, follow-counts). Each takes messages in batches and
 applies a batch's keys concurrently (at most ``fanout_max_in_flight`` keys; the
 statements they send wait for the process's adaptive in-flight limit), each key's changes
 in order (services/shared/worker/batch_consumer.py ``consume_in_batches``). Acks are manual: a batch
@@ -18,7 +18,9 @@ Moderation removal reaches the fan-out as a posts change (``visibility`` 0, writ
 the same transaction as ``moderation_actions``), so that topic is not consumed here.
 
 A timer runs the inactive-reader sweeper (inactive.py) in the worker that owns the
-follows topic's partition 0.
+follows topic's partition 0. The ``reader_events`` agent brings back the readers the API
+saw return (returning.py): the fan-out rebuilds their inboxes, as it writes every other
+inbox row.
 """
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ import faust
 from services.fanout.jobs.rebuild import rebuilder
 from services.shared.contracts.envelope import ChangeRecord, parse_change
 from services.shared.contracts.rank_moves import parse as parse_rank_move
+from services.shared.contracts.reader_events import parse as parse_reader_event
 from services.shared.contracts.topics import (cdc_topic, follow_counts_topic, rank_moves_topic,
-                                              serving_changes_topic)
+                                              reader_events_topic, serving_changes_topic)
 from services.shared.settings import Settings
 from services.shared.stores import cql
 from services.shared.stores.activity import ActivityStore, Window
@@ -57,6 +60,7 @@ from .inactive import InactiveSweeper
 from .inbox import InboxStore
 from .post_events import PostFanout
 from .rank_moves import RankMoves
+from .returning import ReturningReaders
 from .relation_events import RelationChanges
 from .tier_store import TierStore
 from .tiering import CapacityEstimate, TierPolicy
@@ -79,6 +83,7 @@ class FanoutPorts:
     publisher: EventPublisher
     lag: ConsumerLag
     sweeper: InactiveSweeper | None
+    returning: ReturningReaders
     follow_counts: CountedEdges
 
 
@@ -128,11 +133,11 @@ async def open_ports(settings: Settings) -> FanoutPorts:
     activity = ActivityStore(session, runner, read_linger_s=linger)
     tracked = settings.inactive_after.total_seconds() > 0
     inactive = activity.inactive_followers if tracked else None
+    rebuild = rebuilder(copies, inbox, settings.inbox_cap)
     sweeper = None
     if tracked:
         sweeper = InactiveSweeper(activity, Window(settings.inactive_after,
-                                                   settings.activity_resolution),
-                                  rebuilder(copies, inbox, settings.inbox_cap))
+                                                   settings.activity_resolution), rebuild)
     options: _PostFanoutOptions = {"inactive": inactive} if inactive else {}
     posts = PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
                        retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s,
@@ -145,10 +150,13 @@ async def open_ports(settings: Settings) -> FanoutPorts:
         rank_moves=RankMoves(copies, inbox, _utc_now, inactive),
         guard=GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS, retries=pressure.retries),
         publisher=publisher, lag=ConsumerLag(), sweeper=sweeper,
+        returning=ReturningReaders(activity, rebuild),
         follow_counts=CountedEdges(session, runner, FOLLOW_EDGES, settings.counts_generation))
 
 
 ChangeApplier = Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]]
+# An agent's message handler, made from the ports once they are open.
+MessageHandler = Callable[[FanoutPorts], Callable[[RawMessage], Awaitable[None]]]
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -156,46 +164,56 @@ def create_app(settings: Settings) -> faust.App:
     prefix = settings.topic_prefix
     ports = OpenedOnce(lambda: open_ports(settings))
 
-    async def consume(stream: faust.StreamT[bytes], apply: ChangeApplier) -> None:
+    async def consume(stream: faust.StreamT[bytes], handler: MessageHandler) -> None:
         p = await ports.get()
-
-        async def handle(msg: RawMessage) -> None:
-            change = parse_change(msg.key, msg.value)
-            if change is not None:  # None: the tombstone after a delete
-                await apply(p)(change)
-
-        await consume_in_batches(app, stream, p.guard, p.lag, handle,
+        await consume_in_batches(app, stream, p.guard, p.lag, handler(p),
                                  max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
                                  keys_in_flight=settings.fanout_max_in_flight,
                                  max_unacked=settings.consumer_max_unacked)
 
-    @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
-    async def posts(stream: faust.StreamT[bytes]) -> None:
-        await consume(stream, lambda p: p.posts.on_post_changed)
+    def changes(apply: ChangeApplier) -> MessageHandler:
+        def handler(p: FanoutPorts) -> Callable[[RawMessage], Awaitable[None]]:
+            async def handle(msg: RawMessage) -> None:
+                change = parse_change(msg.key, msg.value)
+                if change is not None:  # None: the tombstone after a delete
+                    await apply(p)(change)
+            return handle
+        return handler
 
-    @app.agent(raw_topic(app, cdc_topic("follows", prefix)), name="follows")
-    async def follows(stream: faust.StreamT[bytes]) -> None:
-        await consume(stream, lambda p: p.relations.on_follow_changed)
-
-    @app.agent(raw_topic(app, cdc_topic("blocks", prefix)), name="blocks")
-    async def blocks(stream: faust.StreamT[bytes]) -> None:
-        await consume(stream, lambda p: p.relations.on_block_changed)
-
-    @app.agent(raw_topic(app, rank_moves_topic(prefix)), name="rank_key_moves")
-    async def rank_key_moves(stream: faust.StreamT[bytes]) -> None:
-        p = await ports.get()
-
+    def rank_key_moved(p: FanoutPorts) -> Callable[[RawMessage], Awaitable[None]]:
         async def handle(msg: RawMessage) -> None:
             move = parse_rank_move(msg.value)
             if move is not None:
                 await p.rank_moves.on_rank_key_moved(move)
+        return handle
 
-        await consume_in_batches(app, stream, p.guard, p.lag, handle,
-                                 max_batch=settings.consumer_batch_max,
-                                 within_s=settings.consumer_batch_within_s,
-                                 keys_in_flight=settings.fanout_max_in_flight,
-                                 max_unacked=settings.consumer_max_unacked)
+    def reader_event(p: FanoutPorts) -> Callable[[RawMessage], Awaitable[None]]:
+        async def handle(msg: RawMessage) -> None:
+            event = parse_reader_event(msg.value)
+            if event is not None:  # None: a kind this worker does not act on
+                await p.returning.on_reader_returned(event)
+        return handle
+
+    @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
+    async def posts(stream: faust.StreamT[bytes]) -> None:
+        await consume(stream, changes(lambda p: p.posts.on_post_changed))
+
+    @app.agent(raw_topic(app, cdc_topic("follows", prefix)), name="follows")
+    async def follows(stream: faust.StreamT[bytes]) -> None:
+        await consume(stream, changes(lambda p: p.relations.on_follow_changed))
+
+    @app.agent(raw_topic(app, cdc_topic("blocks", prefix)), name="blocks")
+    async def blocks(stream: faust.StreamT[bytes]) -> None:
+        await consume(stream, changes(lambda p: p.relations.on_block_changed))
+
+    @app.agent(raw_topic(app, rank_moves_topic(prefix)), name="rank_key_moves")
+    async def rank_key_moves(stream: faust.StreamT[bytes]) -> None:
+        await consume(stream, rank_key_moved)
+
+    @app.agent(raw_topic(app, reader_events_topic(prefix)), name="reader_events")
+    async def reader_events(stream: faust.StreamT[bytes]) -> None:
+        await consume(stream, reader_event)
 
     @app.agent(raw_topic(app, follow_counts_topic(prefix)), name="follow_counts")
     async def follow_counts(stream: faust.StreamT[bytes]) -> None:

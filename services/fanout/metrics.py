@@ -41,3 +41,13 @@ READERS_GONE_IDLE = Counter("feed_fanout_readers_gone_idle_total",
 READERS_UNDONE = Counter("feed_fanout_readers_idle_undone_total",
                          "Readers who came back while the sweeper flagged them (unflagged "
                          "and their inbox rebuilt by the sweeper)")
+READERS_REGENERATED = Counter("feed_fanout_readers_regenerated_total",
+                              "reader_returned events applied: inbox rebuilt, or the reader "
+                              "was already active (an event announced again or replayed)",
+                              ["outcome"])
+for _outcome in ("rebuilt", "already_active"):
+    READERS_REGENERATED.labels(_outcome)
+REGENERATION_SECONDS = Histogram("feed_inbox_regeneration_seconds",
+                                 "A returning reader's wait for their inbox: the API seeing "
+                                 "them back (the event's at) to the state active",
+                                 buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300))

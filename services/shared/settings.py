@@ -127,7 +127,8 @@ class Settings(BaseSettings):
     # A returning reader's pages while their inbox is rebuilt read this many followed
     # authors' partitions (today's and yesterday's), instead of the fallback's slice.
     feed_regenerating_authors: int = 200
-    # A regeneration not finished after this long (its process died) is started again.
+    # A return announced to the fan-out and not finished after this long (the fan-out
+    # down or far behind) is announced again by the reader's next page.
     feed_regenerating_stale_s: float = 120.0
     # Poison handling: attempts before the dead-letter queue, and the failure-rate cap
     # over the last messages that stops the worker (a broken deploy, not bad data).

@@ -1,7 +1,8 @@
 """End to end: a reader who stops reading is flagged by the fan-out worker's own sweeper
 (its timer, in the worker process), gets no inbox rows, and on return is served at once
-while the API regenerates their inbox. The system runs with 1 s activity periods and
-``INACTIVE_AFTER_S`` (conftest.py); nothing is written to a store by the test."""
+while the fan-out worker regenerates their inbox on the API's ``reader_returned`` event.
+The system runs with 1 s activity periods and ``INACTIVE_AFTER_S`` (conftest.py);
+nothing is written to a store by the test."""
 from __future__ import annotations
 
 import time

@@ -10,7 +10,7 @@ import pytest
 from services.fanout.audience import post_action, post_fields
 from services.fanout.cleanup import purges_for_block, purges_for_unfollow
 from services.ranker.features import parse_feature_event
-from services.shared.contracts import edge_counts, rank_moves
+from services.shared.contracts import edge_counts, rank_moves, reader_events
 from services.shared.contracts.envelope import parse_change
 from services.shared.contracts.feed_events import AuthorPosted
 from services.shared.contracts.feed_events import encode as encode_event
@@ -18,7 +18,7 @@ from tests.support.schemas import examples_for, validation_errors
 
 # inbox-events too: retired, its examples still conform to its (deprecated) schema.
 OWN_TOPICS = ("inbox-events", "author-events", "rank-features", "rank-key-moves", "follow-counts",
-              "like-counts")
+              "like-counts", "reader-events")
 
 
 def _raw(x):
@@ -101,3 +101,27 @@ def test_a_malformed_count_record_is_refused_for_the_dead_letter_queue(bad):
     from services.shared.contracts.envelope import MalformedEnvelope
     with pytest.raises(MalformedEnvelope):
         edge_counts.parse(bad)
+
+
+def test_reader_events_round_trip_and_their_examples_are_parsed_by_the_fanout():
+    for ex in examples_for("reader-events"):
+        event = reader_events.parse(_raw(ex.value))
+        assert event is not None and str(event.reader_id) == ex.key == ex.value["reader_id"]
+        key, value = reader_events.encode(event)
+        assert reader_events.parse(value) == event
+        assert validation_errors("reader-events", json.loads(key), json.loads(value)) == []
+
+
+def test_a_reader_event_of_a_kind_the_fanout_does_not_know_is_skipped():
+    assert reader_events.parse(b'{"type":"reader_left","reader_id":"7"}') is None
+    assert reader_events.parse(None) is None
+
+
+@pytest.mark.parametrize("bad", [b"[]", b"not json", b'{"reader_id":"7","at":"2026-12-04T20:00:00Z"}',
+                                 b'{"type":"reader_returned","reader_id":"7"}',
+                                 b'{"type":"reader_returned","reader_id":7,"at":"2026-12-04T20:00:00Z"}',
+                                 b'{"type":"reader_returned","reader_id":"7","at":"yesterday"}'])
+def test_a_malformed_reader_event_is_refused_for_the_dead_letter_queue(bad):
+    from services.shared.contracts.envelope import MalformedEnvelope
+    with pytest.raises(MalformedEnvelope):
+        reader_events.parse(bad)

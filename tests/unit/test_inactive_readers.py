@@ -1,12 +1,16 @@
 """Inactive readers without a store: the period arithmetic, the sweeper's race with a
-returning reader, and the API side's once-per-period recording and regeneration."""
+returning reader, the API side's once-per-period recording and announced returns, and
+the fan-out's regeneration on the announcement."""
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from services.api.feed.activity import ReaderActivity
 from services.fanout.inactive import InactiveSweeper
+from services.fanout.metrics import READERS_REGENERATED, REGENERATION_SECONDS
+from services.fanout.returning import ReturningReaders
+from services.shared.contracts.reader_events import ReaderReturned
 from services.shared.stores.activity import ACTIVE, IDLE, REGENERATING, SWEEP_NAME, Window
 from tests.support.memory_stores import InMemoryActivityStore
 
@@ -92,12 +96,12 @@ def test_a_reader_the_api_is_regenerating_is_left_to_it():
     store.index = {through: [1]}
     store.follows = {1: [10]}
 
-    def came_back(reader):  # the API saw ``idle`` and took over
+    def came_back(reader):  # the API saw ``idle`` and announced the return
         store.last[reader] = WINDOW.period(NOW_MS)
         store.state[reader] = REGENERATING
     store.on_flag = came_back
     report = asyncio.run(_sweeper(store, rebuilt).sweep())
-    assert report.undone == [] and rebuilt == []  # the API unflags and rebuilds
+    assert report.undone == [] and rebuilt == []  # the fan-out unflags and rebuilds, on the event
 
 
 class Clock:
@@ -106,19 +110,25 @@ class Clock:
         self.mono = 0.0
 
 
-def _activity(store, clock, rebuild):
-    return ReaderActivity(store, WINDOW, rebuild, stale_s=120, now_ms=lambda: clock.ms,
-                          monotonic=lambda: clock.mono)
+def _activity(store, clock, announce, **options):
+    return ReaderActivity(store, WINDOW, announce, stale_s=120, now_ms=lambda: clock.ms,
+                          monotonic=lambda: clock.mono, **options)
+
+
+async def _never(reader_id):
+    raise AssertionError("an active reader is not announced")
+
+
+async def _settle():
+    for _ in range(5):
+        await asyncio.sleep(0)
 
 
 def test_a_read_is_recorded_once_per_period_and_process():
     store, clock = FakeStore(), Clock()
 
-    async def rebuild(reader_id, authors):
-        raise AssertionError("an active reader is not rebuilt")
-
     async def run():
-        activity = _activity(store, clock, rebuild)
+        activity = _activity(store, clock, _never)
         for _ in range(5):
             assert await activity.state(7) == ACTIVE
         assert store.calls == ["record", "activity"]  # write first, then read
@@ -129,51 +139,114 @@ def test_a_read_is_recorded_once_per_period_and_process():
     asyncio.run(run())
 
 
-def test_a_returning_reader_is_regenerating_until_the_rebuild_is_done():
-    store, clock = FakeStore(), Clock()
+def _idle_reader(store):
     store.state[7] = IDLE
     store.follows[7] = [10, 11]
     store.flags = {(10, 7), (11, 7)}
-    release = asyncio.Event()
-    seen = []
+
+
+def test_a_returning_reader_is_announced_once_and_regenerating_until_the_fanout_is_done():
+    store, clock = FakeStore(), Clock()
+    _idle_reader(store)
+    announced, rebuilt = [], []
+
+    async def announce(reader_id):
+        announced.append((reader_id, store.state[reader_id]))  # regenerating written first
 
     async def rebuild(reader_id, authors):
-        seen.append((store.state[reader_id], set(store.flags)))  # flags gone before
-        await release.wait()
+        rebuilt.append((reader_id, sorted(authors), set(store.flags)))  # flags gone before
 
     async def run():
         returned = []
-        activity = ReaderActivity(store, WINDOW, rebuild, stale_s=120,
-                                  on_returned=returned.append, now_ms=lambda: clock.ms,
-                                  monotonic=lambda: clock.mono)
+        activity = _activity(store, clock, announce, on_returned=lambda: returned.append(1))
         assert await activity.state(7) == REGENERATING
-        await asyncio.sleep(0)
+        await _settle()
+        assert announced == [(7, REGENERATING)] and returned == [1]
         assert activity.known(7) == REGENERATING
-        clock.mono += 2  # asked again: the store still says regenerating, no second rebuild
+        clock.mono += 2  # asked again: the store still says regenerating, not announced again
         assert await activity.state(7) == REGENERATING
-        release.set()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert activity.known(7) == ACTIVE and store.state[7] == ACTIVE
-        assert len(returned) == 1
+        await _settle()
+        assert len(announced) == 1
+        # The fan-out applies the event...
+        fanout = ReturningReaders(store, rebuild)
+        assert await fanout.on_reader_returned(ReaderReturned(7, datetime.now(timezone.utc)))
+        assert store.state[7] == ACTIVE and store.flags == set()
+        # ...and the next recheck serves the inbox.
+        clock.mono += 2
+        assert await activity.state(7) == ACTIVE
+        assert activity.known(7) == ACTIVE
     asyncio.run(run())
-    assert seen == [(REGENERATING, set())]
+    assert rebuilt == [(7, [10, 11], set())]
 
 
-def test_a_regeneration_that_died_is_started_again_after_stale_s():
-    store, clock = FakeStore(), Clock()
-    store.state[7] = REGENERATING  # set at Unix 0 by a process that died
-    calls = []
+def test_the_fanout_skips_a_reader_already_active():
+    store = FakeStore()
+    store.state[7] = ACTIVE
 
     async def rebuild(reader_id, authors):
+        raise AssertionError("an active reader's inbox is not rebuilt again")
+
+    skipped = READERS_REGENERATED.labels("already_active")._value.get()
+    observed = REGENERATION_SECONDS._sum.get()
+    event = ReaderReturned(7, datetime.now(timezone.utc) - timedelta(seconds=3))
+    assert asyncio.run(ReturningReaders(store, rebuild).on_reader_returned(event)) is False
+    assert READERS_REGENERATED.labels("already_active")._value.get() == skipped + 1
+    assert REGENERATION_SECONDS._sum.get() == observed  # only a real regeneration is timed
+
+
+def test_the_regeneration_is_timed_from_the_return_the_api_saw():
+    store = FakeStore()
+    _idle_reader(store)
+
+    async def rebuild(reader_id, authors):
+        pass
+
+    at = datetime(2026, 12, 4, 20, 0, tzinfo=timezone.utc)
+    observed = REGENERATION_SECONDS._sum.get()
+    fanout = ReturningReaders(store, rebuild, clock=lambda: at + timedelta(seconds=2.5))
+    assert asyncio.run(fanout.on_reader_returned(ReaderReturned(7, at)))
+    assert REGENERATION_SECONDS._sum.get() - observed == 2.5
+
+
+def test_a_return_that_could_not_be_announced_is_announced_by_the_next_page():
+    store, clock = FakeStore(), Clock()
+    _idle_reader(store)
+    calls, failures = [], []
+
+    async def announce(reader_id):
+        calls.append(reader_id)
+        if len(calls) == 1:
+            raise TimeoutError("brokers down")
+
+    async def run():
+        activity = _activity(store, clock, announce, on_failure=lambda: failures.append(1))
+        assert await activity.state(7) == REGENERATING
+        await _settle()
+        assert calls == [7] and failures == [1] and store.state[7] == REGENERATING
+        # Long before stale_s: the next page announces again, since this one failed.
+        assert await activity.state(7) == REGENERATING
+        await _settle()
+        assert calls == [7, 7]
+        clock.mono += 2
+        assert await activity.state(7) == REGENERATING
+        await _settle()
+        assert calls == [7, 7]  # announced: left to the fan-out until stale_s
+    asyncio.run(run())
+
+
+def test_a_return_not_finished_after_stale_s_is_announced_again():
+    store, clock = FakeStore(), Clock()
+    store.state[7] = REGENERATING  # written at Unix 0; the fan-out never finished
+    calls = []
+
+    async def announce(reader_id):
         calls.append(reader_id)
 
     async def run():
-        activity = _activity(store, clock, rebuild)
+        activity = _activity(store, clock, announce)
         assert await activity.state(7) == REGENERATING
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert calls == [7] and store.state[7] == ACTIVE
+        await _settle()
+        assert calls == [7] and store.state[7] == REGENERATING
     asyncio.run(run())
 
 
@@ -182,13 +255,8 @@ def test_a_store_failure_serves_the_page_as_active_and_asks_again_later():
     store.fail = True
     failures = []
 
-    async def rebuild(reader_id, authors):
-        raise AssertionError
-
     async def run():
-        activity = ReaderActivity(store, WINDOW, rebuild, stale_s=120,
-                                  on_failure=lambda: failures.append(1),
-                                  now_ms=lambda: clock.ms, monotonic=lambda: clock.mono)
+        activity = _activity(store, clock, _never, on_failure=lambda: failures.append(1))
         assert await activity.state(7) == ACTIVE
         assert activity.known(7) == ACTIVE  # not asked on every page while the store is down
         clock.mono += 61
@@ -204,12 +272,8 @@ def test_a_slow_store_does_not_hold_the_page():
         await asyncio.sleep(30)
     store.record_read = hang
 
-    async def rebuild(reader_id, authors):
-        raise AssertionError
-
     async def run():
-        activity = ReaderActivity(store, WINDOW, rebuild, stale_s=120, timeout_s=0.05,
-                                  now_ms=lambda: clock.ms, monotonic=lambda: clock.mono)
+        activity = _activity(store, clock, _never, timeout_s=0.05)
         assert await asyncio.wait_for(activity.state(7), 1) == ACTIVE
     asyncio.run(run())
 

@@ -50,13 +50,11 @@ class FeedMetrics:
             "Stream consumer restarts by outcome: replayed (the gap) or resync (streams told)",
             ("outcome",), registry=registry)
         self.readers_returned = Counter("feed_readers_returned_total",
-                                        "Inactive readers who came back (inbox regenerated)",
+                                        "Inactive readers who came back (announced to the "
+                                        "fan-out, which regenerates their inbox)",
                                         registry=registry)
-        self.regeneration_seconds = Histogram(
-            "feed_inbox_regeneration_seconds", "A returning reader's inbox rebuild, flags to done",
-            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60), registry=registry)
         self.activity_failures = Counter("feed_activity_failures_total",
-                                         "Reads not recorded or regenerations failed (retried)",
+                                         "Reads not recorded or returns not announced (retried)",
                                          registry=registry)
         self.store_hedges = Counter(
             "feed_store_hedges_total", "Reads sent to a second node after feed_hedge_after_s, by "

@@ -13,7 +13,8 @@ and logged); every API process reads the same record, so it is not dead-lettered
 
 ``ApiNotices`` is the other direction: the notices of what the API itself stores and
 every process caches (a reader's preferences), published and acknowledged before the
-request that stored it answers.
+request that stored it answers; and, on the same producer, ``reader_returned`` on
+``<prefix>.reader-events`` (a reader the fan-out stopped writing for is back, activity.py).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 from aiokafka import AIOKafkaConsumer
 from fastapi import FastAPI
@@ -29,8 +31,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from services.shared.contracts import reader_events
 from services.shared.contracts.serving_changes import ServingChange, parse
-from services.shared.contracts.topics import serving_changes_topic
+from services.shared.contracts.topics import reader_events_topic, serving_changes_topic
 from services.shared.settings import Settings
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.kafka_consumers import restart_delay, wait_for_assignment
@@ -158,16 +161,17 @@ class CacheCollector:
 
 
 class ApiNotices:
-    """A ``ChangeSink`` for the API's own writes. Its producer (idempotent, acks=all) is
-    started by the first notice, so a process that stores nothing opens no connection;
-    a failed start is tried again by the next one."""
+    """A ``ChangeSink`` for the API's own writes, and the publisher of its reader events.
+    Its producer (idempotent, acks=all) is started by the first event, so a process that
+    publishes nothing opens no connection; a failed start is tried again by the next one."""
 
     def __init__(self, settings: Settings) -> None:
         self._publisher = EventPublisher(settings)
         self._notices = Notices(self._publisher, serving_changes_topic(settings.topic_prefix))
+        self._reader_events = reader_events_topic(settings.topic_prefix)
         self._started: asyncio.Task[None] | None = None
 
-    async def changed(self, change: ServingChange) -> None:
+    async def _start(self) -> None:
         if self._started is None:
             self._started = asyncio.get_running_loop().create_task(self._publisher.start())
         try:
@@ -175,7 +179,17 @@ class ApiNotices:
         except Exception:
             self._started = None
             raise
+
+    async def changed(self, change: ServingChange) -> None:
+        await self._start()
         await self._notices.changed(change)
+
+    async def reader_returned(self, reader_id: int) -> None:
+        """Tell the fan-out a reader it stopped writing for is back; returns once the
+        brokers have the event (acks=all)."""
+        await self._start()
+        key, value = reader_events.encode(reader_events.ReaderReturned(reader_id, datetime.now(timezone.utc)))
+        await (await self._publisher.send(self._reader_events, key, value))
 
     async def close(self) -> None:
         if self._started is not None and self._started.done() and not self._started.exception():

@@ -2,8 +2,8 @@
 
 ``open_read_path(app)`` connects the Cassandra session and puts into ``app.state``:
 ``cassandra`` (the session; ``app.py`` registers its readiness check), ``feed``
-(``FeedReader``, recording reads and regenerating returning inactive readers' inboxes,
-activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, ``feed_store`` and
+(``FeedReader``, recording reads and announcing returning inactive readers to the
+fan-out, activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, ``feed_store`` and
 (unless ``feed_cache_enabled`` is off) the ``serving_cache``, whose notice consumer is
 one of the app's background tasks (``notices.run_notice_consumer``), and the
 ``visibility_fence`` (fence.py) that every page and stream event is judged after; its
@@ -23,7 +23,7 @@ from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.store_health import watch_cassandra
 
-from .activity import InboxRebuilder, ReaderActivity
+from .activity import ReaderActivity
 from .bodies import BodyCache, PostCopies
 from .fence import FenceMetrics, FenceUnavailable, VisibilityFence, trim_periodically
 from .metrics import FeedMetrics
@@ -63,23 +63,17 @@ def _build(app: FastAPI, settings: Settings) -> None:
     app.state.feed_metrics = metrics
     app.state.feed_store = store
     copies = PostCopies(store, BodyCache(settings.feed_body_cache_size), cache)
-    # The notices of what this process stores and every process caches (preferences,
-    # rebuilt inboxes): one producer, started by the first of them.
+    # The notices of what this process stores and every process caches (preferences),
+    # and the reader events (returns): one producer, started by the first of them.
     notices = ApiNotices(settings)
     app.state.api_notices = notices
     activity = None
     if settings.inactive_after.total_seconds() > 0:
-        rebuilder = InboxRebuilder(session, settings, notices)
-
-        def on_returned(seconds: float) -> None:
-            metrics.readers_returned.inc()
-            metrics.regeneration_seconds.observe(seconds)
-
         activity = ReaderActivity(
             ActivityStore(session, CqlRunner(session)),
-            Window(settings.inactive_after, settings.activity_resolution), rebuilder,
+            Window(settings.inactive_after, settings.activity_resolution), notices.reader_returned,
             settings.feed_regenerating_stale_s, timeout_s=2 * settings.feed_store_timeout_s,
-            on_returned=on_returned, on_failure=metrics.activity_failures.inc)
+            on_returned=metrics.readers_returned.inc, on_failure=metrics.activity_failures.inc)
     fence = VisibilityFence(settings.pg_dsn, settings.feed_visibility_timeout_s,
                             FenceMetrics(app.state.metrics.registry))
     app.state.visibility_fence = fence

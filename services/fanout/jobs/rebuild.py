@@ -1,7 +1,8 @@
 """Refilling a reader's inbox from their authors' timelines (``rebuild_inbox``).
 
-Used by ``python -m services.fanout.jobs.rebuild_inbox`` (an operator's command), by the API when
-an inactive reader comes back, and by the fan-out's inactive-reader sweeper.
+Used by ``python -m services.fanout.jobs.rebuild_inbox`` (an operator's command), by the
+fan-out when an inactive reader comes back (returning.py, on the API's event), and by its
+inactive-reader sweeper.
 
 The inbox is an accelerator, not the source of truth: every post also lives in its
 author's timeline (``author_timeline``). ``rebuild_inbox`` re-derives a reader's inbox from
@@ -69,7 +70,8 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxPort,
 def rebuilder(copies: CopyStore, inbox: InboxPort,
               cap: int) -> Callable[[int, list[int]], Awaitable[RebuildReport]]:
     """``rebuild_inbox`` bound to its stores and cap, on the wall clock: what the sweeper,
-    the API and the benchmark call with a reader and the authors they follow."""
+    the returning-reader handler and the benchmark call with a reader and the authors
+    they follow."""
     async def rebuild(reader_id: int, authors: list[int]) -> RebuildReport:
         return await rebuild_inbox(reader_id, copies, inbox, authors, cap,
                                    lambda: datetime.now(timezone.utc))

@@ -51,6 +51,12 @@ def rank_moves_topic(prefix: str) -> str:
     return f"{prefix}.rank-key-moves"
 
 
+def reader_events_topic(prefix: str) -> str:
+    """A reader did something the fan-out acts on: came back after going idle
+    (contracts/reader_events.py; key = reader_id). Published by the API."""
+    return f"{prefix}.reader-events"
+
+
 def follow_counts_topic(prefix: str) -> str:
     """Follows changes re-keyed by the followed author, for the follower counts' one
     writer (key = author_id; contracts/edge_counts.py). Its partition count never changes."""
@@ -83,6 +89,7 @@ def all_topics(prefix: str) -> list[TopicSpec]:
         TopicSpec(author_events_topic(prefix), 3, {"retention.ms": str(24 * 3600 * 1000)}),
         TopicSpec(rank_features_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
         TopicSpec(rank_moves_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
+        TopicSpec(reader_events_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
         # Count topics: a key must never move partition (domain/owned_counts.py), so
         # these are never repartitioned; a week covers any owner's downtime.
         TopicSpec(follow_counts_topic(prefix), 3, {"retention.ms": _WEEK_MS}),
