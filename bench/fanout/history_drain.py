@@ -2,7 +2,7 @@
 reach lag 0 (issue 38's backlog drain).
 
     .venv/bin/python -m bench.fanout.history_drain [--authors 500] [--followers 100]
-        [--posts-per-day 5] [--days 30] [--worker-root DIR] [--out FILE.json]
+        [--posts-per-day 5] [--days 30] [--worker-root DIR] [--with-api] [--out FILE.json]
 
 On its own database, keyspace and topics (``bench_history``, dropped and made again at
 the start), against the running stack (``make up``):
@@ -17,7 +17,9 @@ the start), against the running stack (``make up``):
    posts cost their per-post steps and no rows.
 
 ``--worker-root`` runs the fan-out from another checkout (a baseline commit, as
-``bench/fanout/rows.py``). Prints and writes the drain time, the rows written, rows/s and
+``bench/fanout/rows.py``). ``--with-api`` also runs the API (one process per core, from
+the same checkout), as ``make run`` does and as the issue first measured it: before
+issue 38 every API process read one ``inbox-events`` record per inbox row. Prints and writes the drain time, the rows written, rows/s and
 posts/s over it, and each component's CPU (bench/harness/costs.py).
 """
 from __future__ import annotations
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--posts-per-day", type=int, default=5)
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--worker-root", type=Path, default=REPO)
+    ap.add_argument("--with-api", action="store_true")
     ap.add_argument("--timeout-s", type=float, default=3600)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     services = Services(settings, REPO / "bench" / "out" / "history-drain-logs")
     sampler = Sampler(settings)
     result: dict = {"authors": args.authors, "followers each": args.followers, "posts": len(posts),
-                    "posts within the inbox TTL (7 days)": recent, "worker root": str(args.worker_root)}
+                    "posts within the inbox TTL (7 days)": recent, "worker root": str(args.worker_root),
+                    "api running": args.with_api}
     try:
         if args.worker_root.resolve() != REPO:
             # The baseline worker's own topics too (before issue 38 it also wrote
@@ -88,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         services.start("cdc")
         services.start("fanout", root=args.worker_root)
         services.start("ranker")
+        if args.with_api:
+            services.start("api", root=args.worker_root)
         sampler.start()
         with psycopg.connect(settings.pg_dsn) as conn:
             before = topic_sizes(settings, ["follows", "posts"])
