@@ -17,9 +17,14 @@ it expires with its TTL.
 Posts of celebrity-period authors (``fanned_out`` false) stay out: readers merge them
 from the author timeline. Only the ``inbox_cap`` highest-ranked posts within the inbox
 TTL are written. Safe to run any number of times.
+
+Authors are read ``AUTHORS_IN_FLIGHT`` at a time, each author's posts in ``IN`` reads
+(``CopyStore.read_posts``): a returning reader waits for the slowest author, not for
+the sum of every read one after the other.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -28,6 +33,9 @@ from typing import Awaitable, Callable
 from services.fanout.audience import backfill_posts, backfill_window, inbox_ttl_s, key_write_ts
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxPort, InboxRow
+
+# Followed authors whose reads are in flight at once, per rebuild.
+AUTHORS_IN_FLIGHT = 16
 
 
 @dataclass(frozen=True)
@@ -45,23 +53,30 @@ async def rebuild_inbox(reader_id: int, copies: CopyStore, inbox: InboxPort,
     # Written now: after the tombstones of whatever emptied the inbox (a purge, a trim),
     # before any rank move decided from here on (which then shadows these rows).
     at = now_us()
-    picked: list[InboxRow] = []
-    for author_id in following:
-        since = await copies.following_since(reader_id, author_id)
-        if since is None or await copies.blocked_either_way(author_id, reader_id):
-            continue
-        lowest, newest = backfill_window(since, now)
-        for post_id in backfill_posts(await copies.author_posts_since(author_id, lowest, newest),
-                                      lowest):
-            copy = await copies.read_post(post_id)
-            if copy is None or not copy.alive or copy.fanned_out is not True:
+    limit = asyncio.Semaphore(AUTHORS_IN_FLIGHT)
+
+    async def rows_of(author_id: int) -> list[InboxRow]:
+        async with limit:
+            since, blocked = await asyncio.gather(copies.following_since(reader_id, author_id),
+                                                  copies.blocked_either_way(author_id, reader_id))
+            if since is None or blocked:
+                return []
+            lowest, newest = backfill_window(since, now)
+            posts = await copies.read_posts(
+                backfill_posts(await copies.author_posts_since(author_id, lowest, newest), lowest))
+        rows = []
+        for copy in posts:
+            if not copy.alive or copy.fanned_out is not True:
                 continue
             if copy.created_at is None or copy.created_at < since or copy.rank_key is None:
                 continue
             ttl_s = inbox_ttl_s(copy.created_at, now)
             if ttl_s > 0:
-                picked.append(InboxRow(post_id, author_id, copy.rank_key,
-                                       key_write_ts(copy.key_ts, copy.created_at, at), ttl_s))
+                rows.append(InboxRow(copy.post_id, author_id, copy.rank_key,
+                                     key_write_ts(copy.key_ts, copy.created_at, at), ttl_s))
+        return rows
+
+    picked = [row for rows in await asyncio.gather(*(rows_of(a) for a in following)) for row in rows]
     picked.sort(key=lambda r: (r.rank_key, r.post_id), reverse=True)
     written = await inbox.push_posts(reader_id, picked[:cap])
     return RebuildReport(reader_id, len(following), written)
