@@ -2,7 +2,7 @@
 reach lag 0 (issue 38's backlog drain).
 
     .venv/bin/python -m bench.fanout.history_drain [--authors 500] [--followers 100]
-        [--posts-per-day 5] [--days 30] [--worker-root DIR] [--with-api] [--out FILE.json]
+        [--posts-per-day 5] [--days 30] [--worker-root DIR] [--with-api] [--profile FILE] [--out FILE.json]
 
 On its own database, keyspace and topics (``bench_history``, dropped and made again at
 the start), against the running stack (``make up``):
@@ -19,7 +19,8 @@ the start), against the running stack (``make up``):
 ``--worker-root`` runs the fan-out from another checkout (a baseline commit, as
 ``bench/fanout/rows.py``). ``--with-api`` also runs the API (one process per core, from
 the same checkout), as ``make run`` does and as the issue first measured it: before
-issue 38 every API process read one ``inbox-events`` record per inbox row. Prints and writes the drain time, the rows written, rows/s and
+issue 38 every API process read one ``inbox-events`` record per inbox row. ``--profile``
+samples the fan-out worker with py-spy over the drain (bench/harness/profiling.py). Prints and writes the drain time, the rows written, rows/s and
 posts/s over it, and each component's CPU (bench/harness/costs.py).
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ import psycopg
 
 from bench.harness.costs import CostMeter
 from bench.harness.pipeline import Sampler, Services, bench_settings, fresh_stores, shut_down, topic_sizes, wait_caught_up
+from bench.harness.profiling import profiler, stop_profiler
 from deploy.workload import _copy
 from services.shared.domain import ids
 
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--worker-root", type=Path, default=REPO)
     ap.add_argument("--with-api", action="store_true")
+    ap.add_argument("--profile", type=Path, help="py-spy samples of the fan-out worker over the drain")
     ap.add_argument("--timeout-s", type=float, default=3600)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
@@ -107,13 +110,17 @@ def main(argv: list[str] | None = None) -> int:
             log(f"{len(follows):,} follows taken in; loading {len(posts):,} posts ({recent:,} within 7 days)")
             rows_before = sampler.inbox_rows()
             meter = CostMeter(settings, {n: p.pid for n, p in services.procs.items()}).start()
+            spy = profiler(services.procs["fanout"].pid, args.profile) if args.profile else None
             t = time.monotonic()
-            with conn.transaction():
-                _copy(conn, "COPY posts (post_id, author_id, created_at, text) FROM STDIN",
-                      ((str(p), str(a), c.isoformat(), f"post {p}") for p, a, c in posts))
-            wait_caught_up(sampler, {"posts": before["posts"] + len(posts)}, timeout=args.timeout_s,
-                           before=before, label="posts")
-            drain_s = time.monotonic() - t
+            try:
+                with conn.transaction():
+                    _copy(conn, "COPY posts (post_id, author_id, created_at, text) FROM STDIN",
+                          ((str(p), str(a), c.isoformat(), f"post {p}") for p, a, c in posts))
+                wait_caught_up(sampler, {"posts": before["posts"] + len(posts)}, timeout=args.timeout_s,
+                               before=before, label="posts")
+                drain_s = time.monotonic() - t
+            finally:
+                stop_profiler(spy)
             cpu = meter.stop()
         rows = sampler.inbox_rows() - rows_before
         result.update({"drain s (COPY to lag 0)": round(drain_s, 1), "inbox rows written": int(rows),

@@ -38,7 +38,6 @@ import argparse
 import os
 import random
 import secrets
-import signal
 import socket
 import statistics
 import subprocess
@@ -57,6 +56,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from bench.fanout.floor import floor_rates  # noqa: E402
 from bench.fanout.raw_writer import best_of, best_raw_rate  # noqa: E402
 from bench.harness.pipeline import scratch_keyspace, stop_process  # noqa: E402
+from bench.harness.profiling import profiler, stop_profiler  # noqa: E402
 from bench.harness.servers import stack_cpu_meter  # noqa: E402
 from bench.harness.wrk_load import tree_cpu_s  # noqa: E402
 from services.shared.contracts.feed_events import parse_author  # noqa: E402
@@ -124,17 +124,6 @@ def until_announced(consumer: Consumer, post_ids: set[int], timeout: float) -> N
         m = consumer.poll(0.2)
         if m is not None and not m.error():
             left.discard(parse_author(m.value()).post_id)
-
-
-def profiler(pid: int, out: Path) -> subprocess.Popen:
-    """py-spy sampling ``pid`` until it gets SIGINT, then writing ``out`` (raw format:
-    ``frame;frame;... count`` per line, as bench/read/grid.py's profiles)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    spy = subprocess.Popen([str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid", str(pid),
-                            "--format", "raw", "--rate", "200", "--gil", "--output", str(out)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)  # attached before the first post is sent
-    return spy
 
 
 def audiences_of(authors: list[int], followers: int) -> dict[int, list[int]]:
@@ -208,9 +197,7 @@ def main() -> int:
             until_announced(done, set(post_ids.values()), 600)
         finally:
             done.close()
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(timeout=60)
+            stop_profiler(spy)
         fan = rows / (time.perf_counter() - start)
         # Each post's rows are counted before its announcement is produced.
         counted = scrape(port, "feed_fanout_inbox_rows_total") - before
