@@ -28,6 +28,7 @@ from services.shared.domain.ids import EPOCH
 from services.shared.domain.ranking import rank_key
 from services.shared.stores.cql_async import StoreRetry
 from services.shared.worker.event_publisher import EventPublisher, delivered
+from services.shared.worker.notices import flush_notices
 
 from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_fields,
                        readers_for_post)
@@ -130,6 +131,16 @@ class PostFanout:
         key_ts = key_write_ts(copy.key_ts, copy.created_at, self._now_us() if restore else None)
         if restore or copy.rank_key is None or key_ts != copy.key_ts:
             await self._copies.set_rank_key(post_id, key, key_ts)
+        ttl_s = inbox_ttl_s(copy.created_at, datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc))
+        if ttl_s == 0:
+            # Older than any inbox keeps (a replay, a bulk load, a worker catching up):
+            # the author's timeline row only, no rows, so clean-up and backfill have
+            # nothing to look for either. Neither the follower count nor the tier is read
+            # (no audience is written), and nothing is announced (it is not news): most
+            # of a month's backlog is such posts.
+            await asyncio.gather(self._copies.add_author_post(copy.author_id, post_id, key, key_ts),
+                                 self._copies.mark_fanned_out(post_id, False, lsn))
+            return
         _, followers = await asyncio.gather(self._copies.add_author_post(copy.author_id, post_id, key, key_ts),
                                             self._copies.followers_count(copy.author_id))
         decision = await self._tiers.tier_for_post(copy.author_id, followers)
@@ -137,12 +148,6 @@ class PostFanout:
             await self._copies.mark_fanned_out(post_id, False, lsn)
             await self._announce(copy.author_id, post_id, copy.created_at)
             CELEBRITY_POSTS.inc()
-            return
-        ttl_s = inbox_ttl_s(copy.created_at, datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc))
-        if ttl_s == 0:
-            # Older than any inbox keeps (a replay, a bulk load, a worker catching up):
-            # no rows, so clean-up and backfill have nothing to look for either.
-            await self._copies.mark_fanned_out(post_id, False, lsn)
             return
         # Marked before the first row: a crash mid-way leaves a post that clean-up
         # knows to look for in inboxes. Marked before blocks and followers are read, too:
@@ -192,7 +197,10 @@ class PostFanout:
         await self._follow_a_move(post_id, copy.author_id, copy.created_at, key)
 
     async def _announce(self, author_id: int, post_id: int, created_at: datetime) -> None:
-        """Publish the post's ``author-events`` record and wait for the broker's ack."""
+        """Publish the post's ``author-events`` record and wait for the broker's ack; the
+        serving-changes notices merged so far in the batch go first (a stream that shows
+        the post then reads a page whose cached inbox top was dropped)."""
+        await flush_notices()
         event_key, value = encode_event(AuthorPosted(author_id, post_id, created_at))
         await delivered([await self._publisher.send(self._author_topic, event_key, value)])
         POSTS_ANNOUNCED.inc()

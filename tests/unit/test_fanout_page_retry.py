@@ -3,6 +3,7 @@ not redone from its first follower, and each timeout halves the capacity estimat
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime, timedelta, timezone
 
 from cassandra import OperationTimedOut
@@ -24,9 +25,12 @@ class _Copies:
     def __init__(self) -> None:
         self.pages_read = 0
         self.fanned_out: list[bool] = []
+        self.timeline: list[int] = []
+        self.counts_read = 0
 
     async def write_post(self, post, lsn): ...
-    async def add_author_post(self, author_id, post_id, rank_key, key_ts): ...
+    async def add_author_post(self, author_id, post_id, rank_key, key_ts):
+        self.timeline.append(post_id)
     async def set_rank_key(self, post_id, rank_key, key_ts):
         self.key = (rank_key, key_ts)
     async def mark_fanned_out(self, post_id, fanned_out, lsn):
@@ -36,6 +40,7 @@ class _Copies:
         return PostCopy(post_id, AUTHOR, T0, 1, False, 10, None)
 
     async def followers_count(self, author_id):
+        self.counts_read += 1
         return PAGE * PAGES
 
     async def blocked_set(self, author_id):
@@ -74,8 +79,10 @@ class _Tiers:
     def __init__(self) -> None:
         self.capacity = CapacityEstimate(floor_rows_per_s=1000)
         self.capacity.observe(16_000, 1.0)
+        self.decided = 0
 
     async def tier_for_post(self, author_id, followers):
+        self.decided += 1
         return TierDecision(Tier.ORDINARY, False, 0.0, "test")
 
 
@@ -139,6 +146,29 @@ def test_a_post_older_than_the_inbox_ttl_writes_no_rows():
     asyncio.run(_fanout(copies, inbox, tiers, publisher, T0 + timedelta(days=8)).on_post_changed(CHANGE))
     assert inbox.pushes == [] and copies.pages_read == 0 and publisher.sent == []
     assert copies.fanned_out == [False]  # nothing in inboxes for clean-up or backfill to find
+    assert copies.timeline == [POST]     # in the author's timeline, as every post
+    assert copies.counts_read == 0 and tiers.decided == 0  # no audience: no tier to weigh
+
+
+def test_in_a_batch_the_posts_notices_go_out_before_its_announcement():
+    """Notices are merged per batch (services/shared/worker/notices.py); the announcement
+    flushes them first, so a stream's reader never reads a page from a cached inbox top
+    the post's notice has not dropped yet."""
+    from services.shared.worker.notices import Notices, batched_notices
+
+    copies, tiers, publisher = _Copies(), _Tiers(), RecordingPublisher()
+    inbox = InMemoryInboxStore(notices=Notices(publisher, "t.serving-changes"))
+    fanout = _fanout(copies, inbox, tiers, publisher, T0 + timedelta(minutes=1))
+
+    async def in_a_batch() -> None:
+        with batched_notices():
+            await fanout.on_post_changed(CHANGE)
+    asyncio.run(in_a_batch())
+    topics = [topic for topic, _k, _v, _h in publisher.sent]
+    assert topics[-1] == "t.author-events"
+    assert set(topics[:-1]) == {"t.serving-changes"}
+    named = [r for _t, _k, v, _h in publisher.sent[:-1] for r in json.loads(v).get("inboxes", [])]
+    assert len(named) == len(set(named)) == PAGE * PAGES  # every follower's inbox, once
 
 
 def test_inactive_followers_get_no_rows_and_are_counted():

@@ -85,11 +85,17 @@ class StoreRetry:
 
     def __init__(self, attempts: int = 1, base_s: float = 0.2,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 transient: tuple[type[BaseException], ...] = TRANSIENT_STORE_ERRORS,
+                 transient: tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+                 = TRANSIENT_STORE_ERRORS,
                  gate: RetryGate | None = None) -> None:
+        """``transient``: the error classes retried, or a test of an error."""
         self._delays = backoff_delays(attempts, base_s)
         self._sleep = sleep
-        self._transient = transient
+        if isinstance(transient, tuple):
+            classes = transient
+            self._transient: Callable[[BaseException], bool] = lambda exc: isinstance(exc, classes)
+        else:
+            self._transient = transient
         self._gate = gate
 
     async def __call__(self, work: Callable[[], Awaitable[T]],
@@ -97,7 +103,9 @@ class StoreRetry:
         for delay in [*self._delays, None]:
             try:
                 result = await work()
-            except self._transient as exc:
+            except Exception as exc:
+                if not self._transient(exc):
+                    raise
                 if on_retry is not None:
                     on_retry(exc)
                 if delay is None:

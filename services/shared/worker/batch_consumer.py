@@ -19,6 +19,7 @@ from prometheus_client import Gauge, Histogram
 
 from .event_publisher import deferred_deliveries, settle
 from .faust_app import RawMessage, raw_message
+from .notices import batched_notices, flush_notices
 from .poison_guard import GuardedProcessing, Handler, expect_topic
 
 if TYPE_CHECKING:
@@ -166,7 +167,8 @@ async def consume_in_batches(app: faust.App, stream: faust.StreamT[bytes], guard
                              max_unacked: int = 5000) -> None:
     """An agent's loop: batches of messages applied by ``apply_batch`` (order per key,
     keys concurrent), then ``finish_batch`` (work shared by the batch, e.g. one rescore
-    per post), then every message of the batch is acked in offset order. Nothing of a
+    per post), then the batch's serving-changes notices, merged (notices.py), then every
+    message of the batch is acked in offset order. Nothing of a
     batch is acked before all of it is done: ``WorkerMustStop``, or any error outside
     the per-message guard, stops the process without committing it (at-least-once; a
     replayed batch is idempotent). The acks of a batch wait for the events it sent
@@ -185,11 +187,13 @@ async def consume_in_batches(app: faust.App, stream: faust.StreamT[bytes], guard
     try:
         async for events in batches(manual.events(), max_batch, within_s):
             msgs = [raw_message(e) for e in events]
-            with deferred_deliveries() as sent:
+            with deferred_deliveries() as sent, batched_notices():
                 try:
                     await apply_batch(msgs, guard, handle, keys_in_flight)
                     if finish_batch is not None:
                         await guard.with_store_retries(finish_batch)
+                    # Merged (notices.py); the acks wait for them.
+                    await guard.with_store_retries(flush_notices)
                 except Exception as exc:  # noqa: BLE001 - WorkerMustStop or a bug: never ack past it
                     await stop_worker_without_commit(app, exc)
             await acks.put(list(events), msgs, sent)

@@ -100,7 +100,7 @@ class GuardedProcessing:
         self._sleep = sleep
         self._retries = retries
         self._batch_retry = StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s,
-                                       sleep, transient_errors, retries)
+                                       sleep, self._is_transient, retries)
         self.budget = FailureBudget(settings.consumer_failure_window,
                                     settings.consumer_max_failure_share)
 
@@ -148,12 +148,15 @@ class GuardedProcessing:
         return isinstance(exc, self._transient) or retriable_kafka_error(exc)
 
     async def with_store_retries(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Run work that belongs to no single message (a batch's shared step): transient
-        store errors are retried like a message's, then ``WorkerMustStop``."""
+        """Run work that belongs to no single message (a batch's shared step, its merged
+        notices): transient store errors, and a Kafka cluster that did not answer, are
+        retried like a message's, then ``WorkerMustStop``."""
         try:
             await self._batch_retry(work, lambda exc: log.warning(
                 "transient store error in a batch step: %r", exc))
-        except self._transient as exc:
+        except Exception as exc:
+            if not self._is_transient(exc):
+                raise
             raise WorkerMustStop(f"store still failing after retries: {exc!r}") from exc
 
     async def _dead_letter(self, msg: RawMessage, exc: BaseException, attempts: int) -> None:
