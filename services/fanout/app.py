@@ -1,11 +1,13 @@
 """The fan-out worker: faust agents over the CDC topics of posts, follows and blocks,
-and over the ranker's rank-key moves (the fan-out owns every inbox row).
+the ranker's rank-key moves and the API's reader events (the fan-out owns every inbox
+row).
 
-One agent per topic (posts, follows, blocks, rank-key-moves, reader-events, follow-counts). Each takes messages in batches and
-applies a batch's keys concurrently (at most ``fanout_max_in_flight`` keys; the
-statements they send wait for the process's adaptive in-flight limit), each key's changes
-in order (services/shared/worker/batch_consumer.py ``consume_in_batches``). Acks are manual: a batch
-is acked only after every message's effects (Cassandra rows, output events, or a dead
+One agent per topic (posts, follows, blocks, rank-key-moves, reader-events,
+follow-counts). Each takes messages in batches and applies a batch's keys concurrently
+(at most ``fanout_max_in_flight`` keys; the statements they send wait for the process's
+adaptive in-flight limit), each key's changes in order
+(services/shared/worker/batch_consumer.py ``consume_in_batches``). Acks are manual: a
+batch is acked only after every message's effects (Cassandra rows, output events, or a dead
 letter) are acknowledged, so the committed offset never passes work that was not done
 (at-least-once; every effect is idempotent by write timestamp).
 
@@ -60,8 +62,8 @@ from .inactive import InactiveSweeper
 from .inbox import InboxStore
 from .post_events import PostFanout
 from .rank_moves import RankMoves
-from .returning import ReturningReaders
 from .relation_events import RelationChanges
+from .returning import ReturningReaders
 from .tier_store import TierStore
 from .tiering import CapacityEstimate, TierPolicy
 

@@ -188,7 +188,8 @@ class ApiNotices:
         """Tell the fan-out a reader it stopped writing for is back; returns once the
         brokers have the event (acks=all)."""
         await self._start()
-        key, value = reader_events.encode(reader_events.ReaderReturned(reader_id, datetime.now(timezone.utc)))
+        event = reader_events.ReaderReturned(reader_id, datetime.now(timezone.utc))
+        key, value = reader_events.encode(event)
         await (await self._publisher.send(self._reader_events, key, value))
 
     async def close(self) -> None:
