@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, TypedDict
+from typing import Awaitable, Callable, TypedDict, TypeVar
 
 import faust
 
@@ -159,6 +159,7 @@ async def open_ports(settings: Settings) -> FanoutPorts:
 ChangeApplier = Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]]
 # An agent's message handler, made from the ports once they are open.
 MessageHandler = Callable[[FanoutPorts], Callable[[RawMessage], Awaitable[None]]]
+E = TypeVar("E")
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -183,19 +184,16 @@ def create_app(settings: Settings) -> faust.App:
             return handle
         return handler
 
-    def rank_key_moved(p: FanoutPorts) -> Callable[[RawMessage], Awaitable[None]]:
-        async def handle(msg: RawMessage) -> None:
-            move = parse_rank_move(msg.value)
-            if move is not None:
-                await p.rank_moves.on_rank_key_moved(move)
-        return handle
-
-    def reader_event(p: FanoutPorts) -> Callable[[RawMessage], Awaitable[None]]:
-        async def handle(msg: RawMessage) -> None:
-            event = parse_reader_event(msg.value)
-            if event is not None:  # None: a kind this worker does not act on
-                await p.returning.on_reader_returned(event)
-        return handle
+    def events(parse: Callable[[bytes | None], E | None],
+               apply: Callable[[FanoutPorts], Callable[[E], Awaitable[object]]]) -> MessageHandler:
+        """A topic of our own events: each value parsed (None: nothing to do), then applied."""
+        def handler(p: FanoutPorts) -> Callable[[RawMessage], Awaitable[None]]:
+            async def handle(msg: RawMessage) -> None:
+                event = parse(msg.value)
+                if event is not None:
+                    await apply(p)(event)
+            return handle
+        return handler
 
     @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
     async def posts(stream: faust.StreamT[bytes]) -> None:
@@ -211,11 +209,12 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.agent(raw_topic(app, rank_moves_topic(prefix)), name="rank_key_moves")
     async def rank_key_moves(stream: faust.StreamT[bytes]) -> None:
-        await consume(stream, rank_key_moved)
+        await consume(stream, events(parse_rank_move, lambda p: p.rank_moves.on_rank_key_moved))
 
     @app.agent(raw_topic(app, reader_events_topic(prefix)), name="reader_events")
     async def reader_events(stream: faust.StreamT[bytes]) -> None:
-        await consume(stream, reader_event)
+        # None from the parser: a kind of reader event this worker does not act on.
+        await consume(stream, events(parse_reader_event, lambda p: p.returning.on_reader_returned))
 
     @app.agent(raw_topic(app, follow_counts_topic(prefix)), name="follow_counts")
     async def follow_counts(stream: faust.StreamT[bytes]) -> None:

@@ -22,12 +22,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Callable
 
-from services.shared.stores.activity import (ACTIVE, BACKLOG_PERIODS, IDLE, SWEEP_NAME,
+from services.shared.stores.activity import (BACKLOG_PERIODS, IDLE, SWEEP_NAME,
                                              ActivityPort, Window)
 
 from .metrics import READERS_GONE_IDLE, READERS_UNDONE
+from .returning import Rebuild, bring_back
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class SweepReport:
 
 class InactiveSweeper:
     def __init__(self, store: ActivityPort, window: Window,
-                 rebuild: Callable[[int, list[int]], Awaitable[object]],
+                 rebuild: Rebuild,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  name: str = SWEEP_NAME) -> None:
         self._store = store
@@ -85,9 +86,7 @@ class InactiveSweeper:
             # Came back while being flagged. If the API saw ``idle`` it is regenerating
             # (and unflags); otherwise it saw the reader active, and this side undoes.
             if after.state == IDLE:
-                await self._store.unflag(reader_id, authors)
-                await self._rebuild(reader_id, authors)
-                await self._store.set_state(reader_id, ACTIVE)
+                await bring_back(self._store, self._rebuild, reader_id, authors)
                 READERS_UNDONE.inc()
                 report.undone.append(reader_id)
             return

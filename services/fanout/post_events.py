@@ -132,17 +132,16 @@ class PostFanout:
         if restore or copy.rank_key is None or key_ts != copy.key_ts:
             await self._copies.set_rank_key(post_id, key, key_ts)
         ttl_s = inbox_ttl_s(copy.created_at, datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc))
+        timeline_row = self._copies.add_author_post(copy.author_id, post_id, key, key_ts)
         if ttl_s == 0:
             # Older than any inbox keeps (a replay, a bulk load, a worker catching up):
             # the author's timeline row only, no rows, so clean-up and backfill have
             # nothing to look for either. Neither the follower count nor the tier is read
             # (no audience is written), and nothing is announced (it is not news): most
             # of a month's backlog is such posts.
-            await asyncio.gather(self._copies.add_author_post(copy.author_id, post_id, key, key_ts),
-                                 self._copies.mark_fanned_out(post_id, False, lsn))
+            await asyncio.gather(timeline_row, self._copies.mark_fanned_out(post_id, False, lsn))
             return
-        _, followers = await asyncio.gather(self._copies.add_author_post(copy.author_id, post_id, key, key_ts),
-                                            self._copies.followers_count(copy.author_id))
+        _, followers = await asyncio.gather(timeline_row, self._copies.followers_count(copy.author_id))
         decision = await self._tiers.tier_for_post(copy.author_id, followers)
         if decision.tier is Tier.CELEBRITY:
             await self._copies.mark_fanned_out(post_id, False, lsn)

@@ -27,9 +27,21 @@ from .metrics import READERS_REGENERATED, REGENERATION_SECONDS
 
 log = logging.getLogger(__name__)
 
+Rebuild = Callable[[int, list[int]], Awaitable[object]]
+
+
+async def bring_back(store: ActivityPort, rebuild: Rebuild, reader_id: int,
+                     authors: list[int]) -> None:
+    """The reader written for again: flags deleted, inbox rebuilt, then ``active`` (in
+    that order: a post fanned out meanwhile either sees no flag or is in the rebuild).
+    Also the sweeper's, for a reader who came back while being flagged (inactive.py)."""
+    await store.unflag(reader_id, authors)
+    await rebuild(reader_id, authors)
+    await store.set_state(reader_id, ACTIVE)
+
 
 class ReturningReaders:
-    def __init__(self, store: ActivityPort, rebuild: Callable[[int, list[int]], Awaitable[object]],
+    def __init__(self, store: ActivityPort, rebuild: Rebuild,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self._store = store
         self._rebuild = rebuild
@@ -43,9 +55,7 @@ class ReturningReaders:
             return False
         started = time.monotonic()
         authors = await self._store.following(reader_id)
-        await self._store.unflag(reader_id, authors)
-        await self._rebuild(reader_id, authors)
-        await self._store.set_state(reader_id, ACTIVE)
+        await bring_back(self._store, self._rebuild, reader_id, authors)
         READERS_REGENERATED.labels("rebuilt").inc()
         since_return = max(0.0, (self._clock() - event.at).total_seconds())
         REGENERATION_SECONDS.observe(since_return)

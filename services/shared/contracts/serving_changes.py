@@ -108,6 +108,23 @@ class NoNotices:
 NO_NOTICES = NoNotices()
 
 
+def merge(changes: Iterable[ServingChange]) -> ServingChange:
+    """One change naming every id of ``changes`` once (in id order)."""
+    posts: set[int] = set()
+    graphs: set[int] = set()
+    timelines: set[tuple[int, int]] = set()
+    inboxes: set[int] = set()
+    preferences: set[int] = set()
+    for c in changes:
+        posts.update(c.posts)
+        graphs.update(c.graphs)
+        timelines.update(c.timelines)
+        inboxes.update(c.inboxes)
+        preferences.update(c.preferences)
+    return ServingChange(tuple(sorted(posts)), tuple(sorted(graphs)), tuple(sorted(timelines)),
+                         tuple(sorted(inboxes)), tuple(sorted(preferences)))
+
+
 def split(change: ServingChange) -> Iterable[ServingChange]:
     """``change`` as notices of at most ``MAX_IDS`` ids per list."""
     n = max(len(change.posts), len(change.graphs), len(change.timelines), len(change.inboxes),

@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from services.shared.contracts.serving_changes import ServingChange, encode, split
+from services.shared.contracts.serving_changes import ServingChange, encode, merge, split
 from services.shared.worker.event_publisher import delivered
 
 
@@ -44,10 +44,7 @@ class Notices:
             return
         pending = _PENDING.get()
         if pending is not None:
-            merged = pending.get(id(self))
-            if merged is None:
-                merged = pending[id(self)] = _Merged(self)
-            merged.add(change)
+            pending.setdefault(id(self), (self, []))[1].append(change)
             return
         await self._send(change)
 
@@ -69,32 +66,10 @@ class Notices:
                                                  meta.offset + 1)
 
 
-@dataclass
-class _Merged:
-    """One ``Notices``' changes of a batch, each id once."""
-
-    notices: Notices
-    posts: set[int] = field(default_factory=set)
-    graphs: set[int] = field(default_factory=set)
-    timelines: set[tuple[int, int]] = field(default_factory=set)
-    inboxes: set[int] = field(default_factory=set)
-    preferences: set[int] = field(default_factory=set)
-
-    def add(self, change: ServingChange) -> None:
-        self.posts.update(change.posts)
-        self.graphs.update(change.graphs)
-        self.timelines.update(change.timelines)
-        self.inboxes.update(change.inboxes)
-        self.preferences.update(change.preferences)
-
-    def change(self) -> ServingChange:
-        return ServingChange(tuple(sorted(self.posts)), tuple(sorted(self.graphs)),
-                             tuple(sorted(self.timelines)), tuple(sorted(self.inboxes)),
-                             tuple(sorted(self.preferences)))
-
-
-# id(Notices) -> its merged changes, while a batch is applied (shared by the batch's tasks).
-_PENDING: ContextVar[dict[int, _Merged] | None] = ContextVar("feed_batched_notices", default=None)
+# id(Notices) -> (it, its changes not sent yet), while a batch is applied (shared by the
+# batch's tasks).
+_PENDING: ContextVar[dict[int, tuple[Notices, list[ServingChange]]] | None] = ContextVar(
+    "feed_batched_notices", default=None)
 
 
 @contextmanager
@@ -115,14 +90,10 @@ async def flush_notices() -> None:
     if not pending:
         return
     for key in list(pending):
-        merged = pending.pop(key)  # what handlers add from here on starts a new one
+        notices, changes = pending.pop(key)  # what handlers add from here on starts anew
         try:
-            await merged.notices._send(merged.change())
+            await notices._send(merge(changes))
         except BaseException:
             # Kept for the retry (sending a part twice is harmless: notices are idempotent).
-            again = pending.get(key)
-            if again is None:
-                pending[key] = merged
-            else:
-                again.add(merged.change())
+            pending.setdefault(key, (notices, []))[1].extend(changes)
             raise
