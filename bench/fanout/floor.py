@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.fanout.raw_writer import serialized_batches
+from bench.fanout.raw_writer import serialized_batches, worker_collector
 from services.shared.contracts.feed_events import AuthorPosted, encode
 from services.shared.stores.cql_async import CqlRunner, replica_group
 
@@ -213,7 +213,8 @@ def floor_rates(session: Any, posts: Sequence[tuple[int, int]],
         return out
 
     try:
-        tried = asyncio.run(sweep())
+        with worker_collector():  # the fan-out worker's collector settings (runtime.py)
+            tried = asyncio.run(sweep())
     finally:
         announcer.close()
     best = {name: max((t for t in tried if t.name == name), key=lambda t: t.rows_per_s).summary()

@@ -36,9 +36,11 @@ import struct
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Sequence
 
 from services.shared.domain.rules import INBOX_TTL_S
+from services.shared.runtime import collector_tuned
+from services.shared.settings import get_settings
 from services.shared.stores.cql_async import CqlRunner, replica_group
 from services.shared.stores.write_coalescer import serialized_batch
 
@@ -141,6 +143,13 @@ async def _one(session: Any, runner: CqlRunner, stmt: Any, strategy: str, size: 
                  server_cpu() - server if server_cpu else None)
 
 
+def worker_collector() -> ContextManager[None]:
+    """The collector settings a fan-out worker runs with (services/shared/runtime.py), for
+    a baseline client in this process: no baseline pays collections the worker is spared."""
+    s = get_settings()
+    return collector_tuned(s.worker_gc_gen0_threshold, s.worker_gc_freeze)
+
+
 def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
                   settings: Iterable[tuple[str, int, int]] = SETTINGS,
                   table: str = "feed_inbox",
@@ -163,7 +172,8 @@ def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
                            server_cpu)
                 for s, size, n in settings]
 
-    tried = asyncio.run(sweep())
+    with worker_collector():  # the fan-out worker's collector settings (runtime.py)
+        tried = asyncio.run(sweep())
     best = max(tried, key=lambda t: t.rows_per_s)
     readers = len({r for r, _ in pairs})
     return {"rows_per_s": round(best.rows_per_s), "best": best.summary(), "rows": len(pairs),

@@ -34,12 +34,12 @@ from services.api.http.readiness import (ReadinessChecks, cassandra_check, lease
 from services.api.stores.idempotency import purge_expired_periodically
 from services.api.write.idgen import NodeLease, SnowflakeGenerator
 from services.api.write.users import KnownUsers
+from services.shared import runtime
 from services.shared.secret_policy import require_safe_secrets
 from services.shared.settings import Settings, get_settings
 from services.shared.stores import pg
 from services.shared.worker import kafka_failover
 
-from . import runtime
 from .feed.notices import run_notice_consumer
 from .feed.wiring import close_read_path, open_read_path, run_fence_trimmer
 from .routes import feed, health, moderation, posts, preferences, social, stream, web

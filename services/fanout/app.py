@@ -53,7 +53,8 @@ from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batch
                                                    refresh_lag_periodically)
 from services.shared.worker.count_owner import CountOwner
 from services.shared.worker.event_publisher import EventPublisher
-from services.shared.worker.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
+from services.shared.worker.faust_app import (OpenedOnce, RawMessage, build_faust_app, raw_topic,
+                                              tune_worker_process)
 from services.shared.worker.notices import Notices
 from services.shared.worker.poison_guard import GuardedProcessing
 
@@ -145,6 +146,7 @@ async def open_ports(settings: Settings) -> FanoutPorts:
                        retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s,
                                         gate=pressure.retries),
                        **options)
+    tune_worker_process(settings)
     return FanoutPorts(
         posts=posts,
         relations=RelationChanges(copies, inbox, publisher, settings.topic_prefix, _utc_now,
@@ -167,12 +169,13 @@ def create_app(settings: Settings) -> faust.App:
     prefix = settings.topic_prefix
     ports = OpenedOnce(lambda: open_ports(settings))
 
-    async def consume(stream: faust.StreamT[bytes], handler: MessageHandler) -> None:
+    async def consume(stream: faust.StreamT[bytes], handler: MessageHandler,
+                      keys_in_flight: int = settings.fanout_max_in_flight) -> None:
         p = await ports.get()
         await consume_in_batches(app, stream, p.guard, p.lag, handler(p),
                                  max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
-                                 keys_in_flight=settings.fanout_max_in_flight,
+                                 keys_in_flight=keys_in_flight,
                                  max_unacked=settings.consumer_max_unacked)
 
     def changes(apply: ChangeApplier) -> MessageHandler:
@@ -197,7 +200,8 @@ def create_app(settings: Settings) -> faust.App:
 
     @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
     async def posts(stream: faust.StreamT[bytes]) -> None:
-        await consume(stream, changes(lambda p: p.posts.on_post_changed))
+        await consume(stream, changes(lambda p: p.posts.on_post_changed),
+                      keys_in_flight=settings.fanout_posts_in_flight)
 
     @app.agent(raw_topic(app, cdc_topic("follows", prefix)), name="follows")
     async def follows(stream: faust.StreamT[bytes]) -> None:

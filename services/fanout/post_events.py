@@ -162,7 +162,7 @@ class PostFanout:
             self._meter.started(started)
         rows = skipped = 0
         try:
-            async for page in self._copies.follower_pages(copy.author_id):
+            async for page in self._copies.follower_pages(copy.author_id, followers):
                 readers = readers_for_post(copy.author_id, copy.created_at, page, blocked)
                 if inactive:
                     active = [r for r in readers if r not in inactive]

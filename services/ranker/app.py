@@ -36,7 +36,8 @@ from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batch
                                                    refresh_lag_periodically)
 from services.shared.worker.count_owner import CountOwner
 from services.shared.worker.event_publisher import EventPublisher, delivered
-from services.shared.worker.faust_app import OpenedOnce, RawMessage, build_faust_app, raw_topic
+from services.shared.worker.faust_app import (OpenedOnce, RawMessage, build_faust_app, raw_topic,
+                                              tune_worker_process)
 from services.shared.worker.notices import Notices
 from services.shared.worker.poison_guard import GuardedProcessing, Handler
 
@@ -67,6 +68,7 @@ async def open_ports(settings: Settings) -> RankerPorts:
     pressure.export_metrics()
     runner = CqlRunner(session, permits=pressure.permits)
     store = RankStore(session, runner=runner, notices=notices)
+    tune_worker_process(settings)
     return RankerPorts(store, GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS,
                                                 retries=pressure.retries),
                        ConsumerLag(), publisher,

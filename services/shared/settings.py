@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     # Concurrent Cassandra writes per fan-out: enough to hide round trips, few enough
     # not to queue requests on a shared 2-core node.
     fanout_max_in_flight: int = 64
+    # Posts of a batch applied at once. Each is a chain of small awaits (copy, count, mark,
+    # followers, rows, announcement), so a post waits on round trips most of its time;
+    # more posts at once fill the coalesced reads and writes, and the store's adaptive
+    # permits (store_max_in_flight), not this, bound what reaches the node.
+    fanout_posts_in_flight: int = 256
     # Inbox batches (up to fanout_batch_rows rows of one replica set) in flight per fan-out
     # process: up to 3,200 rows, enough to keep a shared 2-core node busy; more only
     # queues on the node.
@@ -259,7 +264,7 @@ class Settings(BaseSettings):
     # One log line per request (FEED_API_ACCESS_LOG=true). Off by default: formatting a
     # line per request was ~a quarter of /healthz's CPU; 5xx responses are always logged.
     api_access_log: bool = False
-    # How an API process runs Python (services/api/runtime.py): objects made at start-up
+    # How an API process runs Python (services/shared/runtime.py): objects made at start-up
     # frozen out of the collector's walks, the first generation collected every this many
     # allocations (Python's default 700 promoted live request objects to be walked again
     # in full collections that paused the loop 55-115 ms), and the GIL handed to the
@@ -268,6 +273,11 @@ class Settings(BaseSettings):
     api_gc_freeze: bool = True
     api_gc_gen0_threshold: int = 20_000
     api_switch_interval_s: float = 0.0005
+    # The same collector settings for the stream workers (fan-out, ranker), applied once
+    # their stores are open: at Python's default a fan-out worker collected every few
+    # posts and spent a third of its CPU per inbox row on it (services/shared/runtime.py).
+    worker_gc_freeze: bool = True
+    worker_gc_gen0_threshold: int = 20_000
     # Snowflake node-id lease (seconds). Renewed every third of it; long against the 1 s of
     # logical clock drift that ids may run ahead, short enough that a crashed process frees
     # its node id quickly.

@@ -5,17 +5,20 @@ stored with its own write time, a failed batch fails every caller of it, and sta
 that cannot share a batch are refused. ``PartitionReads``: concurrent reads of single
 partitions leave as few IN reads, each caller gets exactly its own partition's rows
 (every page of them, none for a partition with no rows), a key asked twice is read once,
-and a failed read fails every caller of it."""
+and a failed read fails every caller of it. The fan-out's small audiences
+(``CopyStore.follower_pages``) leave as one such read."""
 from __future__ import annotations
 
 import asyncio
 import itertools
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 from cassandra import InvalidRequest
 from cassandra.cluster import Session
 
+from services.fanout.copies import CopyStore
 from services.shared.settings import Settings
 from services.shared.stores import cql
 from services.shared.stores.cql_async import CqlRunner
@@ -196,3 +199,26 @@ def test_a_failed_read_fails_every_caller_of_it(cassandra: Session) -> None:
 
     results = _run(main())
     assert all(isinstance(r, InvalidRequest) for r in results), results
+
+
+def test_small_audiences_leave_as_one_read_and_a_lagging_count_loses_no_follower(cassandra: Session) -> None:
+    add = cassandra.prepare("INSERT INTO followers (followed_id, follower_id, following_since) VALUES (?,?,?)")
+    authors = [next(_USERS) for _ in range(6)]
+    first = next(_READERS)
+    for n, author in enumerate(authors):
+        for f in range(n * 5):  # 0 to 25 followers, against a page of 10
+            cassandra.execute(add, (author, first + f, datetime(2026, 1, 1)))
+
+    async def main() -> tuple[CopyStore, list[list[list[int]]]]:
+        copies = CopyStore(cassandra, CqlRunner(cassandra), follower_page=10, read_linger_s=0.005)
+
+        async def audience(author: int) -> list[list[int]]:
+            # Every count says 3, as a count that lags its partition would.
+            return [[f.reader_id for f in page] async for page in copies.follower_pages(author, 3)]
+        return copies, list(await asyncio.gather(*(audience(a) for a in authors)))
+
+    copies, got = _run(main())
+    for n, pages in enumerate(got):
+        assert sorted(r for page in pages for r in page) == list(range(first, first + n * 5))
+        assert all(0 < len(page) <= 10 for page in pages)  # still pages of the configured size
+    assert copies._small_audiences is not None and copies._small_audiences.requests == 1

@@ -46,7 +46,7 @@ class _Copies:
     async def blocked_set(self, author_id):
         return frozenset()
 
-    async def follower_pages(self, author_id):
+    async def follower_pages(self, author_id, expected=None):
         for p in range(PAGES):
             self.pages_read += 1
             yield [Follower(100 + p * PAGE + i, T0 - timedelta(days=1)) for i in range(PAGE)]

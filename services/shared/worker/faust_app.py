@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
 
 import faust
-from prometheus_client import start_http_server
+from prometheus_client import REGISTRY, start_http_server
 
+from services.shared import runtime
 from services.shared.settings import Settings, get_settings
 
 from . import kafka_failover
@@ -93,6 +94,13 @@ class OpenedOnce(Generic[T]):
     @property
     def opened(self) -> T | None:
         return self._value
+
+
+def tune_worker_process(settings: Settings) -> None:
+    """The worker's collector settings (services/shared/runtime.py), once its stores and
+    producer are open: what exists by then is made once and lives as long as the process."""
+    runtime.tune(REGISTRY, gen0_threshold=settings.worker_gc_gen0_threshold,
+                 switch_interval_s=0, freeze=settings.worker_gc_freeze)
 
 
 def run_worker(create_app: Callable[[Settings], faust.App],

@@ -1,4 +1,4 @@
-"""Process settings of the API and the collector-pause metric (services/api/runtime.py)."""
+"""Process settings of the services and the collector-pause metric (services/shared/runtime.py)."""
 from __future__ import annotations
 
 import gc
@@ -6,7 +6,7 @@ import sys
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from services.api import runtime
+from services.shared import runtime
 
 
 def test_pauses_are_counted_by_generation_in_cumulative_buckets() -> None:
@@ -45,7 +45,18 @@ def test_tune_sets_the_process_and_observes_real_collections() -> None:
         assert 'python_gc_pause_seconds_count{generation="2"} 0.0' not in text
         runtime.tune(CollectorRegistry(), gen0_threshold=0, switch_interval_s=0, freeze=False)
         assert gc.callbacks.count(runtime._pauses) == 1  # one callback however many apps
+        runtime.tune(registry, gen0_threshold=0, switch_interval_s=0, freeze=False)  # no duplicate metric
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)
         sys.setswitchinterval(interval)
+
+
+
+def test_collector_tuned_restores_the_collector_after_the_block() -> None:
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with runtime.collector_tuned(23_456):
+        assert gc.get_threshold() == (23_456, *thresholds[1:])
+        assert gc.get_freeze_count() > frozen
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() == frozen

@@ -1,5 +1,8 @@
-"""How an API process runs Python: the garbage collector, the GIL's switch interval, and
-the collector's pauses as metrics.
+"""How a service process runs Python: the garbage collector, the GIL's switch interval,
+and the collector's pauses as metrics. The API and the stream workers (fan-out, ranker)
+call ``tune`` once their stores are open; the benchmark's baselines in the same run
+(the raw Cassandra writer, the fan-out's floor) run under ``collector_tuned``, the same
+collector settings, so no comparison credits one side with a tuning the other lacks.
 
 An API process is one event-loop thread doing nearly all the work, beside the Cassandra
 driver's I/O thread, which reads and writes every request's bytes. Measured under the
@@ -25,12 +28,22 @@ Measured with ``bench/read/ab.py`` (2026-12-01, demo graph and 30 days x 500 fol
 16 connections, one worker, medians of 3 runs each against the code before): first-page
 p95 37 -> 27 ms and 35 -> 28 ms, pages/s 0.93x and 1.01x (the code before lost a third
 of its snapshot writes, which this one stores: docs/read-path.md).
+
+A fan-out worker allocates a follower row, a key and a batch entry for every inbox row
+it writes (tuples and lists: objects the collector tracks), so at the default threshold
+(700) it ran a collection every few posts, each walking faust's, aiokafka's and the
+driver's start-up objects. The same two settings (``worker_gc_*``) took its CPU per inbox
+row from 19.6-21.6 µs to 12.6-14.0 µs and its rows/s from 28-35k to 46-48k
+(``python -m bench.fanout --authors 200 --followers 100 --posts 10``, 2026-12-04, single
+runs; ``bench/results/2026-12-04-fanout-s25/``). The switch interval made no measurable
+difference there and is left at Python's default for workers.
 """
 from __future__ import annotations
 
 import gc
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -84,18 +97,21 @@ class GcCollector(Collector):
 
 
 _pauses: GcPauses | None = None
+_registered: set[int] = set()  # ids of the registries that have the pause metric
 
 
 def tune(registry: CollectorRegistry, *, gen0_threshold: int, switch_interval_s: float,
          freeze: bool) -> None:
     """Apply the process settings (after start-up: what exists now is frozen) and
-    register the pause metric in ``registry``. One callback per process, however many
-    apps it builds (tests)."""
+    register the pause metric in ``registry``. One callback per process, and one metric
+    per registry, however many apps it builds (tests)."""
     global _pauses
     if _pauses is None:
         _pauses = GcPauses()
         gc.callbacks.append(_pauses)
-    registry.register(GcCollector(_pauses))
+    if id(registry) not in _registered:
+        _registered.add(id(registry))
+        registry.register(GcCollector(_pauses))
     if switch_interval_s > 0:
         sys.setswitchinterval(switch_interval_s)
     if gen0_threshold > 0:
@@ -104,3 +120,21 @@ def tune(registry: CollectorRegistry, *, gen0_threshold: int, switch_interval_s:
     if freeze:
         gc.collect()
         gc.freeze()
+
+
+@contextmanager
+def collector_tuned(gen0_threshold: int, freeze: bool = True) -> Iterator[None]:
+    """``tune``'s collector settings for a block (a benchmark's baseline client in the
+    benchmark's own process), restored after it."""
+    thresholds = gc.get_threshold()
+    if gen0_threshold > 0:
+        gc.set_threshold(gen0_threshold, *thresholds[1:])
+    if freeze:
+        gc.collect()
+        gc.freeze()
+    try:
+        yield
+    finally:
+        if freeze:
+            gc.unfreeze()
+        gc.set_threshold(*thresholds)
