@@ -32,11 +32,13 @@ of its snapshot writes, which this one stores: docs/read-path.md).
 A fan-out worker allocates a follower row, a key and a batch entry for every inbox row
 it writes (tuples and lists: objects the collector tracks), so at the default threshold
 (700) it ran a collection every few posts, each walking faust's, aiokafka's and the
-driver's start-up objects. The same two settings (``worker_gc_*``) took its CPU per inbox
-row from 19.6-21.6 µs to 12.6-14.0 µs and its rows/s from 28-35k to 46-48k
-(``python -m bench.fanout --authors 200 --followers 100 --posts 10``, 2026-12-04, single
-runs; ``bench/results/2026-12-04-fanout-s25/``). The switch interval made no measurable
-difference there and is left at Python's default for workers.
+driver's start-up objects. The same two settings (``worker_gc_*``), in single runs of
+``python -m bench.fanout --authors 200 --followers 100 --posts 10`` (2026-12-04), took its
+CPU per inbox row from 19.6-21.6 µs to 12.6-14.0 µs and its rows/s from 33-35k to 46-48k;
+with that session's other two changes, alternated with the worker before them, 21-28 ->
+15 µs a row and 25-31k -> 41-43k rows/s (``bench/results/2026-12-04-fanout-s25/``). The
+switch interval made no measurable difference there and is left at Python's default
+for workers. The ranker gets the same settings; it was not measured on its own.
 """
 from __future__ import annotations
 
