@@ -45,6 +45,7 @@ from __future__ import annotations
 import gc
 import sys
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -99,7 +100,19 @@ class GcCollector(Collector):
 
 
 _pauses: GcPauses | None = None
-_registered: set[int] = set()  # ids of the registries that have the pause metric
+# The registries that have the pause metric (weakly: a registry's id can be reused once
+# it is gone, as the tests' throwaway registries are).
+_registered: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet()
+
+
+def _set_collector(gen0_threshold: int, freeze: bool) -> None:
+    """The first generation's threshold (0: Python's), and what exists now frozen."""
+    if gen0_threshold > 0:
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(gen0_threshold, gen1, gen2)
+    if freeze:
+        gc.collect()
+        gc.freeze()
 
 
 def tune(registry: CollectorRegistry, *, gen0_threshold: int, switch_interval_s: float,
@@ -111,17 +124,12 @@ def tune(registry: CollectorRegistry, *, gen0_threshold: int, switch_interval_s:
     if _pauses is None:
         _pauses = GcPauses()
         gc.callbacks.append(_pauses)
-    if id(registry) not in _registered:
-        _registered.add(id(registry))
+    if registry not in _registered:
+        _registered.add(registry)
         registry.register(GcCollector(_pauses))
     if switch_interval_s > 0:
         sys.setswitchinterval(switch_interval_s)
-    if gen0_threshold > 0:
-        _, gen1, gen2 = gc.get_threshold()
-        gc.set_threshold(gen0_threshold, gen1, gen2)
-    if freeze:
-        gc.collect()
-        gc.freeze()
+    _set_collector(gen0_threshold, freeze)
 
 
 @contextmanager
@@ -129,11 +137,7 @@ def collector_tuned(gen0_threshold: int, freeze: bool = True) -> Iterator[None]:
     """``tune``'s collector settings for a block (a benchmark's baseline client in the
     benchmark's own process), restored after it."""
     thresholds = gc.get_threshold()
-    if gen0_threshold > 0:
-        gc.set_threshold(gen0_threshold, *thresholds[1:])
-    if freeze:
-        gc.collect()
-        gc.freeze()
+    _set_collector(gen0_threshold, freeze)
     try:
         yield
     finally:
