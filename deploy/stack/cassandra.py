@@ -94,6 +94,9 @@ def _yaml(layout: Layout, i: int) -> str:
         # batches of at most 40 KB (services/api/feed/snapshot_writer.py).
         "batch_size_warn_threshold: 48KiB",
     ]
+    if layout.cassandra_memtable_mb:
+        # Bigger memtables, fewer and larger flushes: see Layout.from_env.
+        lines.append(f"memtable_heap_space: {layout.cassandra_memtable_mb}MiB")
     if layout.nodes == 3:
         lines.append(f"initial_token: {TOKENS[i - 1]}")
     return "\n".join(lines) + "\n"

@@ -32,7 +32,8 @@ class Layout:
     cassandra_storage_port: int = 7000
     cassandra_jmx_base: int = 7199
     kafka_heap_mb: int = 512
-    cassandra_heap_mb: int = 1024
+    cassandra_heap_mb: int = 2048
+    cassandra_memtable_mb: int | None = 1024
     hosts: tuple[str, ...] = field(default=())
 
     @classmethod
@@ -54,10 +55,15 @@ class Layout:
             cassandra_port=_env_int("FEED_CASSANDRA_PORT", 9042),
             cassandra_storage_port=_env_int("FEED_CASSANDRA_STORAGE_PORT", 7000),
             cassandra_jmx_base=_env_int("FEED_CASSANDRA_JMX_PORT", 7199),
-            # 512 MB is plenty for a test broker; Cassandra wants 1 GB alone, and three
-            # nodes share 2 cores and 24 GiB with Postgres, Kafka and the services.
+            # 512 MB is plenty for a test broker. One Cassandra node gets 2 GB, half of it
+            # for memtables (Cassandra's default is a quarter): at 256 MB the inbox table
+            # flushed every ~30 MB of rows during a backlog, and leveled compaction
+            # rewrote the whole table at each flush (docs/fanout.md, "The node's
+            # memtables"). Three nodes share 2 cores and 24 GiB with Postgres, Kafka and
+            # the services: 768 MB each, memtables at Cassandra's default.
             kafka_heap_mb=_env_int("FEED_KAFKA_HEAP_MB", 512),
-            cassandra_heap_mb=_env_int("FEED_CASSANDRA_HEAP_MB", 1024 if nodes == 1 else 768),
+            cassandra_heap_mb=_env_int("FEED_CASSANDRA_HEAP_MB", 2048 if nodes == 1 else 768),
+            cassandra_memtable_mb=_env_int("FEED_CASSANDRA_MEMTABLE_MB", 1024 if nodes == 1 else 0) or None,
             hosts=hosts,
         )
 
