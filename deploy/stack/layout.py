@@ -45,6 +45,7 @@ class Layout:
             raise SystemExit(f"stack: --nodes must be 1 or 3, not {nodes}")
         # 127.0.0.0/8 is all loopback: three nodes need no network set-up.
         hosts = tuple(f"127.0.0.{i}" for i in range(1, nodes + 1))
+        cassandra_heap = _env_int("FEED_CASSANDRA_HEAP_MB", 2048 if nodes == 1 else 768)
         return cls(
             root=root,
             nodes=nodes,
@@ -62,8 +63,10 @@ class Layout:
             # memtables"). Three nodes share 2 cores and 24 GiB with Postgres, Kafka and
             # the services: 768 MB each, memtables at Cassandra's default.
             kafka_heap_mb=_env_int("FEED_KAFKA_HEAP_MB", 512),
-            cassandra_heap_mb=_env_int("FEED_CASSANDRA_HEAP_MB", 2048 if nodes == 1 else 768),
-            cassandra_memtable_mb=_env_int("FEED_CASSANDRA_MEMTABLE_MB", 1024 if nodes == 1 else 0) or None,
+            cassandra_heap_mb=cassandra_heap,
+            # At most half the heap, whatever FEED_CASSANDRA_HEAP_MB says; 0: the default.
+            cassandra_memtable_mb=min(_env_int("FEED_CASSANDRA_MEMTABLE_MB", 1024 if nodes == 1 else 0),
+                                      cassandra_heap // 2) or None,
             hosts=hosts,
         )
 

@@ -1,0 +1,58 @@
+"""The Cassandra node's heap and memtables (deploy/stack/layout.py, deploy/stack/cassandra.py):
+one node gets room for large flushes; three nodes keep Cassandra's default; the memtable
+space never exceeds half the heap, whatever the environment asks."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from deploy.stack import cassandra
+from deploy.stack.layout import Layout
+
+
+def _yaml(layout: Layout) -> dict[str, str]:
+    pairs = (line.split(": ", 1) for line in cassandra._yaml(layout, 1).splitlines() if ": " in line)
+    return {k: v for k, v in pairs if not k.startswith(" ")}
+
+
+def _layout(tmp_path: Path, nodes: int) -> Layout:
+    return dataclasses.replace(Layout.from_env(nodes=nodes), root=tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _no_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FEED_CASSANDRA_HEAP_MB", raising=False)
+    monkeypatch.delenv("FEED_CASSANDRA_MEMTABLE_MB", raising=False)
+
+
+def test_one_node_flushes_large_memtables(tmp_path: Path) -> None:
+    layout = _layout(tmp_path, 1)
+    assert (layout.cassandra_heap_mb, layout.cassandra_memtable_mb) == (2048, 1024)
+    assert _yaml(layout)["memtable_heap_space"] == "1024MiB"
+    assert "-Xmx2048m" in cassandra._argv(layout, 1, "java", _jars(tmp_path))
+
+
+def test_three_nodes_keep_the_default_memtables(tmp_path: Path) -> None:
+    layout = _layout(tmp_path, 3)
+    assert (layout.cassandra_heap_mb, layout.cassandra_memtable_mb) == (768, None)
+    assert "memtable_heap_space" not in _yaml(layout)
+
+
+@pytest.mark.parametrize(("heap", "memtable", "expected"),
+                         [("1024", None, 512), ("1024", "0", None), ("4096", "3000", 2048)])
+def test_memtables_stay_within_half_the_heap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             heap: str, memtable: str | None,
+                                             expected: int | None) -> None:
+    monkeypatch.setenv("FEED_CASSANDRA_HEAP_MB", heap)
+    if memtable is not None:
+        monkeypatch.setenv("FEED_CASSANDRA_MEMTABLE_MB", memtable)
+    assert _layout(tmp_path, 1).cassandra_memtable_mb == expected
+
+
+def _jars(tmp_path: Path) -> Path:
+    lib = tmp_path / "lib"
+    lib.mkdir(exist_ok=True)
+    (lib / "jamm-0.4.0.jar").touch()
+    return lib
