@@ -273,7 +273,11 @@ def main() -> int:
     args = parser.parse_args()
     args.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     now = datetime.now(timezone.utc)
-    graph = grid_of(args, now)
+    try:
+        graph = grid_of(args, now)
+    except ValueError as exc:  # "--skip none", "--follows ten": say which, no traceback
+        parser.error(f"--histories, --follows and --skip take numbers (--skip 90x2000,30x500; "
+                     f"--skip= for none): {exc}")
     log(f"graph: {len(graph.cells)} cells, {len(graph.users)} users, {len(graph.posts())} posts")
     with seeded_stores(graph, now, args.serving_days, args.keep) as (s, name, seeding):
         report = run(args, s, graph, seeding, name)
