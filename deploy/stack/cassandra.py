@@ -114,6 +114,10 @@ def _argv(layout: Layout, i: int, java: str, lib: Path) -> list[str]:
         raise StackError(f"cassandra: no jamm agent jar in {lib}; run 'reset' to reassemble")
     return [
         java, f"-Xms{heap}m", f"-Xmx{heap}m", "-Xss512k", "-XX:+UseG1GC",
+        # From 2 GB, 16 MiB regions: at G1's default 1 MiB for such a heap, every 1 MiB
+        # memtable slab was a humongous object, and 13 of 15 concurrent cycles in a full
+        # run's history window were started by them (docs/fanout.md, "The node's memtables").
+        *(["-XX:G1HeapRegionSize=16m"] if heap >= 2048 else []),
         "-XX:+ParallelRefProcEnabled", "-XX:MaxTenuringThreshold=1",
         "-XX:+HeapDumpOnOutOfMemoryError", f"-XX:HeapDumpPath={node}",
         *JPMS_FLAGS,

@@ -31,7 +31,13 @@ def test_one_node_flushes_large_memtables(tmp_path: Path) -> None:
     layout = _layout(tmp_path, 1)
     assert (layout.cassandra_heap_mb, layout.cassandra_memtable_mb) == (2048, 1024)
     assert _yaml(layout)["memtable_heap_space"] == "1024MiB"
-    assert "-Xmx2048m" in cassandra._argv(layout, 1, "java", _jars(tmp_path))
+    argv = cassandra._argv(layout, 1, "java", _jars(tmp_path))
+    assert "-Xmx2048m" in argv and "-XX:G1HeapRegionSize=16m" in argv
+
+
+def test_small_heaps_keep_g1s_region_size(tmp_path: Path) -> None:
+    argv = cassandra._argv(_layout(tmp_path, 3), 1, "java", _jars(tmp_path))
+    assert "-Xmx768m" in argv and not any("G1HeapRegionSize" in a for a in argv)
 
 
 def test_three_nodes_keep_the_default_memtables(tmp_path: Path) -> None:
