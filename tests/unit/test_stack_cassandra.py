@@ -3,22 +3,20 @@ one node gets room for large flushes; three nodes keep Cassandra's default; the 
 space never exceeds half the heap, whatever the environment asks."""
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from deploy.stack import cassandra
 from deploy.stack.layout import Layout
 
+StackLayout = Callable[[int], Layout]
+
 
 def _yaml(layout: Layout) -> dict[str, str]:
     pairs = (line.split(": ", 1) for line in cassandra._yaml(layout, 1).splitlines() if ": " in line)
     return {k: v for k, v in pairs if not k.startswith(" ")}
-
-
-def _layout(tmp_path: Path, nodes: int) -> Layout:
-    return dataclasses.replace(Layout.from_env(nodes=nodes), root=tmp_path)
 
 
 @pytest.fixture(autouse=True)
@@ -27,34 +25,34 @@ def _no_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FEED_CASSANDRA_MEMTABLE_MB", raising=False)
 
 
-def test_one_node_flushes_large_memtables(tmp_path: Path) -> None:
-    layout = _layout(tmp_path, 1)
+def test_one_node_flushes_large_memtables(tmp_path: Path, stack_layout: StackLayout) -> None:
+    layout = stack_layout(1)
     assert (layout.cassandra_heap_mb, layout.cassandra_memtable_mb) == (2048, 1024)
     assert _yaml(layout)["memtable_heap_space"] == "1024MiB"
     argv = cassandra._argv(layout, 1, "java", _jars(tmp_path))
     assert "-Xmx2048m" in argv and "-XX:G1HeapRegionSize=16m" in argv
 
 
-def test_small_heaps_keep_g1s_region_size(tmp_path: Path) -> None:
-    argv = cassandra._argv(_layout(tmp_path, 3), 1, "java", _jars(tmp_path))
+def test_small_heaps_keep_g1s_region_size(tmp_path: Path, stack_layout: StackLayout) -> None:
+    argv = cassandra._argv(stack_layout(3), 1, "java", _jars(tmp_path))
     assert "-Xmx768m" in argv and not any("G1HeapRegionSize" in a for a in argv)
 
 
-def test_three_nodes_keep_the_default_memtables(tmp_path: Path) -> None:
-    layout = _layout(tmp_path, 3)
+def test_three_nodes_keep_the_default_memtables(stack_layout: StackLayout) -> None:
+    layout = stack_layout(3)
     assert (layout.cassandra_heap_mb, layout.cassandra_memtable_mb) == (768, None)
     assert "memtable_heap_space" not in _yaml(layout)
 
 
 @pytest.mark.parametrize(("heap", "memtable", "expected"),
                          [("1024", None, 512), ("1024", "0", None), ("4096", "3000", 2048)])
-def test_memtables_stay_within_half_the_heap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_memtables_stay_within_half_the_heap(stack_layout: StackLayout, monkeypatch: pytest.MonkeyPatch,
                                              heap: str, memtable: str | None,
                                              expected: int | None) -> None:
     monkeypatch.setenv("FEED_CASSANDRA_HEAP_MB", heap)
     if memtable is not None:
         monkeypatch.setenv("FEED_CASSANDRA_MEMTABLE_MB", memtable)
-    assert _layout(tmp_path, 1).cassandra_memtable_mb == expected
+    assert stack_layout(1).cassandra_memtable_mb == expected
 
 
 def _jars(tmp_path: Path) -> Path:

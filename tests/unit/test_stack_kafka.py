@@ -2,23 +2,20 @@
 three brokers beside a quorum of three dedicated controllers (deploy/stack/kafka.py)."""
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
+from typing import Callable
 
 from deploy.stack import kafka
 from deploy.stack.layout import Layout
+
+StackLayout = Callable[[int], Layout]
 
 
 def _props(text: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in text.splitlines() if line)
 
 
-def _layout(tmp_path: Path, nodes: int) -> Layout:
-    return dataclasses.replace(Layout.from_env(nodes=nodes), root=tmp_path)
-
-
-def test_one_node_is_one_combined_process(tmp_path: Path) -> None:
-    layout = _layout(tmp_path, 1)
+def test_one_node_is_one_combined_process(stack_layout: StackLayout) -> None:
+    layout = stack_layout(1)
     assert kafka._processes(layout) == [(1, False)]
     props = _props(kafka._properties(layout, 1))
     assert props["process.roles"] == "broker,controller"
@@ -26,8 +23,8 @@ def test_one_node_is_one_combined_process(tmp_path: Path) -> None:
     assert kafka.broker_ports(layout) == [layout.kafka_port, layout.kafka_controller_port]
 
 
-def test_three_nodes_split_brokers_from_a_controller_quorum(tmp_path: Path) -> None:
-    layout = _layout(tmp_path, 3)
+def test_three_nodes_split_brokers_from_a_controller_quorum(stack_layout: StackLayout) -> None:
+    layout = stack_layout(3)
     names = {kafka.daemon(layout, i, c).name for i, c in kafka._processes(layout)}
     assert names == {"kafka-1", "kafka-2", "kafka-3",
                      "kafka-controller-1", "kafka-controller-2", "kafka-controller-3"}
