@@ -21,7 +21,8 @@ the start), against the running stack (``make up``):
 the same checkout), as ``make run`` does and as the issue first measured it: before
 issue 38 every API process read one ``inbox-events`` record per inbox row. ``--profile``
 samples the fan-out worker with py-spy over the drain (bench/harness/profiling.py). Prints and writes the drain time, the rows written, rows/s and
-posts/s over it, and each component's CPU (bench/harness/costs.py).
+posts/s over it, each component's CPU (bench/harness/costs.py), and a timeline of
+one sample a second: the relay's WAL backlog, the fan-out's lag, the rows so far.
 """
 from __future__ import annotations
 
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             meter = CostMeter(settings, {n: p.pid for n, p in services.procs.items()}).start()
             spy = profiler(services.procs["fanout"].pid, args.profile) if args.profile else None
             t = time.monotonic()
+            t_copy = t - sampler.t0
             try:
                 with conn.transaction():
                     _copy(conn, "COPY posts (post_id, author_id, created_at, text) FROM STDIN",
@@ -126,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         result.update({"drain s (COPY to lag 0)": round(drain_s, 1), "inbox rows written": int(rows),
                        "inbox rows/s over the drain (computed)": round(rows / drain_s),
                        "posts/s over the drain (computed)": round(len(posts) / drain_s),
-                       "cpu": cpu})
+                       "cpu": cpu,
+                       # One sample a second from the COPY on: where the drain's time went
+                       # (the relay's WAL backlog, the fan-out's lag, its rows so far).
+                       "timeline (s, relay WAL bytes behind, fan-out lag, inbox rows)": [
+                           [round(x.t - t_copy, 1), x.cdc_lag_bytes, x.fanout_lag, int(x.inbox_rows - rows_before)]
+                           for x in sampler.samples if x.t >= t_copy - 1 and x.inbox_rows == x.inbox_rows]})
     finally:
         shut_down(sampler, services, settings)
     log(json.dumps(result, indent=1))
