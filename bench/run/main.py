@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import random
+import re
 import signal
 import sys
 import time
@@ -165,6 +166,42 @@ def history_costs(cpu: dict, *, rows: float, posts: int, announced: float, cdc_e
             "ranker µs per event (computed)": per_unit_us(cpu, "ranker", cdc_events - posts)}
 
 
+def fanout_ceilings(history: dict, floor_step: dict, cores: int) -> dict[str, float | None]:
+    """The history fan-out's rows/s if the machine's ``cores`` did nothing but the window's
+    other work, every core busy (computed, upper bounds, not measurements):
+
+    - **a worker that cost nothing**: the window's CPU of every component but the
+      fan-out worker, spread over the cores;
+    - **and a node at the floor's cost**: the same, with Cassandra charged only the
+      floor's CPU per row (``floor_step``'s, measured in a short burst with the services
+      idle) for each inbox row, and nothing for the ranker's writes, the copies or
+      compaction.
+
+    The fan-out shares the machine with the relay, the ranker, the API and the stores,
+    while the floor and the raw writer run alone; these say how far any fan-out worker
+    could get in this bench on this machine. The CPU window is the whole ingest (the COPY
+    and the feature events too), a few seconds longer than the fan-out's write window, so
+    the other work it charges includes those seconds' (3 % of the s26 run's window)."""
+    cpu, rows = history["window"], history["inbox rows"]
+    others = sum(v for k, v in cpu.items() if k.endswith(" CPU-s") and k != "fanout CPU-s")
+    node_floor_us = floor_step.get("Cassandra CPU µs per row (computed)")
+    out: dict[str, float | None] = {"free worker": None, "free worker, node at the floor's cost": None}
+    if rows and others > 0 and cores > 0:
+        out["free worker"] = round(rows * cores / others)
+        if node_floor_us is not None:
+            lean = others - cpu.get("cassandra CPU-s", 0.0) + rows * node_floor_us / 1e6
+            out["free worker, node at the floor's cost"] = round(rows * cores / lean) if lean > 0 else None
+    return out
+
+
+def cores_of(meta: dict) -> int:
+    """The machine's cores, as the run recorded them."""
+    if "cores" in meta:
+        return int(meta["cores"])
+    found = re.search(r"(\d+) cores", meta.get("machine", ""))
+    return int(found.group(1)) if found else os.cpu_count() or 1
+
+
 def read_costs(cpu: dict, reads: list[dict]) -> dict:
     """Our API's CPU per page, first and next, at the highest concurrency measured (from
     its own rows), and the stores' CPU over the whole read phase per page of ours (the
@@ -203,6 +240,7 @@ def main() -> int:
     settings = bench_settings()
     base_url = f"http://127.0.0.1:{PORTS['api_port']}"
     result: dict = {"meta": {"mode": args.mode, "date": stamp, "post_rate": cfg["post_rate"],
+                             "cores": os.cpu_count(),
                              "machine": f"{platform.node()} {os.cpu_count()} cores, "
                                         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
                                         f"Python {platform.python_version()}"}}
@@ -470,6 +508,21 @@ def headline(r: dict) -> list[dict]:
                      "ratio": report._ratio(fan, floor["floor_rows_per_s"]), "target": "≥ 0.6",
                      "verdict": v(fan / floor["floor_rows_per_s"] if fan and floor["floor_rows_per_s"] else None,
                                   ">=", 0.6)})
+        history = r.get("costs", {}).get("history")
+        if history is not None:
+            # Not targets: how far any fan-out worker could get here (computed upper bounds,
+            # fanout_ceilings): against them, the two ratio targets above.
+            ceilings = fanout_ceilings(history, step, cores_of(r.get("meta", {})))
+            for label, ceiling in ceilings.items():
+                if ceiling is None:
+                    continue
+                rows.append({"figure": f"fan-out rows/s ceiling on this machine: {label} (computed)",
+                             "ours": ceiling,
+                             "baseline": (f"floor {floor['floor_rows_per_s']}, "
+                                          f"best raw writer {raw['rows_per_s']}"),
+                             "ratio": (f"{report._ratio(ceiling, floor['floor_rows_per_s'])} floor, "
+                                       f"{report._ratio(ceiling, raw['rows_per_s'])} raw"),
+                             "target": "—", "verdict": "—"})
     st = r.get("streams")
     if st:
         d = st["delivery from the 201 to the server's write (s)"]

@@ -122,3 +122,21 @@ def test_read_headline_rows_are_verdicts_against_pull_and_healthz_at_each_level(
     # 1.25x pull and p95 within 15 ms would pass; 500/3000 is under a quarter of /healthz,
     # and p95 20 ms is over 15 ms: missed, by code.
     assert nxt["verdict"] == "**missed**"
+
+
+def test_fanout_ceilings_spread_the_other_components_cpu_over_the_cores() -> None:
+    from bench.run.main import cores_of, fanout_ceilings
+
+    history = {"inbox rows": 1_000_000,
+               "window": {"fanout CPU-s": 30.0, "cassandra CPU-s": 60.0, "ranker CPU-s": 20.0,
+                          "kafka CPU-s": 10.0, "kafka records written": 5_000, "window s": 60.0}}
+    floor_step = {"Cassandra CPU µs per row (computed)": 25.0}
+    ceilings = fanout_ceilings(history, floor_step, cores=2)
+    # A free worker: 90 CPU-s of other work on 2 cores is 45 s for 1M rows.
+    assert ceilings["free worker"] == round(1_000_000 / 45)
+    # And a node at the floor's 25 µs a row: 25 + 20 + 10 = 55 CPU-s, 27.5 s.
+    assert ceilings["free worker, node at the floor's cost"] == round(1_000_000 / 27.5)
+    assert fanout_ceilings({**history, "inbox rows": 0}, floor_step, cores=2) == {
+        "free worker": None, "free worker, node at the floor's cost": None}
+    assert cores_of({"cores": 4}) == 4
+    assert cores_of({"machine": "polyglot 2 cores, 24 GiB, Python 3.11"}) == 2
