@@ -24,7 +24,8 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.read.grid import PAGE_LIMIT, TOKEN_TTL_S, grid_args, grid_of, next_entries, seeded_stores
+from bench.read.grid import (PAGE_LIMIT, TOKEN_TTL_S, grid_args, grid_or_usage_error, next_entries,
+                             seeded_stores)
 from bench.read.seed import log
 from bench.harness.servers import ROOT, Server, Servers, store_pids
 from bench.harness.wrk_load import warm_and_run
@@ -97,7 +98,7 @@ def main() -> int:
     args = parser.parse_args()
     both = dict(item.split("=", 1) for item in args.env)
     now = datetime.now(timezone.utc)
-    graph = grid_of(args, now)
+    graph = grid_or_usage_error(parser, args, now)
     cells = [c for c in graph.cells if c.name in args.cells.split(",")]
     out = Path(args.out)
     (out / "logs").mkdir(parents=True, exist_ok=True)

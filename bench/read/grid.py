@@ -247,6 +247,16 @@ def run(args: argparse.Namespace, s: Settings, graph: ReadGraph, seeding: dict, 
     return report
 
 
+def grid_or_usage_error(parser: argparse.ArgumentParser, args: argparse.Namespace, now: datetime) -> ReadGraph:
+    """``grid_of``, with bad cell options ("--skip none", "--follows ten") answered as a
+    usage error that says which, not a traceback (``bench.read.grid`` and ``bench.read.ab``)."""
+    try:
+        return grid_of(args, now)
+    except ValueError as exc:
+        parser.error(f"--histories, --follows and --skip take numbers (--skip 90x2000,30x500; "
+                     f"--skip= for none): {exc}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured run")
@@ -273,11 +283,7 @@ def main() -> int:
     args = parser.parse_args()
     args.started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     now = datetime.now(timezone.utc)
-    try:
-        graph = grid_of(args, now)
-    except ValueError as exc:  # "--skip none", "--follows ten": say which, no traceback
-        parser.error(f"--histories, --follows and --skip take numbers (--skip 90x2000,30x500; "
-                     f"--skip= for none): {exc}")
+    graph = grid_or_usage_error(parser, args, now)
     log(f"graph: {len(graph.cells)} cells, {len(graph.users)} users, {len(graph.posts())} posts")
     with seeded_stores(graph, now, args.serving_days, args.keep) as (s, name, seeding):
         report = run(args, s, graph, seeding, name)

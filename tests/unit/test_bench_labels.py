@@ -140,3 +140,20 @@ def test_fanout_ceilings_spread_the_other_components_cpu_over_the_cores() -> Non
         "free worker": None, "free worker, node at the floor's cost": None}
     assert cores_of({"cores": 4}) == 4
     assert cores_of({"machine": "polyglot 2 cores, 24 GiB, Python 3.11"}) == 2
+
+
+def test_bad_grid_cell_options_are_a_usage_error_not_a_traceback(capsys) -> None:
+    import argparse
+    from datetime import datetime, timezone
+
+    import pytest
+
+    from bench.read.grid import grid_args, grid_or_usage_error
+
+    parser = argparse.ArgumentParser(prog="ab")
+    grid_args(parser)
+    for bad in (["--skip", "none"], ["--follows", "ten"]):
+        with pytest.raises(SystemExit) as exited:
+            grid_or_usage_error(parser, parser.parse_args(bad), datetime.now(timezone.utc))
+        assert exited.value.code == 2
+        assert "take numbers" in capsys.readouterr().err
