@@ -12,6 +12,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 
+# The servers' memory by stack size (1 or 3 nodes), unless the environment says otherwise
+# (``Layout.from_env``, which says why). Memtables 0: Cassandra's default (a quarter of
+# the heap).
+KAFKA_HEAP_MB = 512
+CASSANDRA_HEAP_MB = {1: 2048, 3: 768}
+CASSANDRA_MEMTABLE_MB = {1: 1024, 3: 0}
+
 
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
@@ -31,9 +38,9 @@ class Layout:
     cassandra_port: int = 9042
     cassandra_storage_port: int = 7000
     cassandra_jmx_base: int = 7199
-    kafka_heap_mb: int = 512
-    cassandra_heap_mb: int = 2048
-    cassandra_memtable_mb: int | None = 1024
+    kafka_heap_mb: int = KAFKA_HEAP_MB
+    cassandra_heap_mb: int = CASSANDRA_HEAP_MB[1]
+    cassandra_memtable_mb: int | None = CASSANDRA_MEMTABLE_MB[1] or None
     hosts: tuple[str, ...] = field(default=())
 
     @classmethod
@@ -45,7 +52,7 @@ class Layout:
             raise SystemExit(f"stack: --nodes must be 1 or 3, not {nodes}")
         # 127.0.0.0/8 is all loopback: three nodes need no network set-up.
         hosts = tuple(f"127.0.0.{i}" for i in range(1, nodes + 1))
-        cassandra_heap = _env_int("FEED_CASSANDRA_HEAP_MB", 2048 if nodes == 1 else 768)
+        cassandra_heap = _env_int("FEED_CASSANDRA_HEAP_MB", CASSANDRA_HEAP_MB[nodes])
         return cls(
             root=root,
             nodes=nodes,
@@ -62,10 +69,10 @@ class Layout:
             # rewrote the whole table at each flush (docs/fanout.md, "The node's
             # memtables"). Three nodes share 2 cores and 24 GiB with Postgres, Kafka and
             # the services: 768 MB each, memtables at Cassandra's default.
-            kafka_heap_mb=_env_int("FEED_KAFKA_HEAP_MB", 512),
+            kafka_heap_mb=_env_int("FEED_KAFKA_HEAP_MB", KAFKA_HEAP_MB),
             cassandra_heap_mb=cassandra_heap,
             # At most half the heap, whatever FEED_CASSANDRA_HEAP_MB says; 0: the default.
-            cassandra_memtable_mb=min(_env_int("FEED_CASSANDRA_MEMTABLE_MB", 1024 if nodes == 1 else 0),
+            cassandra_memtable_mb=min(_env_int("FEED_CASSANDRA_MEMTABLE_MB", CASSANDRA_MEMTABLE_MB[nodes]),
                                       cassandra_heap // 2) or None,
             hosts=hosts,
         )
