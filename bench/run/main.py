@@ -194,12 +194,13 @@ def fanout_ceilings(history: dict, floor_step: dict, cores: int) -> dict[str, fl
     return out
 
 
-def cores_of(meta: dict) -> int:
-    """The machine's cores, as the run recorded them."""
+def cores_of(meta: dict) -> int | None:
+    """The machine's cores, as the run recorded them (runs before session 27 only in the
+    ``machine`` line); None when it did not: not this machine's, which may be another."""
     if "cores" in meta:
         return int(meta["cores"])
     found = re.search(r"(\d+) cores", meta.get("machine", ""))
-    return int(found.group(1)) if found else os.cpu_count() or 1
+    return int(found.group(1)) if found else None
 
 
 def read_costs(cpu: dict, reads: list[dict]) -> dict:
@@ -239,9 +240,10 @@ def main() -> int:
     out = args.out or REPO / "bench" / "out" / f"{args.mode}-{stamp}"
     settings = bench_settings()
     base_url = f"http://127.0.0.1:{PORTS['api_port']}"
+    cores = os.cpu_count()
     result: dict = {"meta": {"mode": args.mode, "date": stamp, "post_rate": cfg["post_rate"],
-                             "cores": os.cpu_count(),
-                             "machine": f"{platform.node()} {os.cpu_count()} cores, "
+                             "cores": cores,
+                             "machine": f"{platform.node()} {cores} cores, "
                                         f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
                                         f"Python {platform.python_version()}"}}
 
@@ -509,10 +511,11 @@ def headline(r: dict) -> list[dict]:
                      "verdict": v(fan / floor["floor_rows_per_s"] if fan and floor["floor_rows_per_s"] else None,
                                   ">=", 0.6)})
         history = r.get("costs", {}).get("history")
-        if history is not None:
+        cores = cores_of(r.get("meta", {}))
+        if history is not None and cores:
             # Not targets: how far any fan-out worker could get here (computed upper bounds,
             # fanout_ceilings): against them, the two ratio targets above.
-            ceilings = fanout_ceilings(history, step, cores_of(r.get("meta", {})))
+            ceilings = fanout_ceilings(history, step, cores)
             for label, ceiling in ceilings.items():
                 if ceiling is None:
                     continue
