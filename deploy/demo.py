@@ -20,7 +20,7 @@ from deploy.pipeline_progress import PipelineOffsets, ProgressWatch
 from deploy.stack import prometheus
 from services.api.http.auth import mint_token
 from services.shared.settings import Settings, get_settings
-from services.shared.stores import pg
+from services.shared.clients import pg
 
 # The demo's wait (wait_for_feed): the reader's feed is looked at every POLL_S; the
 # pipeline's offsets are read and its progress printed every PROGRESS_EVERY_S (each

@@ -25,7 +25,7 @@ from typing import Any, TypeVar, TypeVarTuple
 
 from services.shared.domain.rules import iso_utc
 from services.shared.settings import Settings, get_settings
-from services.shared.stores import pg
+from services.shared.clients import pg
 
 _T = TypeVar("_T")
 _Args = TypeVarTuple("_Args")

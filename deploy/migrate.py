@@ -17,7 +17,7 @@ from typing import Any
 
 from services.shared.contracts.topics import all_topics
 from services.shared.settings import Settings, get_settings
-from services.shared.stores import cql, pg
+from services.shared.clients import cql, pg
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 

@@ -83,7 +83,7 @@ def settings(run_id: str) -> Settings:
 def _drop(base: Settings, s: Settings, name: str) -> None:
     import psycopg
 
-    from services.shared.stores import cql
+    from services.shared.clients import cql
 
     try:
         with psycopg.connect(base.pg_dsn, autocommit=True) as conn:

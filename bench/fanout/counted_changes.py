@@ -40,7 +40,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
-from services.shared.stores import cql  # noqa: E402
+from services.shared.clients import cql  # noqa: E402
 from bench.harness.pipeline import stop_process  # noqa: E402
 from tests.support.cdc_events import CdcEvents, CdcMessage, send  # noqa: E402
 from tests.support.worker_env import group_caught_up  # noqa: E402

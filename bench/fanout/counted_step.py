@@ -42,7 +42,7 @@ async def _measure(root: Path, kind: str, n: int, partitions: int) -> dict[str, 
     """Runs inside the variant's process: changes/s and worker CPU µs per change."""
     from deploy.migrate import migrate_cassandra
     from services.shared.settings import Settings
-    from services.shared.stores import cql
+    from services.shared.clients import cql
     from services.shared.stores.cql_async import CqlRunner, use_cached_rows
 
     name = f"bench_step_{secrets.token_hex(3)}"

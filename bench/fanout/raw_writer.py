@@ -225,7 +225,7 @@ def pairs_of(posts: Iterable[tuple[int, int]], fans: dict[int, list[int]],
 
 def main() -> int:
     from bench.harness.pipeline import bench_settings, fresh_stores
-    from services.shared.stores import cql
+    from services.shared.clients import cql
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=20_000)

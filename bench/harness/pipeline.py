@@ -19,7 +19,7 @@ from deploy.lag import group_lag, scrape, slot_lag
 from deploy.migrate import migrate_all, migrate_cassandra, migrate_kafka
 from services.shared.contracts.topics import cdc_topic, rank_features_topic
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 
 REPO = Path(__file__).resolve().parents[2]
 # What each worker group consumes (CDC tables; the ranker also reads rank-features).

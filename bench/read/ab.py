@@ -93,7 +93,7 @@ def main() -> int:
     parser.add_argument("--kinds", default="first", help="first,next")
     parser.add_argument("--env", action="append", default=[], metavar="FEED_X=VALUE",
                         help="a setting for both sides (repeatable), e.g. "
-                             "FEED_FEED_SNAPSHOT_REUSE_S=0 to measure first pages that build")
+                             "FEED_SNAPSHOT_REUSE_S=0 to measure first pages that build")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "read-ab"))
     args = parser.parse_args()
     both = dict(item.split("=", 1) for item in args.env)

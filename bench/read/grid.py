@@ -228,7 +228,7 @@ def run(args: argparse.Namespace, s: Settings, graph: ReadGraph, seeding: dict, 
                        "FEED_CURSOR_KEYS": s.cursor_keys.get_secret_value()}
         with Servers(name, out / "logs", secrets_env, args.workers) as servers:
             ours = servers.start_ours()
-            rebuild = ([servers.start_ours(REBUILD, env={"FEED_FEED_SNAPSHOT_REUSE_S": "0"})]
+            rebuild = ([servers.start_ours(REBUILD, env={"FEED_SNAPSHOT_REUSE_S": "0"})]
                        if args.rebuild else [])
             pulls = [servers.start_pull(shape) for shape in args.pull.split(",")]
             servers.wait_ready()

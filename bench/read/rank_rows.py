@@ -17,7 +17,7 @@ therefore an upper bound on a real month, where compaction drops tombstones an h
 after they are written.
 
 Measured, with Cassandra's request tracing ("Read N live rows and M tombstone cells"):
-the first-page query of the inbox (``LIMIT feed_snapshot_depth``) for every reader, and
+the first-page query of the inbox (``LIMIT snapshot_depth``) for every reader, and
 of the author timeline top for every author, right after the month (worst case: nothing
 purged) and again "an hour later" (gc_grace passed and compaction ran: simulated with a
 grace of one second and ``nodetool compact``); and, per like and per feature event, the
@@ -63,7 +63,7 @@ from services.shared.contracts.rank_moves import RankKeyMoved
 from services.shared.domain import ids
 from services.shared.domain.rules import INBOX_TTL, VISIBLE
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.counted_edges import CountedEdges, OwnedChange
 from services.shared.stores.cql_async import CqlRunner, StoreRetry, use_cached_rows
 
@@ -253,13 +253,13 @@ async def simulate_and_measure(month: Month, s: Settings, name: str) -> tuple:
     (the stores' concurrency limits belong to it). The traced reads block it, on purpose."""
     args = month.args
     readers, authors, counts = await month.run()
-    depth = s.feed_snapshot_depth
+    depth = s.snapshot_depth
     inbox = [traced(month.session, "SELECT rank_key, post_id, author_id FROM feed_inbox "
                     "WHERE reader_id=%s LIMIT %s", (r, depth)) for r in readers]
     bucket = ids.day_bucket(ids.lowest_id_at(int(time.time() * 1000)))
     timeline = [traced(month.session, "SELECT rank_key, post_id FROM author_timeline "
                        "WHERE author_id=%s AND bucket IN (%s, %s) LIMIT %s",
-                       (a, bucket, bucket - 1, s.feed_celebrity_posts_per_author))
+                       (a, bucket, bucket - 1, s.celebrity_posts_per_author))
                 for a in authors]
     # An hour later: gc_grace has passed and compaction has run. Simulated by a grace of
     # one second and a forced compaction of the two tables (nodetool over JMX).

@@ -38,7 +38,7 @@ from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
 from services.shared.domain import ranking
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.write_coalescer import WriteCoalescer
 

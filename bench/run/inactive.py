@@ -31,7 +31,7 @@ from services.fanout.inactive import InactiveSweeper
 from services.fanout.inbox import InboxStore
 from services.fanout.jobs.rebuild import rebuilder
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.activity import ACTIVE, ActivityStore, Window
 from services.shared.stores.cql_async import CqlRunner
 

@@ -35,7 +35,7 @@ from bench.fanout.floor import FLOOR_STEP
 from bench.fanout.raw_writer import best_of
 from deploy.workload import GraphSpec, generate, load_graph, load_history, publish_feature_events
 from deploy.lag import scrape
-from services.shared.stores import cql
+from services.shared.clients import cql
 
 REPO = Path(__file__).resolve().parents[2]
 MODES = {

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from services.api.write.idgen import SnowflakeGenerator
 from services.shared.settings import Settings
-from services.shared.stores import pg
+from services.shared.clients import pg
 
 CEILING_PER_S = 4096 * 1000  # 12-bit sequence per millisecond per node
 

@@ -37,7 +37,7 @@ from services.api.write.users import KnownUsers
 from services.shared import runtime
 from services.shared.secret_policy import require_safe_secrets
 from services.shared.settings import Settings, get_settings
-from services.shared.stores import pg
+from services.shared.clients import pg
 from services.shared.worker import kafka_failover
 
 from .feed.notices import run_notice_consumer

@@ -40,7 +40,7 @@ from services.shared.contracts.reader_events import parse as parse_reader_event
 from services.shared.contracts.topics import (cdc_topic, follow_counts_topic, rank_moves_topic,
                                               reader_events_topic, serving_changes_topic)
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.counted_edges import CountedEdges
 from services.shared.stores.cql_async import (TRANSIENT_STORE_ERRORS, CqlRunner, StoreRetry,

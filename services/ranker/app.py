@@ -27,7 +27,7 @@ from services.shared.contracts.rank_moves import encode as encode_move
 from services.shared.contracts.topics import (cdc_topic, like_counts_topic, rank_features_topic,
                                               rank_moves_topic, serving_changes_topic)
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.counted_edges import CountedEdges
 from services.shared.stores.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, use_plain_tuples
 from services.shared.stores.store_health import watch_cassandra

@@ -27,7 +27,7 @@ import pytest
 
 from services.api.http.auth import MODERATOR_ROLE, mint_token
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from tests.support.api_server import new_user_id
 from tests.support.feed_world import feed_ids, walk
 from tests.support.processes import drop_database_with_slots, free_port, wait_for_http

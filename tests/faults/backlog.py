@@ -24,7 +24,7 @@ from bench.run.drain import LAST_STEPS, handled
 from deploy.workload import Graph, GraphSpec, generate, load_postgres
 from deploy.pipeline_progress import PipelineOffsets
 from services.shared.settings import Settings
-from services.shared.stores import pg
+from services.shared.clients import pg
 
 GOODPUT_EVERY_S = 5.0
 # A window counts as "draining" while at least this many events wait (the workload's own

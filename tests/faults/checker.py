@@ -42,7 +42,7 @@ from confluent_kafka.admin import AdminClient
 
 from services.shared.domain.rules import VISIBLE
 from services.shared.settings import Settings
-from services.shared.stores import cql, pg
+from services.shared.clients import cql, pg
 
 from .workload import Workload
 

@@ -14,7 +14,7 @@ import pytest
 
 from services.fanout.copies import CopyStore
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.activity import ACTIVE, IDLE, REGENERATING, ActivityPort, ActivityStore
 from services.shared.stores.cql_async import CqlRunner
 from tests.support.api_server import new_user_id

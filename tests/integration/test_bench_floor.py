@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench.fanout.floor import FLOOR_STEP, STEPS, floor_rates
 from services.shared.contracts.feed_events import author_event_id, parse_author
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 
 pytestmark = pytest.mark.integration
 

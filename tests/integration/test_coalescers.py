@@ -20,7 +20,7 @@ from cassandra.cluster import Session
 
 from services.fanout.copies import CopyStore
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.read_coalescer import MAX_KEYS, PartitionReads
 from services.shared.stores.write_coalescer import MAX_ROWS, WriteCoalescer

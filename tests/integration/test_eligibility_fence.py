@@ -121,10 +121,10 @@ def test_a_deleted_post_is_gone_from_the_next_page_and_every_fresh_first_page(lo
 
 def test_a_hiding_write_is_answered_no_sooner_than_the_commit_wait(api_server: RunningApi,
                                                                    scene: Scene) -> None:
-    """Deletes, removals, blocks and unfollows wait ``feed_visibility_commit_wait_s``
+    """Deletes, removals, blocks and unfollows wait ``visibility_commit_wait_s``
     after their commit (services/api/feed/commit_wait.py): a stream event judged on a
     read that missed the write is on the wire before the answer."""
-    wait_s = api_server.settings.feed_visibility_commit_wait_s
+    wait_s = api_server.settings.visibility_commit_wait_s
     assert wait_s > 0
     other = new_user_id()
     with api_server.client(new_user_id(), moderator=True) as moderator, \

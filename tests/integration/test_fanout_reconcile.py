@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 from services.fanout.jobs.reconcile import FollowerDrift, follower_drift, reconcile
 from services.shared.domain.owned_counts import write_time
-from services.shared.stores import pg
+from services.shared.clients import pg
 
 
 def test_drift_is_the_difference_per_author_with_missing_as_zero():

@@ -33,7 +33,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["create", "delete", "remove", "rerank"
 
 
 # Celebrities promoted up front, one per example: a celebrity partition is read with a
-# bound (feed_celebrity_posts_per_author), so a star shared by every example would push
+# bound (celebrity_posts_per_author), so a star shared by every example would push
 # an example's older posts past it. More than max_examples, for hypothesis's replays.
 STAR_POOL = 60
 

@@ -21,7 +21,7 @@ DEPTH = 4
 @pytest.fixture(scope="module")
 def shallow_api(settings: Settings) -> Iterator[RunningApi]:
     """An API whose snapshots start with DEPTH entries, so walks extend them."""
-    with running_api(settings.model_copy(update={"feed_snapshot_depth": DEPTH})) as api:
+    with running_api(settings.model_copy(update={"snapshot_depth": DEPTH})) as api:
         yield api
 
 
@@ -31,7 +31,7 @@ def test_a_walk_past_the_snapshot_depth_extends_it_without_repeats_or_gaps(
     world.follow(reader, friend)
     world.follow(reader, star)
     world.make_celebrity(star)
-    time.sleep(shallow_api.settings.feed_celebrities_cache_s)
+    time.sleep(shallow_api.settings.celebrities_cache_s)
     now = utc_now()
     posts = [world.write(friend, at=now - timedelta(minutes=2 * i), inbox_of=[reader],
                          score=(i % 3) * 0.2) for i in range(9)]

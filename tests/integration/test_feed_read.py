@@ -32,7 +32,7 @@ def test_first_page_merges_inbox_and_followed_celebrity_posts(api_server: Runnin
                                           reverse=True)]
     pages: list[dict] = []
     with api_server.client(reader) as client:
-        # The celebrity list is cached for feed_celebrities_cache_s (1 s): a promotion is
+        # The celebrity list is cached for celebrities_cache_s (1 s): a promotion is
         # merged within that, so wait for it rather than assume it.
         wait_until(lambda: feed_ids(pages.append(client.get("/v1/feed").json()) or pages[-1])
                    == expected, timeout=10, message="the celebrity's posts to be merged")
@@ -47,7 +47,7 @@ def test_first_page_merges_inbox_and_followed_celebrity_posts(api_server: Runnin
 
 def test_a_walk_reaches_every_post_of_a_celebrity_partition_deeper_than_one_read(
         api_server: RunningApi, world: FeedWorld) -> None:
-    """A first page reads the top feed_celebrity_posts_per_author (20) rows of a followed
+    """A first page reads the top celebrity_posts_per_author (20) rows of a followed
     celebrity's partition; its 21st post may rank above inbox rows that page read. The
     snapshot must stop at the partition's 20th row and extend from there: it once kept
     the inbox rows and skipped the celebrity's deeper posts for good (found by the fault
@@ -191,7 +191,7 @@ def test_cursor_of_another_reader_is_refused(api_server: RunningApi, world: Feed
 
 def test_expired_snapshot_gives_a_fresh_first_page_with_a_warning(api_server: RunningApi,
                                                                   world: FeedWorld) -> None:
-    short = api_server.settings.model_copy(update={"feed_snapshot_ttl_s": 1})
+    short = api_server.settings.model_copy(update={"snapshot_ttl_s": 1})
     server, thread, base_url = serve_in_thread(create_app(short))
     try:
         api = RunningApi(base_url, short, server.config.app)

@@ -28,7 +28,7 @@ from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, Tier, TierPolicy
 from services.shared.domain.rules import VISIBLE
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from tests.support.contracts.common import BASE, Run
 from tests.support.contracts.feed_store_contract import FeedStoreContract, FeedSubject

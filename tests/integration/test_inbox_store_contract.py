@@ -13,7 +13,7 @@ from cassandra.cluster import Session
 from services.fanout.inbox import InboxStore
 from services.shared.contracts.serving_changes import ChangeSink
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.write_coalescer import WriteCoalescer
 from tests.support.contracts.inbox_store_contract import InboxStoreContract, InboxSubject

@@ -148,7 +148,7 @@ def test_three_node_mode_runs_three_brokers_three_controllers_and_a_three_node_r
     from confluent_kafka.admin import AdminClient
 
     from services.shared.settings import Settings
-    from services.shared.stores import cql
+    from services.shared.clients import cql
 
     result = stack(private_env, "up", "--nodes", "3", timeout=600)
     assert result.returncode == 0, result.stderr

@@ -12,7 +12,7 @@ from cassandra import OperationTimedOut
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Session
 
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.store_pressure import adaptive_permits
 

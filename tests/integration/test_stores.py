@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from services.api.feed.snapshot_writer import SlotRow
 from services.api.feed.store import FeedStore
 from services.shared.settings import Settings
-from services.shared.stores import cql, pg
+from services.shared.clients import cql, pg
 from services.shared.stores.cql_async import CqlRunner
 
 

@@ -42,7 +42,7 @@ from services.shared.domain import ids
 from services.shared.domain.ranking import rank_key
 from services.shared.domain.rules import REMOVED, VISIBLE
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.notices import Notices

@@ -19,7 +19,7 @@ from typing import Any
 
 from services.shared.contracts.topics import cdc_topic, follow_counts_topic, like_counts_topic
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 
 from .cdc_events import CdcEvents, CdcMessage, send
 from .waiting import wait_until

@@ -7,7 +7,7 @@ from typing import Any
 
 from deploy.migrate import _speculative_retry
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 
 
 def test_one_replica_keeps_the_drivers_heartbeat_and_replicas_convict_in_seconds():

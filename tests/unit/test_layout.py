@@ -120,10 +120,10 @@ def test_the_checker_sees_relative_and_nested_imports() -> None:
 
 
 def test_an_upward_import_is_reported() -> None:
-    forged = [("services.shared.stores.cql", "services.fanout.inbox", 7),
+    forged = [("services.shared.clients.cql", "services.fanout.inbox", 7),
               ("services.api.feed.reader", "services.api.feed.store", 9),
               ("services.api.feed.activity", "services.fanout.inbox", 31)]
-    assert violations(forged) == ["services.shared.stores.cql:7 imports services.fanout.inbox "
+    assert violations(forged) == ["services.shared.clients.cql:7 imports services.fanout.inbox "
                                 "(services.shared must not import services.fanout)"]
 
 

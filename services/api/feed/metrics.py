@@ -57,7 +57,7 @@ class FeedMetrics:
                                          "Reads not recorded or returns not announced (retried)",
                                          registry=registry)
         self.store_hedges = Counter(
-            "feed_store_hedges_total", "Reads sent to a second node after feed_hedge_after_s, by "
+            "feed_store_hedges_total", "Reads sent to a second node after hedge_after_s, by "
             "which answered first (hedge, first) or none (failed); over_budget: slow reads not "
             "hedged (the extra reads are capped at half of all reads)", ("outcome",),
             registry=registry)

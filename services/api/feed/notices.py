@@ -4,7 +4,7 @@ No consumer group and nothing committed, like the stream's consumer: every API p
 is assigned every partition and starts at the end, after clearing its cache (a notice
 before the start offsets is already visible to any read the empty cache makes). The
 cache is usable only while this consumer is live: positioned, every partition answered
-a fetch within ``feed_cache_max_silence_s``, and fewer than ``MAX_BEHIND`` notices
+a fetch within ``cache_max_silence_s``, and fewer than ``MAX_BEHIND`` notices
 fetched but not applied. Any failure makes the cache stand aside (reads go to
 Cassandra) until the restarted consumer is positioned again.
 
@@ -62,7 +62,7 @@ async def consume_notices(cache: ServingCache, settings: Settings, stats: Notice
     """Run until cancelled: notices -> cache, restarting the consumer on failure."""
     topic = serving_changes_topic(settings.topic_prefix)
     failures = 0
-    silence_ms = settings.feed_cache_max_silence_s * 1000
+    silence_ms = settings.cache_max_silence_s * 1000
     while True:
         consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
                                     enable_auto_commit=False, auto_offset_reset="latest",

@@ -6,7 +6,7 @@ Today one preference: the feed order a first page uses when the request names no
 
 While the serving cache is usable (serving_cache.py), it is one of its entries: read once
 per reader and kept until a ``serving-changes`` notice names the reader (or
-``feed_cache_ttl_s``, the bound on a lost notice). A change is stored, then this process
+``cache_ttl_s``, the bound on a lost notice). A change is stored, then this process
 publishes that notice and waits for the broker's acknowledgement before the PUT answers,
 so every process uses the new order from its next first page after the notice, a few
 milliseconds later. Before, every process re-read a kept preference once it was older

@@ -3,13 +3,13 @@
 First page (round trips): (1) the inbox top, the reader's blocks, and which of the
 celebrities (list cached for a second) and of a rotating slice of follows the reader
 follows; (2) the top rows of those authors' timeline partitions; then the merge of the
-``feed_snapshot_depth`` highest rows by rank key into the snapshot (no copy is read to
+``snapshot_depth`` highest rows by rank key into the snapshot (no copy is read to
 rank: the rows carry their keys); (3) the current state of the first page's window, and
 which of its authors the reader follows, concurrently with storing the snapshot. Next
 page: verify the cursor; the snapshot from this process's cache or one point read; then
 per window the same reads as (3): one round trip when the snapshot is cached. A walk
 that reaches the end of a snapshot whose sources held more extends it with the next
-rows strictly below its last entry (``SourceReader.after``), up to ``feed_max_candidates``.
+rows strictly below its last entry (``SourceReader.after``), up to ``max_candidates``.
 
 Latest order (``order=latest``) builds its snapshot from the same sources read deeper and
 keyed by creation time (candidates.py); a cursor carries its order, and a first page that
@@ -119,26 +119,26 @@ class FeedReader:
         self._clock = clock
         self._keys = CursorKeys.parse(settings.cursor_keys.get_secret_value())
         # Stored changes are announced through ``notices`` (the serving cache's entries).
-        self.preferences = Preferences(store, settings.feed_preferences_cache_s, notices=notices)
-        self._celebrities = cand.CelebrityList(store, settings.feed_celebrities_cache_s)
-        self._snapshots = snapshot.SnapshotCache(settings.feed_snapshot_cache_size,
-                                                 settings.feed_snapshot_ttl_s)
-        self._depth = settings.feed_snapshot_depth
+        self.preferences = Preferences(store, settings.preferences_cache_s, notices=notices)
+        self._celebrities = cand.CelebrityList(store, settings.celebrities_cache_s)
+        self._snapshots = snapshot.SnapshotCache(settings.snapshot_cache_size,
+                                                 settings.snapshot_ttl_s)
+        self._depth = settings.snapshot_depth
         self._writer = SnapshotWriter(store.save_snapshot_slot, metrics.snapshot_save_failures.inc,
-                                      delay_s=settings.feed_snapshot_write_delay_s,
-                                      timeout_s=settings.feed_snapshot_write_timeout_s,
-                                      max_pending=settings.feed_snapshot_max_pending,
+                                      delay_s=settings.snapshot_write_delay_s,
+                                      timeout_s=settings.snapshot_write_timeout_s,
+                                      max_pending=settings.snapshot_max_pending,
                                       on_written=metrics.snapshot_write_seconds.observe)
         self._sources = cand.SourceReader(store, cand.Limits(
-            depth=settings.feed_snapshot_depth,
-            per_celebrity=settings.feed_celebrity_posts_per_author,
-            max_celebrities=settings.feed_max_celebrities,
-            fallback_authors=settings.feed_fallback_authors,
-            per_fallback_author=settings.feed_fallback_posts_per_author,
+            depth=settings.snapshot_depth,
+            per_celebrity=settings.celebrity_posts_per_author,
+            max_celebrities=settings.max_celebrities,
+            fallback_authors=settings.fallback_authors,
+            per_fallback_author=settings.fallback_posts_per_author,
             latest_inbox=settings.inbox_cap,
-            latest_per_partition=settings.feed_latest_posts_per_partition,
-            latest_depth=settings.feed_max_candidates,
-            regenerating_authors=settings.feed_regenerating_authors))
+            latest_per_partition=settings.latest_posts_per_partition,
+            latest_depth=settings.max_candidates,
+            regenerating_authors=settings.regenerating_authors))
 
     async def _celebrity_list(self) -> list[CelebrityRow]:
         try:
@@ -247,7 +247,7 @@ class FeedReader:
 
     def _keep(self, walk: _Walk) -> None:
         """The snapshot in this process's cache now, and queued for Cassandra."""
-        left = self._settings.feed_snapshot_ttl_s - int((self._clock() - walk.generated_at).total_seconds())
+        left = self._settings.snapshot_ttl_s - int((self._clock() - walk.generated_at).total_seconds())
         if left <= 0:
             return
         self._snapshots.put(walk.reader_id, walk.version, walk.blob, walk.generated_at)
@@ -309,7 +309,7 @@ class FeedReader:
         """The snapshot with the next rows below its last entry, saved; None when the
         sources have nothing more (or the snapshot is at its size bound)."""
         entries = snapshot.PackedEntries(walk.blob)
-        if not entries.more or not len(entries) or len(entries) >= self._settings.feed_max_candidates:
+        if not entries.more or not len(entries) or len(entries) >= self._settings.max_candidates:
             return None
         last = entries[len(entries) - 1]
         held = {e.post_id for e in entries}
@@ -320,7 +320,7 @@ class FeedReader:
             newest_id, held.__contains__, int(self._clock().timestamp() * 1000))
         for source in sources.failed_sources:
             self._metrics.source_failures.labels(source).inc()
-        room = self._settings.feed_max_candidates - len(entries)
+        room = self._settings.max_candidates - len(entries)
         rows = sources.rows[:room]
         more = sources.more or len(sources.rows) > room
         if sources.failed_sources:

@@ -1,7 +1,7 @@
 """Ranking snapshots: the version a first page creates and the packed list it stores.
 
 One first-page request merges the top of the reader's sources once and stores the
-result in ``feed_snapshot_slots`` (Cassandra, TTL = ``Settings.feed_snapshot_ttl_s``),
+result in ``feed_snapshot_slots`` (Cassandra, TTL = ``Settings.snapshot_ttl_s``),
 several snapshots to a row (``pack_slot``: what one process queued within a few
 milliseconds, snapshot_writer.py); the ``feed_version`` names its slot (``slot_version``,
 ``slot_of``), so later pages read it back with one partition read (``find_in_slot``).

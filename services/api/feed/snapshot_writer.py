@@ -22,7 +22,7 @@ crash or a failed write (logged, counted in ``feed_snapshot_save_failures_total`
 the next page a fresh first page with the ``snapshot_expired`` warning, the documented
 answer to a snapshot that is gone. Nothing shown is ever wrong; at worst a walk restarts.
 
-A write has its own timeout (``Settings.feed_snapshot_write_timeout_s``, 2 s), not the
+A write has its own timeout (``Settings.snapshot_write_timeout_s``, 2 s), not the
 read path's 250 ms: under load the driver answers late, not never, and at 250 ms a third
 of the snapshots were lost. What is queued or in flight is bounded (``max_pending``):
 over it a snapshot is not stored and is counted, so a node slower than the first-page

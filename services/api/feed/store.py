@@ -22,7 +22,7 @@ from cassandra.pool import Host
 from cassandra.query import PreparedStatement, tuple_factory
 
 from services.shared.domain.rules import CELEBRITY_SHARD
-from services.shared.stores.cql import CONSISTENCY, SERIAL_CONSISTENCY
+from services.shared.clients.cql import CONSISTENCY, SERIAL_CONSISTENCY
 from services.shared.stores.cql_async import release
 
 from . import snapshot

@@ -4,7 +4,7 @@
 ``cassandra`` (the session; ``app.py`` registers its readiness check), ``feed``
 (``FeedReader``, recording reads and announcing returning inactive readers to the
 fan-out, activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, ``feed_store`` and
-(unless ``feed_cache_enabled`` is off) the ``serving_cache``, whose notice consumer is
+(unless ``cache_enabled`` is off) the ``serving_cache``, whose notice consumer is
 one of the app's background tasks (``notices.run_notice_consumer``), and the
 ``visibility_fence`` (fence.py) that every page and stream event is judged after; its
 log is read once here and trimmed by ``run_fence_trimmer``, another background task. The stream's parts
@@ -18,7 +18,7 @@ import logging
 from fastapi import FastAPI
 
 from services.shared.settings import Settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.store_health import watch_cassandra
@@ -41,28 +41,28 @@ def _build(app: FastAPI, settings: Settings) -> None:
     session = cql.cluster(settings).connect(settings.cassandra_keyspace)  # TCP_NODELAY set there
     watch_cassandra(session.cluster, app.state.metrics.registry)
     metrics = FeedMetrics(app.state.metrics.registry)
-    raw = FeedStore(session, settings.feed_store_timeout_s, settings.feed_max_following,
-                    settings.feed_hedge_after_s,
+    raw = FeedStore(session, settings.store_timeout_s, settings.max_following,
+                    settings.hedge_after_s,
                     on_hedge=lambda outcome: metrics.store_hedges.labels(outcome).inc())
     store: FeedPort = raw
     cache: ServingCache | None = None
-    if settings.feed_cache_enabled:
-        cache = ServingCache(posts=settings.feed_cache_posts, follows=settings.feed_cache_follows,
-                             timelines=settings.feed_cache_timelines,
-                             inboxes=settings.feed_cache_inboxes,
-                             preferences=settings.feed_cache_preferences,
-                             ttl_s=settings.feed_cache_ttl_s,
-                             max_silence_s=settings.feed_cache_max_silence_s,
-                             stale_if_error_s=settings.feed_cache_stale_if_error_s)
+    if settings.cache_enabled:
+        cache = ServingCache(posts=settings.cache_posts, follows=settings.cache_follows,
+                             timelines=settings.cache_timelines,
+                             inboxes=settings.cache_inboxes,
+                             preferences=settings.cache_preferences,
+                             ttl_s=settings.cache_ttl_s,
+                             max_silence_s=settings.cache_max_silence_s,
+                             stale_if_error_s=settings.cache_stale_if_error_s)
         stats = NoticeStats()
         register_collector(app.state.metrics.registry, cache, stats)
         app.state.serving_cache = cache
         app.state.notice_stats = stats
-        store = CachedFeedStore(raw, cache, settings.feed_max_following)
+        store = CachedFeedStore(raw, cache, settings.max_following)
     app.state.cassandra = session
     app.state.feed_metrics = metrics
     app.state.feed_store = store
-    copies = PostCopies(store, BodyCache(settings.feed_body_cache_size), cache)
+    copies = PostCopies(store, BodyCache(settings.body_cache_size), cache)
     # The notices of what this process stores and every process caches (preferences),
     # and the reader events (returns): one producer, started by the first of them.
     notices = ApiNotices(settings)
@@ -72,16 +72,16 @@ def _build(app: FastAPI, settings: Settings) -> None:
         activity = ReaderActivity(
             ActivityStore(session, CqlRunner(session)),
             Window(settings.inactive_after, settings.activity_resolution), notices.reader_returned,
-            settings.feed_regenerating_stale_s, timeout_s=2 * settings.feed_store_timeout_s,
+            settings.regenerating_stale_s, timeout_s=2 * settings.store_timeout_s,
             on_returned=metrics.readers_returned.inc, on_failure=metrics.activity_failures.inc)
-    fence = VisibilityFence(settings.pg_dsn, settings.feed_visibility_timeout_s,
+    fence = VisibilityFence(settings.pg_dsn, settings.visibility_timeout_s,
                             FenceMetrics(app.state.metrics.registry))
     app.state.visibility_fence = fence
     reuse = None
-    if cache is not None and settings.feed_snapshot_reuse_s > 0:
+    if cache is not None and settings.snapshot_reuse_s > 0:
         # At most half the snapshot's TTL: a reused snapshot's next pages still have time.
-        reuse = SnapshotReuse(cache, min(settings.feed_snapshot_reuse_s, settings.feed_snapshot_ttl_s / 2),
-                              settings.feed_snapshot_reuse_size)
+        reuse = SnapshotReuse(cache, min(settings.snapshot_reuse_s, settings.snapshot_ttl_s / 2),
+                              settings.snapshot_reuse_size)
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices,
                                 fence)
 
@@ -99,7 +99,7 @@ async def run_fence_trimmer(app: FastAPI) -> None:
     """Background task: the visibility log trimmed by age (fence.trim_periodically)."""
     settings: Settings = app.state.settings
     await trim_periodically(app.state.visibility_fence, settings.pg_dsn,
-                            settings.feed_visibility_retention_s, settings.feed_visibility_trim_s)
+                            settings.visibility_retention_s, settings.visibility_trim_s)
 
 
 async def close_read_path(app: FastAPI) -> None:

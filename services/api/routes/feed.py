@@ -61,7 +61,7 @@ class FeedPageOut(BaseModel):
                     "incomplete_candidates (a source could not be read), partial_page (ended "
                     "before a post whose state could not be read), stale_post_states (a post's "
                     "state could not be read; the last state this process knew, at most "
-                    "feed_cache_stale_if_error_s old, is shown), preferences_unavailable "
+                    "cache_stale_if_error_s old, is shown), preferences_unavailable "
                     "(ranked used), regenerating (an inactive reader's inbox is being refilled; "
                     "the page is built from the followed authors' partitions meanwhile)")
 

@@ -12,7 +12,7 @@ An event waits in an open stream's queue between that check and its send, so the
 asks ``still_allows`` right before it writes the event: one more (shared) read of the
 log, which is what can have changed in between that the guarantee covers. That read
 must have gone out less than ``fresh_s`` before the write (``feed/commit_wait.py``):
-a hiding write it missed is answered ``feed_visibility_commit_wait_s`` after its commit,
+a hiding write it missed is answered ``visibility_commit_wait_s`` after its commit,
 hence after the event; an older answer is read again, up to ``FRESH_READS`` times, and
 then the event is not sent (``FenceUnavailable``: the client is told to resync).
 """

@@ -29,10 +29,10 @@ async def open_stream(app: FastAPI) -> None:
         StreamLeases, app.state.cassandra, store, int(settings.stream_heartbeat_s * 2) + 5,
         on_unchecked=app.state.feed_metrics.stream_cap_unchecked.inc)
     gate = EligibilityGate(store, app.state.visibility_fence,
-                           fresh_s=stream_bound(settings.feed_visibility_commit_wait_s))
+                           fresh_s=stream_bound(settings.visibility_commit_wait_s))
 
     async def followed(reader_id: int) -> frozenset[int]:
-        return frozenset(await store.following(reader_id, settings.feed_max_following))
+        return frozenset(await store.following(reader_id, settings.max_following))
 
     hub = StreamHub(gate, followed, settings.stream_resume_buffer, settings.stream_resume_window_s)
     app.state.stream_gate = gate

@@ -16,7 +16,7 @@ from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
 from services.shared.contracts.topics import serving_changes_topic
 from services.shared.settings import Settings, get_settings
-from services.shared.stores import cql
+from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.notices import Notices

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, write_to_textfile
 from services.fanout.copies import FOLLOW_EDGES
 from services.fanout.metrics import FOLLOWER_DRIFT
 from services.shared.settings import Settings, get_settings
-from services.shared.stores import cql, pg
+from services.shared.clients import cql, pg
 
 # Partitions of follow_edges read at once: bounded memory on a large keyspace.
 PAGE_SIZE = 5000

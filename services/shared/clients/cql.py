@@ -1,13 +1,16 @@
-"""Cassandra sessions for the project's processes (cassandra-driver)."""
+"""Cassandra clusters and sessions (cassandra-driver), every one built here from
+``CassandraSettings``: contact points, PasswordAuthenticator credentials and client TLS."""
 from __future__ import annotations
 
 import socket
+import ssl
 
 from cassandra import ConsistencyLevel
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+from cassandra.auth import PlainTextAuthProvider
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 
-from services.shared.settings import Settings
+from services.shared.settings import CassandraSettings
 
 # Every store call has a timeout: a slow node must not hold a request or a worker.
 DEFAULT_TIMEOUT_S = 2.0
@@ -29,22 +32,23 @@ CONSISTENCY = ConsistencyLevel.LOCAL_QUORUM
 SERIAL_CONSISTENCY = ConsistencyLevel.LOCAL_SERIAL
 
 
-def cluster(settings: Settings, *, timeout: float = DEFAULT_TIMEOUT_S) -> Cluster:
+def cluster(settings: CassandraSettings, *, timeout: float = DEFAULT_TIMEOUT_S,
+            contact_points: list[str] | None = None, connect_timeout: float = 5) -> Cluster:
     profile = ExecutionProfile(
         load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
         request_timeout=timeout, consistency_level=CONSISTENCY,
         serial_consistency_level=SERIAL_CONSISTENCY,
     )
-    return Cluster(settings.cassandra_contact_points, port=settings.cassandra_port,
+    return Cluster(contact_points or settings.cassandra_contact_points, port=settings.cassandra_port,
                    protocol_version=PROTOCOL_VERSION,
-                   execution_profiles={EXEC_PROFILE_DEFAULT: profile}, connect_timeout=5,
-                   **_heartbeat(settings),
+                   execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                   connect_timeout=connect_timeout, **_heartbeat(settings), **security(settings),
                    # Nagle + delayed ACK held small request frames back ~40 ms (measured on
                    # the feed's first page: p50 62 -> 9 ms); every process sends them at once.
                    sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
 
 
-def _heartbeat(settings: Settings) -> dict[str, float]:
+def _heartbeat(settings: CassandraSettings) -> dict[str, float]:
     """A silent node convicted in seconds (Settings.cassandra_heartbeat_s) where there are
     other replicas to go to; with one, the driver's defaults: convicting the only node
     (a long GC pause on a loaded machine) would fail every request until it reconnects."""
@@ -54,7 +58,24 @@ def _heartbeat(settings: Settings) -> dict[str, float]:
             "idle_heartbeat_timeout": settings.cassandra_heartbeat_timeout_s}
 
 
-def session(settings: Settings, *, keyspace: str | None = None,
+def security(settings: CassandraSettings) -> dict[str, object]:
+    """The driver's ``auth_provider`` and ``ssl_context`` for these settings. With a
+    hostname check the driver matches the node's certificate against the address it
+    connected to, so certificates name the nodes' addresses (IP SANs)."""
+    out: dict[str, object] = {}
+    if settings.cassandra_username:
+        out["auth_provider"] = PlainTextAuthProvider(
+            settings.cassandra_username, settings.cassandra_password.get_secret_value())
+    if settings.cassandra_tls:
+        ctx = ssl.create_default_context(cafile=settings.cassandra_ssl_ca_file or None)
+        if settings.cassandra_ssl_cert_file:
+            ctx.load_cert_chain(settings.cassandra_ssl_cert_file, settings.cassandra_ssl_key_file or None)
+        ctx.check_hostname = settings.cassandra_ssl_check_hostname
+        out["ssl_context"] = ctx
+    return out
+
+
+def session(settings: CassandraSettings, *, keyspace: str | None = None,
             timeout: float = DEFAULT_TIMEOUT_S) -> Session:
     """A connected session on the feed keyspace (or ``keyspace``)."""
     return cluster(settings, timeout=timeout).connect(keyspace or settings.cassandra_keyspace)
