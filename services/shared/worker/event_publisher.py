@@ -25,6 +25,7 @@ from aiokafka.structs import TopicPartition
 if TYPE_CHECKING:
     from aiokafka.structs import RecordMetadata
 
+from services.shared.clients import kafka
 from services.shared.settings import Settings
 
 # One batch can leave this many bytes per partition waiting while that partition has no
@@ -116,8 +117,10 @@ class EventPublisher:
         self._accumulator: Any = None
 
     async def start(self) -> None:
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=self._settings.kafka_bootstrap, acks="all",
+        # Brokers, SASL and TLS from the factory: the workers publish through this
+        # producer, not faust's, so it must carry the same credentials faust's consumer has.
+        self._producer = kafka.aio_producer(
+            self._settings, acks="all",
             enable_idempotence=True, max_batch_size=MAX_BATCH_BYTES, partitioner=key_partitioner,
             # 5 ms lets a fan-out's events share batches without adding visible latency.
             linger_ms=5, request_timeout_ms=self._settings.kafka_request_timeout_ms)

@@ -19,6 +19,8 @@ import faust
 from prometheus_client import REGISTRY, start_http_server
 
 from services.shared import runtime
+from services.shared.clients import kafka
+from services.shared.clients.preflight import preflight
 from services.shared.settings import Settings, get_settings
 
 from . import kafka_failover
@@ -37,11 +39,15 @@ class RawMessage:
 
 
 def build_faust_app(settings: Settings, app_id: str) -> faust.App:
-    """A faust app for one worker role. Offsets are acked manually by the agents."""
+    """A faust app for one worker role. Offsets are acked manually by the agents.
+
+    Its brokers and credentials (SASL, TLS) come from ``clients.kafka.faust_broker``. What
+    the agents publish goes through their own ``EventPublisher``, built by the same
+    factories, not through faust's producer."""
     kafka_failover.install(settings.kafka_failed_broker_hold_s)
     return faust.App(
         app_id,
-        broker=[f"kafka://{h}" for h in settings.kafka_bootstrap.split(",")],
+        **kafka.faust_broker(settings),
         web_enabled=False,
         topic_disable_leader=True,
         topic_replication_factor=1 if settings.kafka_bootstrap.count(",") == 0 else 3,
@@ -104,11 +110,15 @@ def tune_worker_process(settings: Settings) -> None:
 
 
 def run_worker(create_app: Callable[[Settings], faust.App],
-               metrics_port: Callable[[Settings], int]) -> None:
-    """Run one worker role in this process: logging, Prometheus metrics on
-    ``metrics_port(settings)`` (localhost), then faust's worker until it stops."""
+               metrics_port: Callable[[Settings], int],
+               stores: Sequence[str] = ("kafka", "cassandra")) -> None:
+    """Run one worker role in this process: logging, a preflight of ``stores`` (a store
+    that refuses our credentials or TLS ends the process with one line, status 2),
+    Prometheus metrics on ``metrics_port(settings)`` (localhost), then faust's worker
+    until it stops."""
     settings = get_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    preflight(settings, stores)
     start_http_server(metrics_port(settings), addr="127.0.0.1")
     app = create_app(settings)
     faust.Worker(app, loglevel="INFO").execute_from_commandline()
