@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from services.api.http.logs import configure_logging
+from services.shared.clients.preflight import preflight
 from services.shared.secret_policy import UnsafeSecrets, require_safe_secrets
 from services.shared.settings import get_settings
 
@@ -62,6 +63,9 @@ def main() -> None:
     except UnsafeSecrets as exc:
         raise SystemExit(f"services.api: {exc}") from None
     configure_logging(access_log=settings.api_access_log)
+    # Once, in this process, before uvicorn forks its workers: a store that refuses our
+    # credentials or TLS ends the API in one line (status 2), not a traceback per worker.
+    preflight(settings, ("postgres", "kafka", "cassandra"))
     workers = worker_count(settings.api_workers, usable_cores())
     # uvicorn's access_log off: edge.Edge is the access log (logs.py).
     if workers == 1:

@@ -31,8 +31,10 @@ import logging
 import time
 from typing import Awaitable, Callable, Protocol
 
-import psycopg
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.shared.clients import pg
+from services.shared.settings import PostgresSettings
 
 from .recent_changes import RecentChanges, VisibilityChange
 from .visibility_log import TRIM, LogReader
@@ -76,11 +78,11 @@ class LogSource(Protocol):
 
 
 class VisibilityFence:
-    def __init__(self, dsn: str, timeout_s: float, metrics: FenceMetrics | None = None,
+    def __init__(self, settings: PostgresSettings, timeout_s: float, metrics: FenceMetrics | None = None,
                  open_source: Callable[[], Awaitable[LogSource]] | None = None) -> None:
         self._timeout_s = timeout_s
         self._metrics = metrics
-        self._open_source = open_source or (lambda: LogReader.open(dsn, timeout_s))
+        self._open_source = open_source or (lambda: LogReader.open(settings, timeout_s))
         self._source: LogSource | None = None
         self._connecting: asyncio.Future[None] | None = None
         self.changes = RecentChanges()
@@ -280,14 +282,14 @@ async def _close_quietly(source: LogSource) -> None:
         pass
 
 
-async def trim_periodically(fence: VisibilityFence, dsn: str, retention_s: float,
+async def trim_periodically(fence: VisibilityFence, settings: PostgresSettings, retention_s: float,
                             every_s: float, clock: Callable[[], float] = time.time) -> None:
     """Trims the log in Postgres (any process may; the statement is idempotent) and this
     process's folded copy of it, by age."""
     while True:
         try:
-            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True,
-                                                              connect_timeout=5) as conn:
+            async with await pg.async_connect(settings, autocommit=True,
+                                              connect_timeout=5) as conn:
                 await conn.execute(TRIM, (retention_s,))
         except Exception:  # noqa: BLE001 - next time; an untrimmed log only grows
             log.warning("the visibility log could not be trimmed", exc_info=True)

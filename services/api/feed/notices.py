@@ -25,12 +25,12 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
-from aiokafka import AIOKafkaConsumer
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from services.shared.clients import kafka
 from services.shared.contracts import reader_events
 from services.shared.contracts.serving_changes import ServingChange, parse
 from services.shared.contracts.topics import reader_events_topic, serving_changes_topic
@@ -64,11 +64,11 @@ async def consume_notices(cache: ServingCache, settings: Settings, stats: Notice
     failures = 0
     silence_ms = settings.cache_max_silence_s * 1000
     while True:
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                                    enable_auto_commit=False, auto_offset_reset="latest",
-                                    fetch_max_wait_ms=FETCH_WAIT_MS,
-                                    request_timeout_ms=settings.kafka_request_timeout_ms,
-                                    client_id=f"feed-api-notices-{os.getpid()}")
+        consumer = kafka.aio_consumer(settings, topic, group_id=None,
+                                      enable_auto_commit=False, auto_offset_reset="latest",
+                                      fetch_max_wait_ms=FETCH_WAIT_MS,
+                                      request_timeout_ms=settings.kafka_request_timeout_ms,
+                                      client_id=f"feed-api-notices-{os.getpid()}")
         try:
             await consumer.start()
             partitions = await wait_for_assignment(consumer, [topic])

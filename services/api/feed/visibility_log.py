@@ -14,6 +14,9 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from services.shared.clients import pg
+from services.shared.settings import PostgresSettings
+
 from .recent_changes import VisibilityChange
 
 # Prepared once per connection (SQL PREPARE), executed by name.
@@ -31,9 +34,9 @@ class LogReader:
         self._pg.nonblocking = 1
 
     @classmethod
-    async def open(cls, dsn: str, timeout_s: float) -> LogReader:
-        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True,
-                                                     connect_timeout=max(1, int(timeout_s)))
+    async def open(cls, settings: PostgresSettings, timeout_s: float) -> LogReader:
+        conn = await pg.async_connect(settings, autocommit=True,
+                                      connect_timeout=max(1, int(timeout_s)))
         await conn.execute(_PREPARE)
         return cls(conn)
 

@@ -74,7 +74,7 @@ def _build(app: FastAPI, settings: Settings) -> None:
             Window(settings.inactive_after, settings.activity_resolution), notices.reader_returned,
             settings.regenerating_stale_s, timeout_s=2 * settings.store_timeout_s,
             on_returned=metrics.readers_returned.inc, on_failure=metrics.activity_failures.inc)
-    fence = VisibilityFence(settings.pg_dsn, settings.visibility_timeout_s,
+    fence = VisibilityFence(settings, settings.visibility_timeout_s,
                             FenceMetrics(app.state.metrics.registry))
     app.state.visibility_fence = fence
     reuse = None
@@ -98,7 +98,7 @@ async def open_read_path(app: FastAPI) -> None:
 async def run_fence_trimmer(app: FastAPI) -> None:
     """Background task: the visibility log trimmed by age (fence.trim_periodically)."""
     settings: Settings = app.state.settings
-    await trim_periodically(app.state.visibility_fence, settings.pg_dsn,
+    await trim_periodically(app.state.visibility_fence, settings,
                             settings.visibility_retention_s, settings.visibility_trim_s)
 
 

@@ -24,6 +24,7 @@ import os
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from fastapi import FastAPI
 
+from services.shared.clients import kafka
 from services.shared.contracts.feed_events import parse_author
 from services.shared.contracts.topics import author_events_topic
 from services.shared.settings import Settings
@@ -96,10 +97,10 @@ async def consume_into_hub(hub: StreamHub, settings: Settings, metrics: FeedMetr
     consumed: dict[TopicPartition, int] = {}
     failures = 0
     while True:
-        consumer = AIOKafkaConsumer(*topics, bootstrap_servers=settings.kafka_bootstrap, group_id=None,
-                                    enable_auto_commit=False, auto_offset_reset="none",
-                                    request_timeout_ms=settings.kafka_request_timeout_ms,
-                                    client_id=f"feed-api-stream-{os.getpid()}")
+        consumer = kafka.aio_consumer(settings, *topics, group_id=None,
+                                      enable_auto_commit=False, auto_offset_reset="none",
+                                      request_timeout_ms=settings.kafka_request_timeout_ms,
+                                      client_id=f"feed-api-stream-{os.getpid()}")
         try:
             await consumer.start()
             await _position_consumer(consumer, topics, consumed, hub, metrics, max_replay)

@@ -25,6 +25,7 @@ from typing import Protocol
 
 import psycopg
 
+from services.shared.clients import pg
 from services.shared.domain.ids import MAX_NODE, MAX_SEQUENCE, Drift, classify_drift, compose
 from services.shared.settings import Settings
 
@@ -163,7 +164,7 @@ class NodeLease:
             raise ValueError("lease ttl must be well above the safety margin")
         holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         started = monotonic()
-        with psycopg.connect(settings.pg_dsn) as conn, conn.transaction():
+        with pg.connect(settings) as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ACQUIRE_LOCK_KEY,))
             row = conn.execute(_ACQUIRE_SQL, {"holder": holder, "ttl": ttl,
                                               "max_node": MAX_NODE}).fetchone()
@@ -179,7 +180,7 @@ class NodeLease:
     def renew(self) -> bool:
         """Extend the lease; False (and the lease is lost) if another holder has it."""
         started = self._monotonic()
-        with psycopg.connect(self.settings.pg_dsn, connect_timeout=5) as conn:
+        with pg.connect(self.settings, connect_timeout=5) as conn:
             row = conn.execute(_RENEW_SQL, {"ttl": self.ttl_seconds, "node": self.node_id,
                                             "holder": self.holder}).fetchone()
             conn.commit()
@@ -211,7 +212,7 @@ class NodeLease:
             self._thread.join(timeout=10)
         self._valid_until = 0.0
         try:
-            with psycopg.connect(self.settings.pg_dsn, connect_timeout=5) as conn:
+            with pg.connect(self.settings, connect_timeout=5) as conn:
                 # Free after the safety margin, not at once: our last ids may run up to
                 # 1 s ahead of the clock, and the next holder must start after them.
                 conn.execute("UPDATE id_node_leases SET expires_at = now() + "
