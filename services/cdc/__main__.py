@@ -8,6 +8,7 @@ import threading
 
 from prometheus_client import start_http_server
 
+from services.shared.clients.preflight import preflight
 from services.shared.settings import get_settings
 
 from .column_rendering import UnsupportedColumnType
@@ -19,6 +20,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
+    # A wrong password or TLS setting ends the relay here, in one line (status 2), instead
+    # of a reconnect loop against it; a store not up yet is left to the relay's back-off.
+    preflight(settings, ("postgres", "kafka"))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

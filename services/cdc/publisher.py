@@ -4,8 +4,9 @@ from __future__ import annotations
 import json
 from typing import Callable, TextIO
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Message
 
+from services.shared.clients import kafka
 from services.shared.settings import Settings
 from services.shared.stores.store_health import record_kafka_stats
 
@@ -28,8 +29,13 @@ NO_OFFSET = "acknowledged without an offset (implicit ack): persistence not conf
 
 
 def producer_config(settings: Settings) -> dict[str, object]:
+    """The relay producer's whole configuration: the connection (brokers, SASL, TLS) from
+    ``clients.kafka.librdkafka_config``, then the relay's own options."""
+    return {**kafka.librdkafka_config(settings), **_options(settings)}
+
+
+def _options(settings: Settings) -> dict[str, object]:
     return {
-        "bootstrap.servers": settings.kafka_bootstrap,
         # No duplicates or reordering from producer retries; per-partition order kept.
         "enable.idempotence": True,
         "acks": "all",
@@ -55,7 +61,7 @@ class KafkaPublisher:
     """Thin adapter over confluent-kafka; ``on_ack`` runs inside ``poll``/``flush``."""
 
     def __init__(self, settings: Settings) -> None:
-        self._producer = Producer(producer_config(settings))
+        self._producer = kafka.producer(settings, _options(settings))
         self._failure: str | None = None
         # Settings.cdc_delivery_trace: line-buffered, so a SIGKILL loses at most a line.
         self._trace: TextIO | None = (open(settings.cdc_delivery_trace, "a", buffering=1)

@@ -16,8 +16,9 @@ from typing import Callable
 import psycopg
 import psycopg2
 import psycopg2.errors
-from psycopg2.extras import LogicalReplicationConnection, ReplicationCursor
+from psycopg2.extras import ReplicationCursor
 
+from services.shared.clients import pg
 from services.shared.contracts.topics import heartbeat_topic
 from services.shared.settings import Settings
 
@@ -87,11 +88,10 @@ class Relay:
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def run_session(self) -> None:
-        with psycopg.connect(self.settings.pg_dsn, autocommit=True) as conn:
+        with pg.connect(self.settings, autocommit=True) as conn:
             state = slot.read_state(conn, self.slot)
             slot.refuse_if_active(state)
-            repl = psycopg2.connect(self.settings.pg_dsn,
-                                    connection_factory=LogicalReplicationConnection)
+            repl = pg.replication_connect(self.settings)
             publisher = KafkaPublisher(self.settings)
             try:
                 cur = repl.cursor()
@@ -125,7 +125,7 @@ class Relay:
         slot.record_snapshot_started(conn, self.slot, consistent_point)
         consistent = lsn_from_str(consistent_point)
         rows = 0
-        with psycopg.connect(self.settings.pg_dsn) as snap_conn:
+        with pg.connect(self.settings) as snap_conn:
             for record in snapshot_records(snap_conn, snapshot_name,
                                            self.settings.cdc_publication, consistent,
                                            self.options, self.clock_us):

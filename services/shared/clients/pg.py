@@ -12,7 +12,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from services.shared.settings import PostgresSettings
 
 if TYPE_CHECKING:
-    import psycopg2.extensions
+    import psycopg2.extras
 
 # Setting field -> libpq keyword.
 _KEYWORDS = {"pg_host": "host", "pg_port": "port", "pg_user": "user", "pg_database": "dbname",
@@ -64,11 +64,11 @@ def async_pool(settings: PostgresSettings, *, min_size: int = 1, max_size: int =
                                max_size=max_size, open=False, **kwargs)
 
 
-def replication_connect(settings: PostgresSettings) -> "psycopg2.extensions.connection":
+def replication_connect(settings: PostgresSettings) -> "psycopg2.extras.LogicalReplicationConnection":
     """The relay's logical replication connection (psycopg2: psycopg 3 has no
     replication protocol). It matches ordinary ``hostssl`` lines of pg_hba."""
     import psycopg2
     import psycopg2.extras
-    conn: psycopg2.extensions.connection = psycopg2.connect(
+    conn: psycopg2.extras.LogicalReplicationConnection = psycopg2.connect(
         conninfo(settings), connection_factory=psycopg2.extras.LogicalReplicationConnection)
     return conn
