@@ -25,7 +25,7 @@ from typing import Any, TypeVar, TypeVarTuple
 
 from services.shared.domain.rules import iso_utc
 from services.shared.settings import Settings, get_settings
-from services.shared.clients import pg
+from services.shared.clients import kafka, pg
 
 _T = TypeVar("_T")
 _Args = TypeVarTuple("_Args")
@@ -41,12 +41,9 @@ def committed_offsets(settings: Settings, group: str, partitions: list[Any]) -> 
     consumer-group handle an admin client does not have, and its main thread segfaults
     (docs/reliability.md, "the suite's own segfaults"). A segfault is not an exception:
     it would take down ``make lag --watch`` and a benchmark sampling every second."""
-    from confluent_kafka import Consumer
-
     if not partitions:
         return {}
-    reader = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
-                       "enable.auto.commit": False})
+    reader = kafka.consumer(settings, {"group.id": group, "enable.auto.commit": False})
     try:
         return {(tp.topic, tp.partition): tp.offset
                 for tp in reader.committed(partitions, timeout=10) if tp.offset >= 0}
@@ -57,17 +54,15 @@ def committed_offsets(settings: Settings, group: str, partitions: list[Any]) -> 
 def kafka_lag(settings: Settings, topic_prefix: str | None = None) -> list[dict[str, Any]]:
     """Every group's committed offset against the log end, per partition it committed,
     over every topic (or those starting with ``topic_prefix``)."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import TopicPartition
 
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = kafka.admin(settings)
     groups = sorted(g.group_id for g in admin.list_consumer_groups(request_timeout=10).result().valid)
     meta = admin.list_topics(timeout=10)
     partitions = [TopicPartition(t, p) for t in sorted(meta.topics)
                   if not t.startswith("__") and (topic_prefix is None or t.startswith(topic_prefix))
                   for p in sorted(meta.topics[t].partitions)]
-    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "feed-lag-probe",
-                      "enable.auto.commit": False})
+    probe = kafka.consumer(settings, {"group.id": "feed-lag-probe", "enable.auto.commit": False})
     rows: list[dict[str, Any]] = []
     try:
         for group in groups:
@@ -83,15 +78,13 @@ def kafka_lag(settings: Settings, topic_prefix: str | None = None) -> list[dict[
 def group_lag(settings: Settings, group: str, topics: list[str]) -> int:
     """Total lag of ``group`` on ``topics``, counting a partition the group never committed
     from its log start (``kafka_lag`` lists only committed partitions)."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import TopicPartition
 
-    meta = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=10)
+    meta = kafka.admin(settings).list_topics(timeout=10)
     wanted = [TopicPartition(t, p) for t in topics if t in meta.topics
               for p in meta.topics[t].partitions]
     committed = committed_offsets(settings, group, wanted)
-    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "feed-lag-probe",
-                      "enable.auto.commit": False})
+    probe = kafka.consumer(settings, {"group.id": "feed-lag-probe", "enable.auto.commit": False})
     try:
         total = 0
         for tp in wanted:

@@ -17,7 +17,8 @@ from typing import Any
 
 from services.shared.contracts.topics import all_topics
 from services.shared.settings import Settings, get_settings
-from services.shared.clients import cql, pg
+from services.shared.clients import cql, kafka, pg
+from services.shared.clients.preflight import preflight
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -102,10 +103,9 @@ def _speculative_retry(session: Any, keyspace: str, wanted: str) -> list[str]:
 
 
 def migrate_kafka(settings: Settings, prefix: str | None = None) -> list[str]:
-    from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re-exports untyped
 
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = kafka.admin(settings)
     meta = admin.list_topics(timeout=15)
     brokers = len(meta.brokers)
     rf = 3 if brokers >= 3 else 1
@@ -152,7 +152,10 @@ def main() -> int:
     parser.add_argument("--keyspace")
     parser.add_argument("--topic-prefix")
     args = parser.parse_args()
-    result = migrate_all(get_settings(), keyspace=args.keyspace, topic_prefix=args.topic_prefix,
+    settings = get_settings()
+    # A store that refuses our credentials or TLS: one line naming it and the setting.
+    preflight(settings, [args.only] if args.only else ("postgres", "cassandra", "kafka"))
+    result = migrate_all(settings, keyspace=args.keyspace, topic_prefix=args.topic_prefix,
                          only=args.only)
     for store, names in result.items():
         print(f"migrate: {store}: " + (", ".join(names) if names else "up to date"))

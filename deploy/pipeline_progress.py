@@ -89,14 +89,13 @@ class PipelineOffsets:
     """Reads ``Offsets`` for the worker groups; one consumer per group, kept open."""
 
     def __init__(self, settings: Settings, timeout_s: float = 10.0) -> None:
-        from confluent_kafka import Consumer
+        from services.shared.clients import kafka
 
         self._settings = settings
         self._timeout_s = timeout_s
         self._groups = worker_topics(settings)
         self._consumers: dict[str, Any] = {
-            group: Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
-                             "enable.auto.commit": False})
+            group: kafka.consumer(settings, {"group.id": group, "enable.auto.commit": False})
             for group in self._groups}
 
     def read(self) -> Offsets:

@@ -200,12 +200,10 @@ def publish_feature_events(settings: Settings, graph: Graph, count: int) -> int:
     ``count`` history posts, on the ranker's features topic; returns how many."""
     import json
 
-    from confluent_kafka import Producer
-
+    from services.shared.clients import kafka
     from services.shared.contracts.topics import rank_features_topic
 
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True,
-                         "linger.ms": 20})
+    producer = kafka.producer(settings, {"enable.idempotence": True, "linger.ms": 20})
     topic = rank_features_topic(settings.topic_prefix)
     now = datetime.now(timezone.utc).isoformat()
     rng = np.random.default_rng(7)
