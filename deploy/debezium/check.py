@@ -24,15 +24,15 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-import psycopg
-from confluent_kafka import Consumer
+from psycopg.conninfo import conninfo_to_dict
 
 from deploy.migrate import migrate_kafka, migrate_postgres
 from deploy.stack.layout import REPO, Layout
 from deploy.stack.toolchain import jars, java17
+from services.shared.clients import kafka, pg
 from services.shared.contracts.topics import CAPTURED_TABLES, CDC_SCHEMA, cdc_topic
 from services.shared.domain.rules import REMOVED
-from services.shared.settings import Settings
+from services.shared.settings import KafkaSettings, PostgresSettings, Settings
 
 from .compare import Difference, Record, compare_streams
 
@@ -50,8 +50,74 @@ def _free_port() -> int:
         return port
 
 
+def _properties_value(value: str) -> str:
+    """``value`` escaped for a Java properties file (backslashes, line breaks, a leading
+    blank)."""
+    out = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return "\\" + out if out[:1] in (" ", "\t") else out
+
+
+def _jaas_quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def kafka_client_properties(k: KafkaSettings) -> dict[str, str]:
+    """The Java Kafka clients' security properties for the settings the relay uses
+    (``clients.kafka.librdkafka_config`` in Java's names): SASL, the CA (PEM) and a
+    client certificate (PEM, the key in PKCS#8)."""
+    props: dict[str, str] = {"security.protocol": k.kafka_security_protocol}
+    if k.kafka_security_protocol.startswith("SASL"):
+        module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
+                  if k.kafka_sasl_mechanism == "PLAIN"
+                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        props["sasl.mechanism"] = k.kafka_sasl_mechanism
+        props["sasl.jaas.config"] = (
+            f"{module} required username={_jaas_quoted(k.kafka_sasl_username)} "
+            f"password={_jaas_quoted(k.kafka_sasl_password.get_secret_value())};")
+    if k.kafka_security_protocol in ("SSL", "SASL_SSL"):
+        if k.kafka_ssl_ca_file:
+            props["ssl.truststore.type"] = "PEM"
+            props["ssl.truststore.location"] = k.kafka_ssl_ca_file
+        if k.kafka_ssl_cert_file and k.kafka_ssl_key_file:
+            props["ssl.keystore.type"] = "PEM"
+            props["ssl.keystore.certificate.chain"] = Path(k.kafka_ssl_cert_file).read_text()
+            props["ssl.keystore.key"] = Path(k.kafka_ssl_key_file).read_text()
+            if k.kafka_ssl_key_password.get_secret_value():
+                props["ssl.key.password"] = k.kafka_ssl_key_password.get_secret_value()
+        props["ssl.endpoint.identification.algorithm"] = "https" if k.kafka_ssl_check_hostname else ""
+    return props
+
+
+def worker_security(k: KafkaSettings) -> str:
+    """Kafka Connect worker lines: the worker's own clients, and its connectors'
+    producers, consumers and admin clients (``producer.`` etc.), all secured alike."""
+    props = kafka_client_properties(k)
+    if props == {"security.protocol": "PLAINTEXT"}:
+        return ""
+    return "".join(f"{prefix}{key}={_properties_value(value)}\n"
+                   for prefix in ("", "producer.", "consumer.", "admin.")
+                   for key, value in props.items())
+
+
+def connector_postgres(settings: PostgresSettings) -> dict[str, str]:
+    """Debezium's ``database.*`` connection values from the relay's own conninfo (so
+    FEED_PG_CONNINFO counts too): where, who, and the server's TLS check. A client
+    certificate is not passed: pgjdbc wants its key in another format than libpq."""
+    info = conninfo_to_dict(pg.conninfo(settings))
+    values = {key: _properties_value(str(info.get(key, default))) for key, default in
+              (("host", ""), ("port", "5432"), ("user", ""), ("password", ""))}
+    lines = []
+    # libpq's allow and prefer are left to the connector's default.
+    if info.get("sslmode") in ("disable", "require", "verify-ca", "verify-full"):
+        lines.append(f"database.sslmode={info['sslmode']}")
+    if info.get("sslrootcert"):
+        lines.append(f"database.sslrootcert={_properties_value(str(info['sslrootcert']))}")
+    values["pg_security"] = "".join(line + "\n" for line in lines)
+    return values
+
+
 def _seed(s: Settings) -> None:
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         conn.execute("INSERT INTO users (user_id, created_at) VALUES "
                      "(1, '2026-01-01 00:00:00+00'), (2, '2026-01-01 00:00:00.5+00'), (3, now())")
         conn.execute("INSERT INTO posts (post_id, author_id, created_at, text, media_ids) VALUES "
@@ -60,7 +126,7 @@ def _seed(s: Settings) -> None:
 
 
 def _changes(s: Settings) -> None:
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         with conn.transaction():
             conn.execute("INSERT INTO posts (post_id, author_id, created_at, text, rank_features) "
                          "VALUES (101, 2, now(), 'unicode ✓ \"quoted\"', '{\"q\": 0.5}')")
@@ -88,8 +154,8 @@ def _has_marker(records: list[Record]) -> bool:
 def _consume(s: Settings, prefix: str, until: Callable[[list[Record]], bool], timeout: float) -> list[Record]:
     """Every record under ``prefix`` until ``until(records)`` holds (then 3 s more, so
     extra records, duplicates, are seen too) or ``timeout``."""
-    consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": str(uuid.uuid4()),
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = kafka.consumer(s, {"group.id": str(uuid.uuid4()),
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([cdc_topic(t, prefix) for t in CAPTURED_TABLES])
     records: list[Record] = []
     deadline = time.monotonic() + timeout
@@ -133,12 +199,12 @@ class Scratch:
         self.db = f"{name}_{secrets.token_hex(3)}"
         self.relay = Settings(pg_database=self.db, topic_prefix=f"{self.db}_relay", cdc_metrics_port=0)
         self.work = Path(tempfile.mkdtemp(prefix=f"{name.replace('_', '-')}-"))
-        with psycopg.connect(self.base.pg_dsn, autocommit=True) as conn:
+        with pg.connect(self.base, autocommit=True) as conn:
             conn.execute(f"CREATE DATABASE {self.db}")
         migrate_postgres(self.relay)
         for prefix in (self.relay.topic_prefix, *map(self.prefix, suffixes)):
             migrate_kafka(self.relay, prefix)
-        with psycopg.connect(self.relay.pg_dsn, autocommit=True) as conn:
+        with pg.connect(self.relay, autocommit=True) as conn:
             conn.execute("CREATE PUBLICATION dbz_pub FOR TABLE " + ", ".join(CAPTURED_TABLES))
 
     def prefix(self, suffix: str) -> str:
@@ -155,8 +221,8 @@ class Scratch:
         (its own slot, offsets file and REST port), in ``work/<name>/``; ``connector``
         may edit the connector's properties."""
         values = {"bootstrap": self.base.kafka_bootstrap, "offsets": str(self.work / f"{name}-offsets.dat"),
-                  "rest_port": str(_free_port()), "host": self.base.pg_host, "port": str(self.base.pg_port),
-                  "user": self.base.pg_user, "password": self.base.pg_password, "db": self.db,
+                  "rest_port": str(_free_port()), **connector_postgres(self.base),
+                  "kafka_security": worker_security(self.base), "db": self.db,
                   "prefix": prefix, "slot": f"{name.replace('-', '_')}_{self.db}",
                   "tables": ",".join(f"{CDC_SCHEMA}.{t}" for t in CAPTURED_TABLES)}
         folder = self.work / name
@@ -176,7 +242,7 @@ class Scratch:
 
     def drop(self) -> None:
         """The database and every slot on it (its capturers stopped)."""
-        with psycopg.connect(self.base.pg_dsn, autocommit=True) as conn:
+        with pg.connect(self.base, autocommit=True) as conn:
             for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots "
                                         "WHERE database = %s", (self.db,)).fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
