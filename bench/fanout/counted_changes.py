@@ -36,11 +36,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from cassandra import InvalidRequest  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
-from services.shared.clients import cql  # noqa: E402
+from services.shared.clients import cql, kafka  # noqa: E402
 from bench.harness.pipeline import stop_process  # noqa: E402
 from tests.support.cdc_events import CdcEvents, CdcMessage, send  # noqa: E402
 from tests.support.worker_env import group_caught_up  # noqa: E402
@@ -90,13 +89,13 @@ def timed(module: str, root: Path, s: Settings, table: str, warm: list[CdcMessag
            "FEED_FANOUT_GROUP_ID": group, "FEED_RANKER_GROUP_ID": group,
            "FEED_FANOUT_METRICS_PORT": "0", "FEED_RANKER_METRICS_PORT": "0",
            "FEED_KAFKA_COMMIT_INTERVAL_S": "0.2", "FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S": "1000000"}
-    send(s.kafka_bootstrap, warm)
+    send(s, warm)
     worker = subprocess.Popen([sys.executable, "-m", module], cwd=root, env=env,
                               stdout=open(log, "wb"), stderr=subprocess.STDOUT)
     try:
         wait_caught_up(s, group, topic, worker)
         start = time.perf_counter()
-        send(s.kafka_bootstrap, changes)
+        send(s, changes)
         wait_caught_up(s, group, topic, worker)
         return sum(1 for m in changes if m.value is not None) / (time.perf_counter() - start)
     finally:
@@ -141,8 +140,7 @@ def run_variant(label: str, root: Path, n: int) -> list[Run]:
         finally:
             session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=120)
             cluster.shutdown()
-            AdminClient({"bootstrap.servers": s.kafka_bootstrap}).delete_topics(
-                [t.name for t in all_topics(name)], operation_timeout=30)
+            kafka.admin(s).delete_topics([t.name for t in all_topics(name)], operation_timeout=30)
     return runs
 
 

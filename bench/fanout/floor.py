@@ -38,10 +38,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping, Sequence
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from bench.fanout.raw_writer import serialized_batches, worker_collector
+from services.shared.clients import kafka
 from services.shared.contracts.feed_events import AuthorPosted, encode
+from services.shared.settings import KafkaSettings
 from services.shared.stores.cql_async import CqlRunner, replica_group
 
 BATCH_ROWS = 200  # the raw writer's best batch size for one post's rows
@@ -89,13 +91,13 @@ class _Announcer:
     failed delivery would otherwise only show in a per-record callback, whose Python call
     would cost more than the record)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, settings: KafkaSettings, topic: str) -> None:
         self._topic = topic
-        self._producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                                   "enable.idempotence": True, "partitioner": "murmur2_random",
-                                   "linger.ms": 5, "compression.type": "none"})
-        self._offsets = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.floor",
-                                  "enable.auto.commit": False})
+        self._producer = kafka.producer(settings, {"acks": "all", "enable.idempotence": True,
+                                                   "partitioner": "murmur2_random",
+                                                   "linger.ms": 5, "compression.type": "none"})
+        self._offsets = kafka.consumer(settings, {"group.id": f"{topic}.floor",
+                                                  "enable.auto.commit": False})
         self._produced = 0
         self._stored = self._end()
 
@@ -179,7 +181,7 @@ async def _run(session: Any, runner: CqlRunner, insert: Any, page: Any,
 
 def floor_rates(session: Any, posts: Sequence[tuple[int, int]],
                 audiences: Mapping[int, Sequence[int]], created_at: datetime, ttl_s: int, *,
-                table: str, bootstrap: str, topic: str, follower_page: int,
+                table: str, settings: KafkaSettings, topic: str, follower_page: int,
                 cassandra_cpu: Callable[[], float], kafka_cpu: Callable[[], float],
                 followers_table: str = "followers",
                 in_flight: Sequence[int] = (16, 64)) -> dict[str, Any]:
@@ -195,7 +197,7 @@ def floor_rates(session: Any, posts: Sequence[tuple[int, int]],
     page = session.prepare(f"SELECT follower_id FROM {followers_table} WHERE followed_id=?")
     page.fetch_size = follower_page
     runner = CqlRunner(session)
-    announcer = _Announcer(bootstrap, topic)
+    announcer = _Announcer(settings, topic)
 
     async def sweep() -> list[Step]:
         await _run(session, runner, insert, page, posts[: max(1, len(posts) // 5)], audiences,

@@ -39,15 +39,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka import TopicPartition  # noqa: E402
 
 from bench.fanout.raw_writer import best_raw_rate  # noqa: E402
 from bench.harness.pipeline import scratch_keyspace, stop_process  # noqa: E402
+from services.shared.clients import kafka  # noqa: E402
 from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
 from services.shared.domain import ids, ranking
 from services.shared.domain.rules import INBOX_TTL_S, VISIBLE  # noqa: E402
-from services.shared.settings import Settings  # noqa: E402
+from services.shared.settings import KafkaSettings, Settings  # noqa: E402
 from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 # Ids far from anything the workload generates; followers are unique per follow.
@@ -72,9 +72,8 @@ class VariantResult:
 class GroupProgress:
     """Committed offsets of a consumer group against the end offsets of its topics."""
 
-    def __init__(self, bootstrap: str, group: str, topics: list[str]) -> None:
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                   "enable.auto.commit": False})
+    def __init__(self, settings: KafkaSettings, group: str, topics: list[str]) -> None:
+        self._consumer = kafka.consumer(settings, {"group.id": group, "enable.auto.commit": False})
         meta = self._consumer.list_topics(timeout=10)
         self._tps = [TopicPartition(t, p) for t in topics for p in meta.topics[t].partitions]
 
@@ -132,21 +131,21 @@ def timed_changes(module: str, root: Path, s: Settings, table: str, warm_up: lis
     """Changes/s for one worker: warm it up on ``warm_up``, then time ``changes`` to lag 0."""
     group = f"{s.topic_prefix}.{module.rsplit('.', 1)[-1]}"
     topic = cdc_topic(table, s.topic_prefix)
-    send(s.kafka_bootstrap, warm_up)
+    send(s, warm_up)
     worker = start_worker(module, root, s, group, log_path)
     progress = None
     try:
         deadline = time.monotonic() + 120
         while progress is None:
             try:
-                progress = GroupProgress(s.kafka_bootstrap, group, [topic])
+                progress = GroupProgress(s, group, [topic])
             except KeyError:
                 time.sleep(0.5)
             if time.monotonic() > deadline:
                 raise SystemExit("bench: topic metadata never appeared")
         wait_caught_up(progress, f"{module} warm-up")
         start = time.perf_counter()
-        send(s.kafka_bootstrap, changes)
+        send(s, changes)
         wait_caught_up(progress, f"{module} changes")
         elapsed = time.perf_counter() - start
         if worker.poll() is not None:
@@ -200,8 +199,7 @@ def run_variant(label: str, root: Path, args: argparse.Namespace, fraction: floa
     finally:
         session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=120)
         cluster.shutdown()
-        AdminClient({"bootstrap.servers": s.kafka_bootstrap}).delete_topics(
-            [t.name for t in all_topics(name)], operation_timeout=30)
+        kafka.admin(s).delete_topics([t.name for t in all_topics(name)], operation_timeout=30)
 
 
 def main() -> int:

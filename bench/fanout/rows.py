@@ -50,8 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
 from bench.fanout.floor import floor_rates  # noqa: E402
 from bench.fanout.raw_writer import best_of, best_raw_rate  # noqa: E402
@@ -59,9 +58,11 @@ from bench.harness.pipeline import scratch_keyspace, stop_process  # noqa: E402
 from bench.harness.profiling import profiler, stop_profiler  # noqa: E402
 from bench.harness.servers import stack_cpu_meter  # noqa: E402
 from bench.harness.wrk_load import tree_cpu_s  # noqa: E402
+from services.shared.clients import kafka  # noqa: E402
 from services.shared.contracts.feed_events import parse_author  # noqa: E402
 from services.shared.contracts.topics import all_topics, author_events_topic  # noqa: E402
 from services.shared.domain.rules import INBOX_TTL_S  # noqa: E402
+from services.shared.settings import KafkaSettings  # noqa: E402
 from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 
@@ -99,12 +100,11 @@ def wait(cond, timeout: float, what: str, every: float = 0.05):
     return result
 
 
-def announcements(bootstrap: str, topic: str) -> Consumer:
+def announcements(settings: KafkaSettings, topic: str) -> Consumer:
     """A consumer of every partition of ``topic`` from its beginning (assigned: no group
     to join, and no record produced before its first fetch is skipped). For the run's own
     author-events topic, whose records are all this run's."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}.bench",
-                         "enable.auto.commit": False})
+    consumer = kafka.consumer(settings, {"group.id": f"{topic}.bench", "enable.auto.commit": False})
     partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     return consumer
@@ -163,7 +163,7 @@ def main() -> int:
         audiences = audiences_of(authors, args.followers)
         follows = [m for a in authors for f in audiences[a] for m in events.followed(f, a, since)]
         follows += [m for f in range(900_000, 900_100) for m in events.followed(f, small, since)]
-        send(s.kafka_bootstrap, follows)
+        send(s, follows)
         env = {**os.environ, "FEED_TOPIC_PREFIX": name, "FEED_CASSANDRA_KEYSPACE": name,
                "FEED_FANOUT_GROUP_ID": f"{name}.fanout", "FEED_FANOUT_METRICS_PORT": str(port),
                "FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S": "1000000"}
@@ -186,13 +186,13 @@ def main() -> int:
         posts = [m for (i, a), pid in post_ids.items()
                  for m in events.post_created(events.post_row(pid, a, now))]
         # Every author (and the small one) has no post yet: the topic is empty until now.
-        done = announcements(s.kafka_bootstrap, author_events_topic(name))
+        done = announcements(s, author_events_topic(name))
         before = scrape(port, "feed_fanout_inbox_rows_total")
         cassandra_cpu_s = stack_cpu_meter("cassandra")
         cpu, cass = tree_cpu_s(worker.pid), cassandra_cpu_s()
         spy = profiler(worker.pid, args.profile) if args.profile else None
         start = time.perf_counter()
-        send(s.kafka_bootstrap, posts)
+        send(s, posts)
         try:
             until_announced(done, set(post_ids.values()), 600)
         finally:
@@ -234,7 +234,7 @@ def main() -> int:
         # the cheapest client, into the same scratch table and the worker's author-events
         # topic (its partitions and replication).
         floor = floor_rates(session, [(pid, a) for (_, a), pid in post_ids.items()], audiences, now,
-                            INBOX_TTL_S, table="raw_inbox", bootstrap=s.kafka_bootstrap,
+                            INBOX_TTL_S, table="raw_inbox", settings=s,
                             topic=author_events_topic(name), follower_page=s.fanout_follower_page,
                             cassandra_cpu=cassandra_cpu_s, kafka_cpu=stack_cpu_meter("kafka"))
         for step in floor["steps"].values():
@@ -247,16 +247,16 @@ def main() -> int:
               f"floor is {floor['floor_rows_per_s'] / raw['rows_per_s']:.0%} of the best raw writer "
               f"(computed); fan-out / raw writer target >= 30%")
 
-        consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": f"{name}.bench",
-                             "auto.offset.reset": "latest", "enable.auto.commit": False})
+        consumer = kafka.consumer(s, {"group.id": f"{name}.bench",
+                                      "auto.offset.reset": "latest", "enable.auto.commit": False})
         # From the end: the topic holds phase 1's and the floor's events (other authors').
         consumer.subscribe([author_events_topic(name)])
         wait(lambda: consumer.poll(0.2) is None and consumer.assignment(), 60, "bench consumer")
         committed: dict[int, float] = {}
         seen: dict[int, float] = {}
         total = int(args.rate * args.seconds)
-        producer = Producer({"bootstrap.servers": s.kafka_bootstrap, "partitioner": "murmur2_random",
-                             "enable.idempotence": True, "linger.ms": 0})
+        producer = kafka.producer(s, {"partitioner": "murmur2_random",
+                                      "enable.idempotence": True, "linger.ms": 0})
 
         def record(m) -> None:
             # The post's author event's CreateTime: when the worker produced it, right
@@ -296,8 +296,7 @@ def main() -> int:
             stop_process(worker)
         session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=120)
         cluster.shutdown()
-        AdminClient({"bootstrap.servers": s.kafka_bootstrap}).delete_topics(
-            [t.name for t in all_topics(name)], operation_timeout=30)
+        kafka.admin(s).delete_topics([t.name for t in all_topics(name)], operation_timeout=30)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,6 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-import psycopg
-
 from bench.read import wrk as read_wrk
 from bench.run import inactive, mix, phases, report, streams_at_scale
 from bench.harness.costs import CostMeter, per_unit_us
@@ -35,7 +33,7 @@ from bench.fanout.floor import FLOOR_STEP
 from bench.fanout.raw_writer import best_of
 from deploy.workload import GraphSpec, generate, load_graph, load_history, publish_feature_events
 from deploy.lag import scrape
-from services.shared.clients import cql
+from services.shared.clients import cql, pg
 
 REPO = Path(__file__).resolve().parents[2]
 MODES = {
@@ -65,7 +63,7 @@ def raw_rates(rows: int) -> dict[str, float]:
 
     s = bench_settings(RAW)
     fresh_stores(s)
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         conn.execute("INSERT INTO users (user_id) VALUES (1)")
     sample = json.dumps({"before": None, "after": {"post_id": 1, "text": "x" * 120}}).encode()
     return {"kafka_produce_msgs_per_s": round(raw_produce_rate(s, rows, sample)),
@@ -94,7 +92,7 @@ def raw_cassandra(graph, rows: int, settings) -> tuple[dict, dict]:
     try:
         raw = best_raw_rate(session, pairs, INBOX_TTL_S, server_cpu=cassandra_cpu)
         floor = floor_rates(session, posts, fans, datetime.now(timezone.utc), INBOX_TTL_S,
-                            table="feed_inbox", bootstrap=scratch.kafka_bootstrap,
+                            table="feed_inbox", settings=scratch,
                             topic=author_events_topic(RAW), follower_page=settings.fanout_follower_page,
                             cassandra_cpu=cassandra_cpu, kafka_cpu=stack_cpu_meter("kafka"),
                             followers_table=f"{settings.cassandra_keyspace}.followers")
@@ -264,7 +262,7 @@ def main() -> int:
         for name in ("cdc", "fanout", "ranker", "api"):
             services.start(name)
         sampler.start()
-        with psycopg.connect(settings.pg_dsn) as conn:
+        with pg.connect(settings) as conn:
             t = time.monotonic()
             before = topic_sizes(settings, ["follows", "posts", "likes"])
             load_graph(conn, graph)

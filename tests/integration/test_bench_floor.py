@@ -9,13 +9,12 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from bench.fanout.floor import FLOOR_STEP, STEPS, floor_rates
 from services.shared.contracts.feed_events import author_event_id, parse_author
 from services.shared.settings import Settings
-from services.shared.clients import cql
+from services.shared.clients import cql, kafka
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +22,7 @@ pytestmark = pytest.mark.integration
 def test_the_floor_writes_reads_every_row_and_announces_every_post(settings: Settings) -> None:
     session = cql.session(settings)
     topic = f"{settings.topic_prefix}.floor-test"
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = kafka.admin(settings)
     admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(30)
     try:
         session.execute("CREATE TABLE IF NOT EXISTS floor_inbox (reader_id bigint, rank_key double, "
@@ -40,7 +39,7 @@ def test_the_floor_writes_reads_every_row_and_announces_every_post(settings: Set
         created_at = datetime.now(timezone.utc).replace(microsecond=0)  # events carry ms
 
         result = floor_rates(session, posts, authors, created_at, 3600,
-                             table="floor_inbox", bootstrap=settings.kafka_bootstrap, topic=topic,
+                             table="floor_inbox", settings=settings, topic=topic,
                              follower_page=7, cassandra_cpu=lambda: 0.0, kafka_cpu=lambda: 0.0,
                              in_flight=(1, 4))
 
@@ -56,8 +55,8 @@ def test_the_floor_writes_reads_every_row_and_announces_every_post(settings: Set
         # announcing steps at each setting: every post once each time, not once per row.
         warm = set(posts[: len(posts) // 5])
         announced = len(warm) + len(posts) * 2 * 2
-        consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"{topic}.check",
-                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        consumer = kafka.consumer(settings, {"group.id": f"{topic}.check",
+                                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
         consumer.subscribe([topic])
         seen: dict[tuple[int, int], int] = {}  # (post, author) -> events
         deadline = time.monotonic() + 60

@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
+from services.shared.clients import kafka
 from services.shared.settings import Settings
 from services.shared.worker.event_publisher import MAX_BATCH_BYTES, EventPublisher
 from tests.support.kafka_topics import read_topic_partitions
 
 
 def _topics(settings: Settings, *names: str) -> None:
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = kafka.admin(settings)
     rf = min(3, len(admin.list_topics(timeout=10).brokers))
     for fut in admin.create_topics([NewTopic(n, 3, rf) for n in names]).values():
         fut.result()
@@ -42,8 +43,8 @@ def test_keyed_batches_land_where_send_puts_each_key(settings: Settings) -> None
 
     sent = asyncio.run(main())
     assert sent < 2 * len(keys)  # a few futures for the batched records, one per send
-    got = read_topic_partitions(settings.kafka_bootstrap, batched)
-    where = {key: p for key, _, p in read_topic_partitions(settings.kafka_bootstrap, one_by_one)}
+    got = read_topic_partitions(settings, batched)
+    where = {key: p for key, _, p in read_topic_partitions(settings, one_by_one)}
     by_key: dict[bytes, list[tuple[bytes, int]]] = defaultdict(list)
     for key, value, partition in got:
         by_key[key].append((value[:1], partition))

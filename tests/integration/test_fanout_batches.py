@@ -55,7 +55,7 @@ def test_one_batch_keeps_key_order_isolates_poison_and_replays_idempotently(work
     copy = env.rows("SELECT deleted FROM posts WHERE post_id=%s", p1)
     assert copy and copy[0].deleted is True
     assert [r.post_id for r in env.rows("SELECT post_id FROM author_timeline")] == [p2]
-    letters = read_topic(env.settings.kafka_bootstrap, dlq_topic(follows_topic), with_headers=True)
+    letters = read_topic(env.settings, dlq_topic(follows_topic), with_headers=True)
     assert [json.loads(k) for k, _, _ in letters] == [{"follower_id": 1, "followed_id": 2}]
 
     before = serving_state(env)

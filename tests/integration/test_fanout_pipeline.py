@@ -57,7 +57,7 @@ def test_reordered_duplicated_events_converge_and_replay_changes_nothing(worker_
     assert follower_counts(env) == {author: 3, 99: 1}       # early, late, blocked (a block is not an unfollow)
     # One announcement per post made readable (not per inbox row, and not for early's
     # backfill of p1), keyed by its author; p1 again for its duplicated create, p2 never.
-    events = read_topic(env.settings.kafka_bootstrap, author_events_topic(env.settings.topic_prefix))
+    events = read_topic(env.settings, author_events_topic(env.settings.topic_prefix))
     announced = [parse_author(v) for _, v in events]
     ours = collections.Counter(a.post_id for a in announced if a.author_id == author)
     assert set(ours) == {p1, p3}
@@ -166,7 +166,7 @@ def test_poison_message_goes_to_dlq_and_later_messages_still_apply(worker_env):
              e.post_created(e.post_row(good, author, now)))
     env.start("services.fanout", "poison")
     wait_for_workers(lambda: env.inbox(reader) == [good], timeout=90, message="later post applied")
-    letters = read_topic(env.settings.kafka_bootstrap, dlq_topic(topic), with_headers=True)
+    letters = read_topic(env.settings, dlq_topic(topic), with_headers=True)
     assert len(letters) == 1
     headers = dict(letters[0][2])
     assert headers["dlq.error.class"].endswith(b"MalformedEnvelope")

@@ -122,7 +122,7 @@ def test_an_inactive_reader_is_skipped_and_comes_back_to_a_full_feed(
 def _returns(settings: Settings, reader: int) -> list[reader_events.ReaderReturned]:
     """The reader's returns announced on ``<prefix>.reader-events`` so far."""
     found = []
-    for key, value in read_topic(settings.kafka_bootstrap, reader_events_topic(settings.topic_prefix)):
+    for key, value in read_topic(settings, reader_events_topic(settings.topic_prefix)):
         event = reader_events.parse(value)
         if event is not None and event.reader_id == reader:
             assert key == f'"{reader}"'.encode()

@@ -47,7 +47,7 @@ def test_likes_and_features_keep_counters_and_score_whatever_the_order(worker_en
     # for the worker to be past it (CI read the dead letters before it was written).
     wait_for_workers(lambda: group_caught_up(env.settings, "ranker", [cdc_topic("likes", env.settings.topic_prefix), ftopic]),
                      timeout=90, message="the ranker past the poison")
-    letters = read_topic(env.settings.kafka_bootstrap, dlq_topic(ftopic), with_headers=True)
+    letters = read_topic(env.settings, dlq_topic(ftopic), with_headers=True)
     assert len(letters) == 1 and dict(letters[0][2])["dlq.error.class"].endswith(b"MalformedEnvelope")
 
 
@@ -72,7 +72,7 @@ def test_every_schema_example_is_applied_by_the_workers_without_dead_letters(wor
                      and group_caught_up(env.settings, "examples-ranker", ranker_topics),
                      timeout=120, message="examples consumed")
     for topic in fanout_topics + ranker_topics:
-        assert read_topic(env.settings.kafka_bootstrap, dlq_topic(topic)) == [], topic
+        assert read_topic(env.settings, dlq_topic(topic)) == [], topic
     post_ids = {ex.key["post_id"] for ex in examples_for("public.posts")}
     assert {r.post_id for r in env.rows("SELECT post_id FROM posts")} >= post_ids
 
@@ -114,7 +114,7 @@ def test_a_liked_post_moves_its_rows_once_and_a_replayed_move_changes_nothing(wo
     wait_for_workers(lambda: group_caught_up(env.settings, "moves-ranker", topics)
                      and group_caught_up(env.settings, "moves-fanout", [rank_moves_topic(prefix)]),
                      timeout=90, message="both workers caught up")
-    moves = read_topic(env.settings.kafka_bootstrap, rank_moves_topic(prefix))
+    moves = read_topic(env.settings, rank_moves_topic(prefix))
     assert 1 <= len(moves) <= 3        # coalesced: a handful of moves for seven likes, not seven
     before = serving_state(env)
     # Every move again, oldest first, as a crashed worker would re-read them.

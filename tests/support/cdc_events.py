@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from confluent_kafka import Producer
-
 from services.shared.contracts.topics import cdc_topic
 from services.shared.domain import ids
+from services.shared.clients import kafka
 from services.shared.domain.rules import VISIBLE
+from services.shared.settings import KafkaSettings
 
 _LSN = itertools.count(24_000_000, 8)  # process-wide, so every builder's LSNs increase
 
@@ -116,10 +116,10 @@ class CdcEvents:
         return self._edge("likes", "d", row, "post_id", "user_id")
 
 
-def send(bootstrap: str, messages: Iterable[CdcMessage]) -> int:
+def send(settings: KafkaSettings, messages: Iterable[CdcMessage]) -> int:
     """Produce messages (keyed, murmur2 like the Java client) and wait for every ack."""
-    producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
-                         "enable.idempotence": True, "linger.ms": 5})
+    producer = kafka.producer(settings, {"partitioner": "murmur2_random",
+                                         "enable.idempotence": True, "linger.ms": 5})
     n = 0
     for m in messages:
         producer.produce(m.topic, key=m.key, value=m.value)

@@ -42,7 +42,7 @@ from services.shared.domain import ids
 from services.shared.domain.ranking import rank_key
 from services.shared.domain.rules import REMOVED, VISIBLE
 from services.shared.settings import Settings
-from services.shared.clients import cql
+from services.shared.clients import cql, kafka
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.notices import Notices
@@ -204,8 +204,7 @@ class FeedWorld:
     # -- fan-out events ------------------------------------------------------------------------------
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:
         if self._producer is None:
-            self._producer = Producer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                                       "partitioner": "murmur2_random"})
+            self._producer = kafka.producer(self.settings, {"partitioner": "murmur2_random"})
         self._producer.produce(topic, key=key, value=value)
         assert self._producer.flush(10) == 0
 

@@ -5,16 +5,19 @@ import collections
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
+
+from services.shared.clients import kafka
+from services.shared.settings import KafkaSettings
 
 READ_DEADLINE_S = 60
 
 
-def _messages(bootstrap: str, topic: str) -> list[Any]:
+def _messages(settings: KafkaSettings, topic: str) -> list[Any]:
     """Every message in ``topic`` up to its end offsets now, partition by partition in
     offset order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = kafka.consumer(settings, {"group.id": f"reader-{topic}",
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
     try:
         meta = consumer.list_topics(topic, timeout=10)
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
@@ -34,14 +37,14 @@ def _messages(bootstrap: str, topic: str) -> list[Any]:
         consumer.close()
 
 
-def read_topic(bootstrap: str, topic: str, *, with_headers: bool = False) -> list[tuple]:
+def read_topic(settings: KafkaSettings, topic: str, *, with_headers: bool = False) -> list[tuple]:
     """Every record in ``topic`` up to its end offsets now, as ``(key, value)`` (or
     ``(key, value, headers)``), partition by partition in offset order."""
     return [(m.key(), m.value(), m.headers() or []) if with_headers else (m.key(), m.value())
-            for m in _messages(bootstrap, topic)]
+            for m in _messages(settings, topic)]
 
 
-def read_topic_partitions(bootstrap: str, topic: str) -> list[tuple]:
+def read_topic_partitions(settings: KafkaSettings, topic: str) -> list[tuple]:
     """Every record in ``topic`` up to its end offsets now, as ``(key, value,
     partition)``."""
-    return [(m.key(), m.value(), m.partition()) for m in _messages(bootstrap, topic)]
+    return [(m.key(), m.value(), m.partition()) for m in _messages(settings, topic)]

@@ -48,7 +48,7 @@ class WorkerEnv:
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     def send(self, *batches: list[CdcMessage]) -> None:
-        send(self.settings.kafka_bootstrap, [m for batch in batches for m in batch])
+        send(self.settings, [m for batch in batches for m in batch])
 
     def start(self, module: str, group: str, **overrides: Any) -> subprocess.Popen:
         """Start ``python -m <module>`` on this test's keyspace and topics."""
@@ -122,15 +122,16 @@ def group_caught_up(settings: Settings, group: str, topics: list[str]) -> bool:
     has applied it from the repartition topic (docs/fanout.md, "Counts"): with the follows
     or likes CDC topic, its count topic is waited for too. Otherwise a test could read a
     count the owner has not written yet (CI found three such races)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
+
+    from services.shared.clients import kafka
 
     prefix = settings.topic_prefix
     topics = list(topics)
     for table, counts in (("follows", follow_counts_topic(prefix)), ("likes", like_counts_topic(prefix))):
         if cdc_topic(table, prefix) in topics and counts not in topics:
             topics.append(counts)
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
-                         "enable.auto.commit": False})
+    consumer = kafka.consumer(settings, {"group.id": group, "enable.auto.commit": False})
     try:
         meta = consumer.list_topics(timeout=10)
         tps = [TopicPartition(t, p) for t in topics for p in meta.topics[t].partitions]
