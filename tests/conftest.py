@@ -66,13 +66,12 @@ def run_id() -> str:
 def settings(run_id: str) -> Settings:
     """Settings pointing at a fresh database, keyspace and topic prefix, all migrated."""
     require("postgres", "kafka", "cassandra")
-    import psycopg
-
     from deploy.migrate import migrate_all
+    from services.shared.clients import pg
 
     base = Settings()
     name = f"t_{run_id}"
-    with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
+    with pg.connect(base, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     s = Settings(pg_database=name, cassandra_keyspace=name, topic_prefix=name)
     migrate_all(s, keyspace=name, topic_prefix=name)
@@ -81,12 +80,10 @@ def settings(run_id: str) -> Settings:
 
 
 def _drop(base: Settings, s: Settings, name: str) -> None:
-    import psycopg
-
-    from services.shared.clients import cql
+    from services.shared.clients import cql, kafka, pg
 
     try:
-        with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
+        with pg.connect(base, autocommit=True) as conn:
             for (slot,) in conn.execute(
                     "SELECT slot_name FROM pg_replication_slots WHERE database=%s AND NOT active",
                     (name,)).fetchall():
@@ -104,9 +101,7 @@ def _drop(base: Settings, s: Settings, name: str) -> None:
     # run makes hundreds of partitions, and a development broker (512 MB heap) that kept
     # every run's ran out of memory after a few dozen runs.
     try:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+        admin = kafka.admin(s)
         ours = [t for t in admin.list_topics(timeout=15).topics
                 if t.startswith(name) or f".{name}" in t]  # name: t_ + 8 random hex digits
         if ours:

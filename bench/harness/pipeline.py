@@ -13,13 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import psycopg
-
 from deploy.lag import group_lag, scrape, slot_lag
 from deploy.migrate import migrate_all, migrate_cassandra, migrate_kafka
 from services.shared.contracts.topics import cdc_topic, rank_features_topic
 from services.shared.settings import Settings
-from services.shared.clients import cql
+from services.shared.clients import cql, kafka, pg
 
 REPO = Path(__file__).resolve().parents[2]
 # What each worker group consumes (CDC tables; the ranker also reads rank-features).
@@ -49,12 +47,18 @@ def env_for(settings: Settings, extra: dict[str, str] | None = None) -> dict[str
     return env
 
 
+def maintenance(settings: Settings) -> Settings:
+    """``settings`` on database ``postgres``, as the configured role (it has CREATEDB and
+    REPLICATION, owns the bench databases and may drop their slots): what creating and
+    dropping the bench database needs, on a secured cluster as on the development stack."""
+    return settings.model_copy(update={"pg_database": "postgres"})
+
+
 def drop_slots(settings: Settings) -> None:
     """Drop the bench database's replication slots (its relay is stopped): an idle slot
     would hold the WAL of everything written since, up to max_slot_wal_keep_size. The
     database, keyspace and topics stay for inspection until the next run."""
-    admin_dsn = Settings(pg_database="postgres", pg_user="postgres").pg_dsn
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+    with pg.connect(maintenance(settings), autocommit=True) as conn:
         for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots WHERE database=%s",
                                     (settings.pg_database,)).fetchall():
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
@@ -62,8 +66,7 @@ def drop_slots(settings: Settings) -> None:
 
 def drop_database_and_keyspace(settings: Settings, database: str, keyspace: str, timeout: float = 120) -> None:
     """Drop a bench run's Postgres database (its sessions closed) and Cassandra keyspace."""
-    admin_dsn = Settings(pg_database="postgres", pg_user="postgres").pg_dsn
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+    with pg.connect(maintenance(settings), autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
     cl = cql.cluster(settings, timeout=timeout)
     try:
@@ -96,14 +99,11 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 30) -> None:
 
 def fresh_stores(settings: Settings) -> None:
     """Drop and recreate the bench database, keyspace and topics, then migrate."""
-    from confluent_kafka.admin import AdminClient
-
     drop_slots(settings)
     drop_database_and_keyspace(settings, settings.pg_database, settings.cassandra_keyspace)
-    admin_dsn = Settings(pg_database="postgres", pg_user="postgres").pg_dsn
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {settings.pg_database} OWNER feed")
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    with pg.connect(maintenance(settings), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {settings.pg_database}")  # owned by the configured role
+    admin = kafka.admin(settings)
     stale = [t for t in admin.list_topics(timeout=15).topics
              if t.startswith(f"{settings.topic_prefix}.") or t.endswith(f".{settings.topic_prefix}")]
     if stale:
@@ -227,11 +227,10 @@ class Sampler(threading.Thread):
 def records_in(settings: Settings, wanted: Callable[[str], bool]) -> dict[str, int]:
     """Records ever written to each existing topic whose name is ``wanted`` (the sum of
     its partitions' end offsets)."""
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka import TopicPartition
 
-    meta = AdminClient({"bootstrap.servers": settings.kafka_bootstrap}).list_topics(timeout=10)
-    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "feed-bench-probe"})
+    meta = kafka.admin(settings).list_topics(timeout=10)
+    probe = kafka.consumer(settings, {"group.id": "feed-bench-probe"})
     try:
         return {name: sum(probe.get_watermark_offsets(TopicPartition(name, p), timeout=5)[1]
                           for p in meta.topics[name].partitions)

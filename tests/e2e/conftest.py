@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 
 from services.api.http.auth import MODERATOR_ROLE, mint_token
 from services.shared.settings import Settings
-from services.shared.clients import cql
+from services.shared.clients import cql, pg
 from tests.support.api_server import new_user_id
 from tests.support.feed_world import feed_ids, walk
 from tests.support.processes import drop_database_with_slots, free_port, wait_for_http
@@ -128,8 +127,7 @@ def system(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
     from deploy.migrate import migrate_cassandra, migrate_kafka, migrate_postgres
 
     name = f"{settings.pg_database}_e2e_{uuid.uuid4().hex[:4]}"
-    admin = Settings(pg_database=settings.pg_database)
-    with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
+    with pg.connect(settings, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     ports = {"api_port": free_port(), "cdc_metrics_port": free_port(),
              "fanout_metrics_port": free_port(), "ranker_metrics_port": free_port()}
@@ -172,7 +170,7 @@ def system(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iter
             system._session.cluster.shutdown()
         for svc in SERVICES:
             print(f"--- {svc}.log (tail)\n{_tail(logs / f'{svc}.log')}")
-        drop_database_with_slots(admin.pg_dsn, name)
+        drop_database_with_slots(settings, name)
         try:
             cluster = cql.cluster(s, timeout=60)
             cluster.connect().execute(f"DROP KEYSPACE IF EXISTS {name}")

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 
 from deploy.stack.prometheus import RULES, config
 from services.api.http.auth import mint_token
+from services.shared.clients import pg
 from services.shared.settings import Settings
 from tests.conftest import require_tool
 from tests.support.api_server import new_user_id
@@ -56,8 +56,7 @@ def live(settings: Settings, tmp_path: Path) -> Iterator[LiveSystem]:
 
     server = require_tool("prometheus", "Debian's package; `make up` installs it")
     name = f"{settings.pg_database}_dash{next(_counter)}"
-    admin = Settings(pg_database=settings.pg_database)
-    with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
+    with pg.connect(settings, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     ports = {"api_port": free_port(), "cdc_metrics_port": free_port(),
              "fanout_metrics_port": free_port(), "ranker_metrics_port": free_port()}
@@ -102,7 +101,7 @@ def live(settings: Settings, tmp_path: Path) -> Iterator[LiveSystem]:
                 proc.kill()
         for log in sorted(tmp_path.glob("*.log")):
             print(f"--- {log.name} (tail)\n{log.read_bytes()[-2000:].decode('utf-8', 'replace')}")
-        drop_database_with_slots(admin.pg_dsn, name)
+        drop_database_with_slots(settings, name)
 
 
 def _traffic(system: LiveSystem) -> None:

@@ -15,13 +15,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import psycopg
 import pytest
-from confluent_kafka import Consumer
 
 from deploy.migrate import migrate_kafka, migrate_postgres
 from services.cdc.pgoutput import lsn_from_str
 from services.cdc.slot import slot_name_for
+from services.shared.clients import kafka, pg
 from services.shared.contracts.topics import CAPTURED_TABLES, cdc_topic
 from services.shared.settings import Settings
 from tests.support.processes import drop_database_with_slots, free_port
@@ -41,15 +40,14 @@ def wait_for(condition: Callable[[], object], timeout: float, message: str) -> o
 def source(settings: Settings) -> Iterator[Settings]:
     """A fresh migrated database + topic prefix for one test; slots dropped afterwards."""
     name = f"{settings.pg_database}_cdc{next(_counter)}"
-    admin = Settings(pg_database=settings.pg_database)
-    with psycopg.connect(admin.pg_dsn, autocommit=True) as conn:
+    with pg.connect(settings, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     s = settings.model_copy(update={"pg_database": name, "topic_prefix": name,
                                     "cdc_metrics_port": free_port()})
     migrate_postgres(s)
     migrate_kafka(s, name)
     yield s
-    drop_database_with_slots(admin.pg_dsn, name, TEARDOWN_DEADLINE_S)
+    drop_database_with_slots(settings, name, TEARDOWN_DEADLINE_S)
 
 
 @dataclass
@@ -99,7 +97,7 @@ def relays(tmp_path) -> Iterator[Callable[..., RelayProcess]]:
 
 
 def slot_row(s: Settings) -> tuple | None:
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         return conn.execute(
             "SELECT s.active_pid, s.confirmed_flush_lsn::text, r.snapshot_completed_at "
             "FROM pg_replication_slots s LEFT JOIN cdc_relay_state r USING (slot_name) "
@@ -133,8 +131,8 @@ class Event:
 def consume(s: Settings, until: Callable[[list[Event]], bool], timeout: float = 60,
             topics: list[str] | None = None) -> list[Event]:
     """Read the CDC topics from the start until ``until(events)`` holds."""
-    consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": str(uuid.uuid4()),
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = kafka.consumer(s, {"group.id": str(uuid.uuid4()),
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe(topics or [cdc_topic(t, s.topic_prefix) for t in CAPTURED_TABLES])
     events: list[Event] = []
     deadline = time.monotonic() + timeout

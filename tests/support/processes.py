@@ -9,6 +9,9 @@ import time
 import httpx
 import psycopg
 
+from services.shared.clients import pg
+from services.shared.settings import PostgresSettings
+
 from .waiting import wait_until
 
 
@@ -33,13 +36,14 @@ def wait_for_http(url: str, what: str, procs: list[subprocess.Popen], timeout: f
     wait_until(answers, timeout=timeout, interval=0.3, message=f"{what} to be ready at {url}")
 
 
-def drop_database_with_slots(admin_dsn: str, name: str, deadline_s: float = 60.0) -> None:
-    """Drop a test database and the replication slots on it. A relay the test stopped can
+def drop_database_with_slots(settings: PostgresSettings, name: str, deadline_s: float = 60.0) -> None:
+    """Drop a test database and the replication slots on it, connected as the configured
+    role to ``settings``' database (any database but ``name``). A relay the test stopped can
     take seconds to let go of its slot and its connections on a loaded machine (the
     replication role's sessions cannot be ended by this one): wait for both, with a
     deadline, rather than fail teardown."""
     deadline = time.monotonic() + deadline_s
-    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+    with pg.connect(settings, autocommit=True) as conn:
         while True:
             rows = conn.execute("SELECT slot_name, active_pid FROM pg_replication_slots "
                                 "WHERE database = %s", (name,)).fetchall()
