@@ -144,10 +144,12 @@ class LagWatch(_Sampler):
         # response through the client's group handle, NULL in an admin client, and its
         # main thread segfaults (two suite runs here, "segfault at 58 ... librdkafka" in
         # the kernel log; confluentinc/confluent-kafka-javascript#374 has the stack).
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import TopicPartition
 
-        conf = {"bootstrap.servers": self.settings.kafka_bootstrap, "enable.auto.commit": False}
-        readers = {g: Consumer({**conf, "group.id": g}) for g in self.groups}
+        from services.shared.clients import kafka
+
+        conf = {"enable.auto.commit": False}
+        readers = {g: kafka.consumer(self.settings, {**conf, "group.id": g}) for g in self.groups}
         prefix = f"{self.settings.topic_prefix}."
         try:
             while not self._stop.is_set():

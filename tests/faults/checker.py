@@ -38,11 +38,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from services.shared.domain.rules import VISIBLE
 from services.shared.settings import Settings
-from services.shared.clients import cql, pg
+from services.shared.clients import cql, kafka, pg
 
 from .workload import Workload
 
@@ -163,9 +162,9 @@ def _counts(settings: Settings, w: Workload) -> tuple[int, int, list[Any]]:
 
 
 def _dlq_records(settings: Settings) -> int:
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = kafka.admin(settings)
     meta = admin.list_topics(timeout=10)
-    probe = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": CHECKER_GROUP})
+    probe = kafka.consumer(settings, {"group.id": CHECKER_GROUP})
     total = 0
     try:
         for name, topic in meta.topics.items():
@@ -347,8 +346,8 @@ def _watermarks(client: Consumer, tp: TopicPartition) -> tuple[int, int]:
 
 def _missing_offsets(settings: Settings, wanted: dict[tuple[str, int], set[int]]) -> list[Any]:
     """Acknowledged (topic, partition, offset)s that a read of the partition does not return."""
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": CHECKER_GROUP,
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = kafka.consumer(settings, {"group.id": CHECKER_GROUP,
+                                         "enable.auto.commit": False, "enable.partition.eof": True})
     missing: list[Any] = []
     try:
         for (topic, partition), offsets in wanted.items():

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from confluent_kafka.admin import AdminClient
-
 from deploy.stack import cassandra, cgroups, kafka, postgres
 from deploy.stack.layout import REPO, Layout
 from deploy.stack.toolchain import ensure_nft
+from services.shared.clients import kafka as kafka_clients
+from services.shared.settings import KafkaSettings
 
 from .workload import Workload
 
@@ -56,9 +56,9 @@ async def _stack_up(log: FaultLog) -> None:
     log.injected.append(f"deploy.stack up took {time.monotonic() - started:.0f} s")
 
 
-def busiest_broker(bootstrap: str) -> int:
+def busiest_broker(settings: KafkaSettings) -> int:
     """The broker id that leads the most partitions (broker ids are 1..3 here)."""
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
+    meta = kafka_clients.admin(settings).list_topics(timeout=10)
     counts: dict[int, int] = {}
     for topic in meta.topics.values():
         for part in topic.partitions.values():
@@ -131,7 +131,7 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
             await asyncio.sleep(hold_s)
             _signal(pid, signal.SIGCONT, "cassandra-3", log)
         elif name == "broker-kill":
-            broker = busiest_broker(layout.kafka_bootstrap)
+            broker = busiest_broker(w.settings)
             _signal(kafka.daemon(layout, broker).pid(), signal.SIGKILL, f"kafka-{broker}", log)
             await asyncio.sleep(hold_s)
             await _stack_up(log)
@@ -143,7 +143,7 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
             finally:
                 lift_cut(log)
         elif name == "broker-cut":
-            broker = busiest_broker(layout.kafka_bootstrap)
+            broker = busiest_broker(w.settings)
             # The broker's listeners and its own sockets; the controller beside it on the
             # same address is another process and keeps its quorum (deploy/stack/kafka.py).
             cut_off(layout.hosts[broker - 1], kafka.broker_ports(layout), log, f"kafka-{broker}", layout)
