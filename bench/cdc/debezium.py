@@ -33,7 +33,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.run import report
@@ -41,6 +40,7 @@ from bench.cdc.relay import POST_BODY, _insert_backlog
 from bench.harness.wrk_load import tree_cpu_s
 from deploy.debezium.check import Scratch, stop
 from deploy.stack.toolchain import PG_BIN
+from services.shared.clients import kafka, pg
 from services.shared.contracts.topics import cdc_topic
 from services.shared.settings import Settings
 
@@ -93,8 +93,8 @@ def wait_for(consumer: Consumer, topic: str, count: int, timeout: float) -> floa
 def steady(s: Settings, cap: Capturer, rate: float, seconds: float, first_id: int) -> dict[str, Any]:
     """Single-row inserts at ``rate``/s; commit → topic (receive time − source.ts_ms)."""
     topic = cdc_topic("posts", cap.prefix)
-    consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": str(uuid.uuid4()),
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+    consumer = kafka.consumer(s, {"group.id": str(uuid.uuid4()),
+                                  "enable.auto.commit": False, "fetch.wait.max.ms": 10})
     # From each partition's end now: every record of the phase is read, none before it.
     parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     consumer.assign([TopicPartition(topic, p, consumer.get_watermark_offsets(
@@ -102,7 +102,7 @@ def steady(s: Settings, cap: Capturer, rate: float, seconds: float, first_id: in
     wanted = {first_id + i for i in range(int(rate * seconds))}
     lat: dict[int, float] = {}
     cpu0 = cap.cpu_s()
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         t0 = time.perf_counter()
         for i, post_id in enumerate(sorted(wanted)):
             while time.perf_counter() < t0 + i / rate:
@@ -135,9 +135,9 @@ def _record(m: Any, lat: dict[int, float]) -> None:
 
 def recvlogical_ceiling(s: Settings, slot: str, publication: str) -> float:
     """Seconds for pg_recvlogical to read its slot to the current WAL end."""
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         endpos = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
-    dsn = f"host={s.pg_host} port={s.pg_port} user={s.pg_user} password={s.pg_password} dbname={s.pg_database}"
+    dsn = pg.conninfo(s)  # the settings' credentials and TLS, for pg_recvlogical
     started = time.perf_counter()
     subprocess.run([str(PG_BIN / "pg_recvlogical"), "-d", dsn, "--slot", slot, "--start",
                     f"--endpos={endpos}", "-o", "proto_version=1", "-o", f"publication_names={publication}",
@@ -148,7 +148,7 @@ def recvlogical_ceiling(s: Settings, slot: str, publication: str) -> float:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     scratch = Scratch("cdc_bench", ("dbz", "dbzt"))
     relay_s = scratch.relay
-    with psycopg.connect(relay_s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(relay_s, autocommit=True) as conn:
         conn.execute("INSERT INTO users (user_id) VALUES (1)")
     relay = Capturer("relay", relay_s.topic_prefix, scratch.start_relay)
 
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # every 500 ms by default (poll.interval.ms); 10 ms here.
     tuned = debezium_capturer("debezium-tuned", "dbzt", "poll.interval.ms=10\n")
     db = scratch.db
-    probe = Consumer({"bootstrap.servers": scratch.base.kafka_bootstrap, "group.id": f"{db}-probe"})
+    probe = kafka.consumer(scratch.base, {"group.id": f"{db}-probe"})
     out: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                            "backlog": args.backlog, "tx_rows": TX_ROWS, "logs": str(scratch.work)}
     try:
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             wait_for(probe, cdc_topic("users", cap.prefix), 1, 240)
             time.sleep(2)  # the slot's position confirmed past the snapshot
             cap.stop()
-        with psycopg.connect(relay_s.pg_dsn, autocommit=True) as conn:
+        with pg.connect(relay_s, autocommit=True) as conn:
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"ceiling_{db}",))
         _insert_backlog(relay_s, args.backlog, 1_000_000, TX_ROWS)
         out["pg_recvlogical ceiling"] = {"seconds": round(s := recvlogical_ceiling(

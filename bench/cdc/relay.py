@@ -30,12 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import psycopg  # noqa: E402
-from confluent_kafka import Consumer, Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka.admin import NewTopic  # noqa: E402
 
 from deploy.migrate import migrate_kafka, migrate_postgres  # noqa: E402
 from services.cdc.publisher import producer_config  # noqa: E402
+from services.shared.clients import kafka, pg  # noqa: E402
 from services.shared.contracts.topics import cdc_topic  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
 
@@ -46,7 +45,7 @@ POST_BODY = "benchmark post body of typical length, a sentence or two about the 
 
 def _insert_backlog(s: Settings, count: int, first_id: int, tx_rows: int = BACKLOG_TX_ROWS) -> None:
     """``count`` posts by user 1 from ``first_id`` on, ``tx_rows`` to a transaction."""
-    with psycopg.connect(s.pg_dsn) as conn:
+    with pg.connect(s) as conn:
         for start in range(first_id, first_id + count, tx_rows):
             with conn.transaction():
                 conn.cursor().executemany(
@@ -56,7 +55,7 @@ def _insert_backlog(s: Settings, count: int, first_id: int, tx_rows: int = BACKL
 
 def raw_decode_rate(s: Settings, count: int) -> float:
     slot = f"bench_raw_{secrets.token_hex(3)}"
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         try:
             _insert_backlog(s, count, 10_000_000)
@@ -74,9 +73,11 @@ def raw_decode_rate(s: Settings, count: int) -> float:
 
 def raw_produce_rate(s: Settings, count: int, sample: bytes) -> float:
     topic = f"{s.topic_prefix}.bench-raw"
-    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+    admin = kafka.admin(s)
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result()
-    producer = Producer(producer_config(s))
+    # The relay's own options; the connection part comes from the factory.
+    connection = kafka.librdkafka_config(s)
+    producer = kafka.producer(s, {k: v for k, v in producer_config(s).items() if k not in connection})
     started = time.perf_counter()
     for i in range(count):
         while True:
@@ -99,9 +100,8 @@ class LagConsumer(threading.Thread):
         super().__init__(daemon=True)
         self.samples: list[tuple[float, float]] = []
         self.stop = threading.Event()
-        self.consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap,
-                                  "group.id": str(uuid.uuid4()), "auto.offset.reset": "earliest",
-                                  "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+        self.consumer = kafka.consumer(s, {"group.id": str(uuid.uuid4()), "auto.offset.reset": "earliest",
+                                           "enable.auto.commit": False, "fetch.wait.max.ms": 10})
         self.consumer.subscribe([cdc_topic("posts", s.topic_prefix)])
 
     def run(self) -> None:
@@ -130,7 +130,7 @@ def _wait_count(consumer: LagConsumer, count: int, timeout: float) -> float:
 
 def _wait_snapshot_done(s: Settings, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         while not conn.execute("SELECT 1 FROM cdc_relay_state "
                                "WHERE snapshot_completed_at IS NOT NULL").fetchone():
             if time.monotonic() > deadline:
@@ -147,14 +147,14 @@ def main() -> int:
     args = parser.parse_args()
     name = f"bench_cdc_{secrets.token_hex(3)}"
     base = Settings()
-    with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
+    with pg.connect(base, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     s = Settings(pg_database=name, topic_prefix=name)
     relay = None
     try:
         migrate_postgres(s)
         migrate_kafka(s, name)
-        with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+        with pg.connect(s, autocommit=True) as conn:
             conn.execute("INSERT INTO users (user_id) VALUES (1)")
         decode = raw_decode_rate(s, args.backlog)
         sample = (REPO / "schemas/examples/cdc/posts/create.json").read_text()
@@ -183,7 +183,7 @@ def main() -> int:
         consumer.samples.clear()
         total = int(args.rate * args.seconds)
         begin = time.monotonic()
-        with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+        with pg.connect(s, autocommit=True) as conn:
             for i in range(total):
                 delay = begin + i / args.rate - time.monotonic()
                 if delay > 0:
@@ -207,7 +207,7 @@ def main() -> int:
         if relay is not None:
             relay.send_signal(signal.SIGTERM)
             relay.wait(30)
-        with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
+        with pg.connect(base, autocommit=True) as conn:
             for (slot,) in conn.execute("SELECT slot_name FROM pg_replication_slots "
                                         "WHERE database = %s", (name,)).fetchall():
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))

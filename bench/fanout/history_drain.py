@@ -35,12 +35,11 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-import psycopg
-
 from bench.harness.costs import CostMeter
 from bench.harness.pipeline import Sampler, Services, bench_settings, fresh_stores, shut_down, topic_sizes, wait_caught_up
 from bench.harness.profiling import profiler, stop_profiler
 from deploy.workload import _copy
+from services.shared.clients import pg
 from services.shared.domain import ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.with_api:
             services.start("api", root=args.worker_root)
         sampler.start()
-        with psycopg.connect(settings.pg_dsn) as conn:
+        with pg.connect(settings) as conn:
             before = topic_sizes(settings, ["follows", "posts"])
             since = (now - timedelta(days=60)).isoformat()
             with conn.transaction():

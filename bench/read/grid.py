@@ -40,9 +40,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-import psycopg
-from confluent_kafka.admin import AdminClient
-
 from bench.read.graph import Cell, ReadGraph, add_small_cell, make_grid
 from bench.read.report import REBUILD, write_report
 from bench.read.seed import log, seed_all
@@ -52,6 +49,7 @@ from deploy.workload import GraphSpec, generate
 from bench.harness.wrk_load import WrkResult, run_wrk, warm_and_run
 from deploy.migrate import migrate_cassandra, migrate_kafka, migrate_postgres
 from services.api.http.auth import mint_token
+from services.shared.clients import kafka, pg
 from services.shared.contracts.topics import all_topics
 from services.shared.settings import Settings
 
@@ -324,7 +322,7 @@ def seeded_stores(graph: ReadGraph, now: datetime, serving_days: int,
     s = Settings(pg_database=name, cassandra_keyspace=name, topic_prefix=name,
                  jwt_secret=secrets.token_urlsafe(48),
                  cursor_keys=f"bench:{secrets.token_urlsafe(48)}")
-    with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
+    with pg.connect(base, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     try:
         migrate_postgres(s)
@@ -342,7 +340,7 @@ def seeded_stores(graph: ReadGraph, now: datetime, serving_days: int,
 def drop_stores(base: Settings, name: str) -> None:
     """Drop the bench's database, keyspace and topics, waiting out a store restart by a test."""
     deadline = time.monotonic() + DROP_DEADLINE_S
-    admin = AdminClient({"bootstrap.servers": base.kafka_bootstrap})
+    admin = kafka.admin(base)
     for future in admin.delete_topics([t.name for t in all_topics(name)],
                                       operation_timeout=30).values():
         try:

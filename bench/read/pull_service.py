@@ -50,6 +50,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from services.api.app import NO_OTEL
 from services.api.http.auth import TokenRejected, VerifiedTokens
 from services.api.routes.feed_fast import feed_query as parse_feed_query
+from services.shared.clients import pg
 from services.shared.domain.rules import VISIBLE
 from services.shared.settings import Settings, get_settings
 
@@ -189,10 +190,10 @@ def create_app(settings: Settings, shape: str) -> FastAPI:
         if shape == "join":  # one generic plan cannot suit readers of 10 and 2,000 follows
             await conn.execute("SET plan_cache_mode = force_custom_plan")
 
-    pool = AsyncConnectionPool(settings.pg_dsn, min_size=settings.api_pg_pool_max,
-                               max_size=settings.api_pg_pool_max, open=False,
-                               configure=configure, timeout=POOL_WAIT_S,
-                               check=AsyncConnectionPool.check_connection)
+    pool = pg.async_pool(settings, min_size=settings.api_pg_pool_max,
+                         max_size=settings.api_pg_pool_max,
+                         configure=configure, timeout=POOL_WAIT_S,
+                         check=AsyncConnectionPool.check_connection)
 
     async def lifespan(_: FastAPI):  # type: ignore[no-untyped-def]
         await pool.open(wait=True, timeout=30)

@@ -38,7 +38,7 @@ from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, TierPolicy
 from services.shared.domain import ranking
 from services.shared.settings import Settings
-from services.shared.clients import cql
+from services.shared.clients import cql, pg
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.write_coalescer import WriteCoalescer
 
@@ -106,7 +106,7 @@ def seed_postgres(s: Settings, graph: ReadGraph) -> dict[str, int]:
                for a, since in fa.items()]
     blocks = {b for c in graph.cells for b in c.blocks}
     posts = graph.posts()
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         with conn.cursor() as cur:
             _copy(cur, "COPY users (user_id) FROM STDIN", ((u,) for u in graph.users))
             _copy(cur, "COPY follows (follower_id, followed_id, following_since) FROM STDIN", follows)

@@ -23,10 +23,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from services.api.__main__ import usable_cores, worker_count
 from services.api.http.auth import mint_token
+from services.shared.clients import pg
 from services.shared.settings import Settings
 
 from .pull_service import create_baseline_indexes
@@ -77,7 +76,7 @@ def reads(settings: Settings, api_url: str, api_pid: int, groups: dict[str, list
     secret = settings.jwt_secret.get_secret_value()
     tokens = {g: {u: mint_token(u, secret, ttl_seconds=TOKEN_TTL_S) for u in users}
               for g, users in groups.items() if users}
-    with psycopg.connect(settings.pg_dsn, autocommit=True) as conn:
+    with pg.connect(settings, autocommit=True) as conn:
         create_baseline_indexes(conn)
     secrets_env = {"FEED_JWT_SECRET": secret,
                    "FEED_CURSOR_KEYS": settings.cursor_keys.get_secret_value()}

@@ -34,6 +34,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.pipeline_progress import PipelineOffsets
+from services.shared.clients import kafka
 from services.shared.settings import Settings, get_settings
 
 COLLAPSE_SHARE = 0.3
@@ -82,9 +83,9 @@ STREAM_TOPICS = ("author-events", "inbox-events")
 def stream_records(settings: Settings) -> int:
     """Records in the topics each API process's stream consumer reads whole (no group):
     the sum of their partitions' end offsets (a topic this stack lacks counts 0)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "bench-drain"})
+    consumer = kafka.consumer(settings, {"group.id": "bench-drain"})
     try:
         listed = consumer.list_topics(timeout=10).topics
         total = 0

@@ -16,11 +16,11 @@ from collections import defaultdict
 from typing import Any, Callable
 
 import httpx
-from psycopg_pool import AsyncConnectionPool
 
 from bench.harness.http_load import LoadResult, run_load
 from deploy.workload import Graph
 from services.api.http.auth import mint_token
+from services.shared.clients import pg
 from services.shared.domain.rules import VISIBLE
 from services.shared.settings import Settings
 
@@ -89,7 +89,8 @@ async def pull_baseline(settings: Settings, users: list[int], concurrency: int,
                         seconds: float) -> LoadResult:
     result = LoadResult(concurrency)
     deadline = time.perf_counter() + seconds
-    async with AsyncConnectionPool(settings.pg_dsn, min_size=concurrency, max_size=concurrency) as pool:
+    # No check on checkout (the factory's default): the baseline measured as before.
+    async with pg.async_pool(settings, min_size=concurrency, max_size=concurrency, check=None) as pool:
         async def worker() -> None:
             while time.perf_counter() < deadline:
                 start = time.perf_counter()

@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -31,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 import bench  # noqa: E402,F401 - sets FEED_DEV_MODE when run as a script
 from services.api.http.auth import mint_token  # noqa: E402
 from services.api.write.idgen import SnowflakeGenerator  # noqa: E402
+from services.shared.clients import pg  # noqa: E402
 from services.shared.domain import ids  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
 
@@ -71,7 +71,7 @@ def scratch_api() -> Iterator[str]:
 
     base = Settings()
     name = f"bench_api_{secrets.token_hex(4)}"
-    with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
+    with pg.connect(base, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     port = _free_port()
     server = None
@@ -97,7 +97,7 @@ def scratch_api() -> Iterator[str]:
         if server is not None:
             server.terminate()
             server.wait(timeout=30)
-        with psycopg.connect(base.pg_dsn, autocommit=True) as conn:
+        with pg.connect(base, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
