@@ -8,6 +8,7 @@ import time
 import jwt
 import pytest
 
+from services.shared.clients import pg
 from tests.support.api_server import new_user_id
 
 pytestmark = pytest.mark.integration
@@ -60,25 +61,21 @@ def test_bad_token_is_401_problem_with_www_authenticate(api_server, case: str) -
 
 
 def test_rejected_token_never_creates_the_user(api_server) -> None:
-    import psycopg
-
     user_id = new_user_id()
     wrong = jwt.encode({"sub": str(user_id), "exp": int(time.time()) + 600},
                        "another-secret-0123456789abcdef-xyz", "HS256")
     with api_server.client() as http:
         http.get("/v1/posts/1", headers={"Authorization": f"Bearer {wrong}"})
-    with psycopg.connect(api_server.settings.pg_dsn) as conn:
+    with pg.connect(api_server.settings) as conn:
         assert conn.execute("SELECT 1 FROM users WHERE user_id = %s",
                             (user_id,)).fetchone() is None
 
 
 def test_first_authenticated_request_creates_the_user(api_server) -> None:
-    import psycopg
-
     user_id = new_user_id()
     with api_server.client(user_id) as http:
         assert http.get("/v1/posts/1").status_code == 404
-    with psycopg.connect(api_server.settings.pg_dsn) as conn:
+    with pg.connect(api_server.settings) as conn:
         assert conn.execute("SELECT 1 FROM users WHERE user_id = %s",
                             (user_id,)).fetchone() is not None
 

@@ -7,10 +7,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from services.api.write.idgen import LEASE_SAFETY_MS, LeaseLost, NodeLease, SnowflakeGenerator
+from services.shared.clients import pg
 from services.shared.domain import ids
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ def test_live_leases_never_share_a_node_id(settings) -> None:
     leases = [NodeLease.acquire(settings) for _ in range(5)]
     try:
         assert len({lease.node_id for lease in leases}) == 5
-        with psycopg.connect(settings.pg_dsn) as conn:
+        with pg.connect(settings) as conn:
             rows = conn.execute("SELECT node_id, holder FROM id_node_leases "
                                 "WHERE expires_at > now()").fetchall()
         held = {(lease.node_id, lease.holder) for lease in leases}
@@ -50,7 +50,7 @@ def test_lease_taken_by_another_holder_stops_the_generator(settings) -> None:
     try:
         gen = SnowflakeGenerator(lease.node_id, lease=lease)
         gen.next_id()
-        with psycopg.connect(settings.pg_dsn) as conn:
+        with pg.connect(settings) as conn:
             conn.execute("UPDATE id_node_leases SET holder = 'someone-else' WHERE node_id = %s",
                          (lease.node_id,))
         assert lease.renew() is False
@@ -63,7 +63,7 @@ def test_lease_taken_by_another_holder_stops_the_generator(settings) -> None:
 def test_expired_lease_cannot_be_renewed(settings) -> None:
     lease = NodeLease.acquire(settings)
     try:
-        with psycopg.connect(settings.pg_dsn) as conn:
+        with pg.connect(settings) as conn:
             conn.execute("UPDATE id_node_leases SET expires_at = now() - interval '1 second' "
                          "WHERE node_id = %s", (lease.node_id,))
         assert lease.renew() is False
@@ -115,7 +115,7 @@ def test_instance_that_lost_its_lease_refuses_posts_and_is_not_ready(settings) -
     try:
         api = RunningApi(base_url=base_url, settings=settings, app=app)
         lease = app.state.id_lease
-        with psycopg.connect(settings.pg_dsn) as conn:
+        with pg.connect(settings) as conn:
             conn.execute("UPDATE id_node_leases SET holder = 'someone-else' WHERE node_id = %s",
                          (lease.node_id,))
         assert lease.renew() is False

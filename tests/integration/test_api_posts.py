@@ -5,10 +5,10 @@ import asyncio
 import secrets
 import threading
 
-import psycopg
 import pytest
 
 from services.api.stores.idempotency import purge_expired
+from services.shared.clients import pg
 from services.shared.domain import ids
 from tests.support.api_server import new_user_id
 
@@ -22,7 +22,7 @@ def _key() -> str:
 
 
 def _count_posts(settings, author_id: int) -> int:
-    with psycopg.connect(settings.pg_dsn) as conn:
+    with pg.connect(settings) as conn:
         return conn.execute("SELECT count(*) FROM posts WHERE author_id = %s",
                             (author_id,)).fetchone()[0]
 
@@ -134,7 +134,7 @@ def test_request_while_first_is_in_flight_is_409(api_server) -> None:
     author, key = new_user_id(), _key()
     with api_server.client(author) as http:
         http.get("/healthz")
-    with psycopg.connect(api_server.settings.pg_dsn) as conn:
+    with pg.connect(api_server.settings) as conn:
         conn.execute("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING", (author,))
         conn.execute("INSERT INTO idempotency_keys (author_id, key, request_hash, expires_at) "
                      "VALUES (%s, %s, %s, now() + interval '1 day')",
@@ -150,7 +150,7 @@ def test_abandoned_claim_is_taken_over_after_its_timeout(api_server) -> None:
     from services.api.write.idempotency import request_fingerprint
 
     author, key = new_user_id(), _key()
-    with psycopg.connect(api_server.settings.pg_dsn) as conn:
+    with pg.connect(api_server.settings) as conn:
         conn.execute("INSERT INTO users (user_id) VALUES (%s) ON CONFLICT DO NOTHING", (author,))
         conn.execute("INSERT INTO idempotency_keys (author_id, key, request_hash, created_at, "
                      "expires_at) VALUES (%s, %s, %s, now() - interval '1 hour', "
@@ -193,24 +193,21 @@ def test_expired_key_is_reusable_and_purged(api_server) -> None:
     author, key = new_user_id(), _key()
     with api_server.client(author) as http:
         first = http.post("/v1/posts", json={"text": "day 1"}, headers={"Idempotency-Key": key})
-        with psycopg.connect(api_server.settings.pg_dsn) as conn:
+        with pg.connect(api_server.settings) as conn:
             conn.execute("UPDATE idempotency_keys SET expires_at = now() - interval '1 second' "
                          "WHERE author_id = %s AND key = %s", (author, key))
         second = http.post("/v1/posts", json={"text": "day 2"}, headers={"Idempotency-Key": key})
     assert first.status_code == second.status_code == 201
     assert first.json()["post_id"] != second.json()["post_id"]
-    with psycopg.connect(api_server.settings.pg_dsn) as conn:
+    with pg.connect(api_server.settings) as conn:
         conn.execute("UPDATE idempotency_keys SET expires_at = now() - interval '1 second' "
                      "WHERE author_id = %s AND key = %s", (author, key))
-    from psycopg_pool import AsyncConnectionPool
-
     async def purge() -> int:
-        async with AsyncConnectionPool(api_server.settings.pg_dsn, min_size=1, max_size=1,
-                                       open=False) as pool:
+        async with pg.async_pool(api_server.settings, min_size=1, max_size=1) as pool:
             return await purge_expired(pool)
 
     assert asyncio.run(purge()) >= 1
-    with psycopg.connect(api_server.settings.pg_dsn) as conn:
+    with pg.connect(api_server.settings) as conn:
         assert conn.execute("SELECT 1 FROM idempotency_keys WHERE author_id = %s AND key = %s",
                             (author, key)).fetchone() is None
 
@@ -225,7 +222,7 @@ def test_delete_is_author_only_soft_and_idempotent(api_server) -> None:
         assert http.delete(f"/v1/posts/{post_id}").status_code == 204
         assert http.get(f"/v1/posts/{post_id}").status_code == 404
         assert http.delete("/v1/posts/12345").status_code == 404
-    with psycopg.connect(api_server.settings.pg_dsn) as conn:
+    with pg.connect(api_server.settings) as conn:
         row = conn.execute("SELECT deleted_at FROM posts WHERE post_id = %s",
                            (int(post_id),)).fetchone()
     assert row is not None and row[0] is not None

@@ -4,9 +4,9 @@ from __future__ import annotations
 import secrets
 from contextlib import ExitStack
 
-import psycopg
 import pytest
 
+from services.shared.clients import pg
 from tests.support.api_server import new_user_id
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,7 @@ def _post(http, text: str = "post") -> str:
 
 
 def _follows(settings, follower: int, followed: int) -> bool:
-    with psycopg.connect(settings.pg_dsn) as conn:
+    with pg.connect(settings) as conn:
         return conn.execute("SELECT 1 FROM follows WHERE follower_id = %s AND followed_id = %s",
                             (follower, followed)).fetchone() is not None
 
@@ -108,12 +108,12 @@ def test_like_and_unlike_are_idempotent(api_server) -> None:
         post_id = _post(http_a)
         assert http_f.put(f"/v1/posts/{post_id}/like").status_code == 204
         assert http_f.put(f"/v1/posts/{post_id}/like").status_code == 204
-        with psycopg.connect(api_server.settings.pg_dsn) as conn:
+        with pg.connect(api_server.settings) as conn:
             assert conn.execute("SELECT count(*) FROM likes WHERE post_id = %s",
                                 (int(post_id),)).fetchone()[0] == 1
         assert http_f.delete(f"/v1/posts/{post_id}/like").status_code == 204
         assert http_f.delete(f"/v1/posts/{post_id}/like").status_code == 204
-        with psycopg.connect(api_server.settings.pg_dsn) as conn:
+        with pg.connect(api_server.settings) as conn:
             assert conn.execute("SELECT count(*) FROM likes WHERE post_id = %s",
                                 (int(post_id),)).fetchone()[0] == 0
         assert http_f.put("/v1/posts/777/like").status_code == 404
@@ -135,7 +135,7 @@ def test_moderation_removes_and_restores_in_one_transaction(api_server) -> None:
         assert http_r.get(f"/v1/posts/{post_id}").status_code == 404
         assert http_a.get(f"/v1/posts/{post_id}").json()["visibility"] == "removed"
         assert http_r.put(f"/v1/posts/{post_id}/like").status_code == 404
-        with psycopg.connect(api_server.settings.pg_dsn) as conn:
+        with pg.connect(api_server.settings) as conn:
             assert conn.execute("SELECT p.visibility, m.state, m.reason FROM posts p JOIN "
                                 "moderation_actions m USING (post_id) WHERE post_id = %s",
                                 (int(post_id),)).fetchone() == (0, "removed", "spam")

@@ -22,9 +22,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-import psycopg
-
 from services.cdc.pgoutput import lsn_from_str
+from services.shared.clients import pg
 from services.shared.settings import Settings
 from tests.support.cdc_relay import (Event, confirmed_lsn, consume, slot_row, wait_for,
                                      wait_streaming)
@@ -38,7 +37,7 @@ SENTINEL_USER = 11
 
 
 def _seed(s: Settings) -> None:
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         conn.execute("INSERT INTO users (user_id) SELECT g FROM generate_series(1, 10) g")
         conn.execute("INSERT INTO posts (post_id, author_id, created_at, text) "
                      "SELECT g, 1 + g %% 10, now(), 'seed ' || g FROM generate_series(1, %s) g",
@@ -49,7 +48,7 @@ def _burst(s: Settings, ledger: list[int], done: threading.Event) -> None:
     """Single writer (transactions never interleave): 1-3 inserts per transaction."""
     rng = random.Random(7)
     next_id = 1_000_000
-    with psycopg.connect(s.pg_dsn) as conn:
+    with pg.connect(s) as conn:
         while len(ledger) < BURST_INSERTS:
             ids = list(range(next_id, next_id + rng.randint(1, 3)))
             next_id += len(ids)
@@ -80,7 +79,7 @@ def _wait_released(s: Settings) -> None:
 
 
 def _wal_lsn(s: Settings) -> int:
-    with psycopg.connect(s.pg_dsn, autocommit=True) as conn:
+    with pg.connect(s, autocommit=True) as conn:
         return lsn_from_str(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
 
 
@@ -171,7 +170,7 @@ def test_sigkill_during_a_burst_loses_no_committed_change(source: Settings, rela
         relay = relays(source)
     writer.join(120)
     assert done.is_set(), "writer did not finish"
-    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+    with pg.connect(source, autocommit=True) as conn:
         conn.execute("INSERT INTO users (user_id) VALUES (%s)", (SENTINEL_USER,))
     written = _wal_lsn(source)
     wait_streaming(source)
@@ -207,13 +206,13 @@ def test_relay_rides_through_a_postgres_restart(source: Settings, relays) -> Non
     from deploy.stack import postgres
     from deploy.stack.layout import Layout
 
-    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+    with pg.connect(source, autocommit=True) as conn:
         conn.execute("INSERT INTO users (user_id) VALUES (1)")
     relay = relays(source)
     wait_streaming(source)
 
     def write(first: int) -> None:
-        with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+        with pg.connect(source, autocommit=True) as conn:
             for pid in range(first, first + 50):
                 conn.execute("INSERT INTO posts (post_id, author_id, created_at, text) "
                              "VALUES (%s, 1, now(), 'x')", (pid,))

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import time
 
-import psycopg
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from services.cdc.pgoutput import lsn_from_str
+from services.shared.clients import kafka, pg
 from services.shared.contracts.topics import cdc_topic, heartbeat_topic
 from services.shared.domain.rules import REMOVED
 from services.shared.settings import Settings
@@ -21,13 +21,13 @@ from tests.support.cdc_relay import Event, changes, confirmed_lsn, consume, wait
 
 def test_every_committed_change_arrives_once_in_order_with_debeziums_envelope(
         source: Settings, relays) -> None:
-    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+    with pg.connect(source, autocommit=True) as conn:
         conn.execute("INSERT INTO users (user_id) VALUES (1), (2), (3)")
         conn.execute("INSERT INTO posts (post_id, author_id, created_at, text) "
                      "VALUES (100, 1, '2026-01-02 03:04:05.5+00', 'before the relay')")
     relays(source)
     wait_streaming(source)
-    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+    with pg.connect(source, autocommit=True) as conn:
         with conn.transaction():
             conn.execute("INSERT INTO posts (post_id, author_id, created_at, text, media_ids) "
                          "VALUES (101, 2, now(), 'streamed', '[\"m1\"]')")
@@ -95,7 +95,7 @@ def test_quiet_tables_still_advance_the_slot_and_heartbeats_flow(source: Setting
                                                                  relays) -> None:
     relays(source)
     wait_streaming(source)
-    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+    with pg.connect(source, autocommit=True) as conn:
         # WAL that the publication does not capture (idempotency keys are not in feed_cdc).
         for i in range(20):
             conn.execute("INSERT INTO idempotency_keys (author_id, key, request_hash, expires_at) "
@@ -110,14 +110,14 @@ def test_quiet_tables_still_advance_the_slot_and_heartbeats_flow(source: Setting
 def test_unexpected_column_type_stops_the_relay_clearly_or_renders_as_text(source: Settings,
                                                                           relays) -> None:
     topic = cdc_topic("probe", source.topic_prefix)
-    admin = AdminClient({"bootstrap.servers": source.kafka_bootstrap})
+    admin = kafka.admin(source)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result()
-    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+    with pg.connect(source, autocommit=True) as conn:
         conn.execute("CREATE TABLE probe (id INT PRIMARY KEY, addr INET, note TEXT)")
         conn.execute("ALTER PUBLICATION feed_cdc ADD TABLE probe")
     failing = relays(source)
     wait_streaming(source)
-    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+    with pg.connect(source, autocommit=True) as conn:
         conn.execute("INSERT INTO probe VALUES (1, '10.1.2.3', 'x')")
         change = lsn_from_str(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
     assert failing.proc.wait(30) == 3
@@ -133,7 +133,7 @@ def test_delivery_trace_names_each_change_by_xid_and_where_kafka_put_it(source: 
     trace = tmp_path / "delivery.jsonl"
     relays(source, FEED_CDC_DELIVERY_TRACE=str(trace))
     wait_streaming(source)
-    with psycopg.connect(source.pg_dsn, autocommit=True) as conn:
+    with pg.connect(source, autocommit=True) as conn:
         conn.execute("INSERT INTO users (user_id) VALUES (11), (12)")
         with conn.transaction():
             conn.execute("INSERT INTO follows (follower_id, followed_id, following_since) "

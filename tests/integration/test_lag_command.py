@@ -3,25 +3,25 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from deploy.lag import kafka_lag, render, report
+from services.shared.clients import kafka
 from services.shared.contracts.topics import cdc_topic
 from services.shared.settings import Settings
 
 
 def test_lag_command_reports_committed_group_lag_per_partition(settings: Settings) -> None:
     topic = f"{settings.topic_prefix}.lagcheck.{uuid.uuid4().hex[:6]}"
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})  # keep alive until done
+    admin = kafka.admin(settings)  # keep alive until done
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
+    producer = kafka.producer(settings)
     for i in range(7):
         producer.produce(topic, value=str(i).encode())
     producer.flush(30)
     group = f"{topic}.g"
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = kafka.consumer(settings, {"group.id": group,
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
     seen = 0
     while seen < 3:

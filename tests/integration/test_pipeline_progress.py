@@ -6,10 +6,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 
 from deploy.pipeline_progress import Offsets, PipelineOffsets
+from services.shared.clients import kafka
 from services.shared.contracts.topics import cdc_topic
 from services.shared.settings import Settings
 
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.integration
 
 def _commit_after(settings: Settings, group: str, topic: str, messages: int) -> None:
     """A member of ``group`` reads ``messages`` of ``topic`` and commits them."""
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = kafka.consumer(settings, {"group.id": group,
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
     seen = 0
     try:
@@ -37,11 +37,11 @@ def test_progress_counts_events_arrived_and_applied_by_the_worker_groups(setting
     prefix = f"{settings.topic_prefix}_progress{uuid.uuid4().hex[:6]}"
     ours = settings.model_copy(update={"topic_prefix": prefix})
     follows, likes = cdc_topic("follows", prefix), cdc_topic("likes", prefix)
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = kafka.admin(settings)
     for fut in admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1)
                                     for t in (follows, likes)]).values():
         fut.result(30)
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
+    producer = kafka.producer(settings)
     for i in range(9):
         producer.produce(follows, key=b"%d" % i, value=b"f")
     for i in range(4):

@@ -13,10 +13,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from deploy.stack.layout import REPO, Layout
+from services.shared.clients import cql, kafka, pg
+from services.shared.settings import Settings
 from tests.conftest import require
 
 PORT_NAMES = ("FEED_PG_PORT", "FEED_KAFKA_PORT", "FEED_KAFKA_CONTROLLER_PORT", "FEED_CASSANDRA_PORT",
@@ -71,8 +72,11 @@ def test_up_twice_status_down_and_restart_keep_data(private_env: dict[str, str])
     assert all(r["pid"] for r in rows.values())
     pids = {name: r["pid"] for name, r in rows.items()}
 
-    dsn = f"host=127.0.0.1 port={PORTS['FEED_PG_PORT']} user=postgres dbname=postgres"
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    # The private stack's superuser (trust on a development stack): the feed role may not
+    # create tables in database postgres.
+    su = Settings(pg_host="127.0.0.1", pg_port=int(PORTS["FEED_PG_PORT"]), pg_user="postgres",
+                  pg_database="postgres")
+    with pg.connect(su, autocommit=True) as conn:
         conn.execute("CREATE TABLE kept (v int)")
         conn.execute("INSERT INTO kept VALUES (7)")
 
@@ -89,7 +93,7 @@ def test_up_twice_status_down_and_restart_keep_data(private_env: dict[str, str])
 
     restart = stack(private_env, "up")
     assert restart.returncode == 0, restart.stderr
-    with psycopg.connect(dsn) as conn:
+    with pg.connect(su) as conn:
         assert conn.execute("SELECT v FROM kept").fetchone() == (7,)
 
 
@@ -145,11 +149,6 @@ def test_down_never_signals_a_process_it_did_not_start(private_env: dict[str, st
 
 def test_three_node_mode_runs_three_brokers_three_controllers_and_a_three_node_ring(
         private_env: dict[str, str]) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    from services.shared.settings import Settings
-    from services.shared.clients import cql
-
     result = stack(private_env, "up", "--nodes", "3", timeout=600)
     assert result.returncode == 0, result.stderr
     rows = status(private_env)
@@ -160,7 +159,7 @@ def test_three_node_mode_runs_three_brokers_three_controllers_and_a_three_node_r
                for line in stack(private_env, "env").stdout.splitlines())
     s = Settings(kafka_bootstrap=env["FEED_KAFKA_BOOTSTRAP"], cassandra_hosts=env["FEED_CASSANDRA_HOSTS"],
                  cassandra_port=int(env["FEED_CASSANDRA_PORT"]))
-    assert len(AdminClient({"bootstrap.servers": s.kafka_bootstrap}).list_topics(timeout=15).brokers) == 3
+    assert len(kafka.admin(s).list_topics(timeout=15).brokers) == 3
     cluster = cql.cluster(s)
     try:
         cluster.connect()

@@ -7,19 +7,19 @@ import time
 import uuid
 
 from cassandra.cluster import ResponseFuture
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import NewTopic
 
 from services.api.feed.snapshot_writer import SlotRow
 from services.api.feed.store import FeedStore
 from services.shared.settings import Settings
-from services.shared.clients import cql, pg
+from services.shared.clients import cql, kafka, pg
 from services.shared.stores.cql_async import CqlRunner
 
 
 def _new_topic(settings: Settings, partitions: int = 1) -> str:
     name = f"{settings.topic_prefix}.storecheck.{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    admin = kafka.admin(settings)
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(30)
     return name
 
@@ -46,23 +46,21 @@ def test_postgres_round_trip_through_project_connection(settings: Settings) -> N
 
 def test_kafka_produce_consume_and_group_offsets_resume(settings: Settings) -> None:
     topic = _new_topic(settings)
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True,
-                         "acks": "all"})
+    producer = kafka.producer(settings, {"enable.idempotence": True, "acks": "all"})
     for i in range(10):
         producer.produce(topic, key=str(i).encode(), value=f"m{i}".encode())
     assert producer.flush(30) == 0
 
     group = f"{topic}.group"
-    conf = {"bootstrap.servers": settings.kafka_bootstrap, "group.id": group,
-            "auto.offset.reset": "earliest", "enable.auto.commit": False}
-    first = Consumer(conf)
+    conf = {"group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    first = kafka.consumer(settings, conf)
     first.subscribe([topic])
     got = _consume(first, 4)
     assert got == [b"m0", b"m1", b"m2", b"m3"]
     first.commit(asynchronous=False)
     first.close()
 
-    second = Consumer(conf)
+    second = kafka.consumer(settings, conf)
     second.subscribe([topic])
     rest = _consume(second, 6)
     committed = second.committed([TopicPartition(topic, 0)], timeout=10)[0].offset
@@ -72,21 +70,18 @@ def test_kafka_produce_consume_and_group_offsets_resume(settings: Settings) -> N
 
 
 def test_aiokafka_produce_consume_with_group_commit(settings: Settings) -> None:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
     topic = _new_topic(settings)
 
     async def scenario() -> tuple[list[bytes], int]:
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        producer = kafka.aio_producer(settings, acks="all")
         await producer.start()
         try:
             for i in range(5):
                 await producer.send_and_wait(topic, f"a{i}".encode(), key=b"k")
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=settings.kafka_bootstrap,
-                                    group_id=f"{topic}.aio", auto_offset_reset="earliest",
-                                    enable_auto_commit=False)
+        consumer = kafka.aio_consumer(settings, topic, group_id=f"{topic}.aio",
+                                      auto_offset_reset="earliest", enable_auto_commit=False)
         await consumer.start()
         try:
             values: list[bytes] = []
