@@ -33,7 +33,8 @@ class _Producer:
 
 
 def _publisher(monkeypatch, tmp_path, trace: bool = True) -> pub.KafkaPublisher:  # noqa: ANN001
-    monkeypatch.setattr(pub, "Producer", _Producer)
+    # The relay's producer comes from the client factory: the fake stands in for it.
+    monkeypatch.setattr(pub.kafka, "producer", lambda _settings, conf=None, **_kw: _Producer(conf or {}))
     path = str(tmp_path / "trace.jsonl") if trace else ""
     return pub.KafkaPublisher(Settings(cdc_delivery_trace=path))
 
