@@ -9,8 +9,9 @@ of the API's samples, route matching and the exception/exit-stack layers at anot
 is already settled:
 
 - the method is GET and the path exactly ``/v1/feed``;
-- the bearer token is one this process verified before and has not expired
-  (``auth.known_principal``), and its user is known to exist (``KnownUsers``);
+- the bearer token is one this app verified before and is still valid: not expired,
+  its JWKS key (if any) still published (``auth.known_principal``), and its user is
+  known to exist (``KnownUsers``);
 - the query holds ``limit`` (1-3 digits within 1..MAX_LIMIT), ``cursor`` (1 to
   MAX_CURSOR_CHARS characters) and ``order`` (``ranked`` or ``latest``) at most once
   each; other parameters are ignored, as FastAPI ignores them.
@@ -96,7 +97,7 @@ class FeedFastPath:
         query = feed_query(scope["query_string"])
         principal = None
         if reader is not None and token is not None and query is not None:
-            principal = known_principal(token, state.settings.jwt_secret.get_secret_value())
+            principal = known_principal(token, state)
         if principal is None or not state.known_users.touch(principal.user_id):
             await self.app(scope, receive, send)
             return
