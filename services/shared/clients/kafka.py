@@ -1,6 +1,7 @@
 """Kafka clients, every one built here from ``KafkaSettings``: librdkafka's
 (confluent-kafka) configuration, aiokafka's keyword arguments and faust's broker
-credentials all say the same security protocol, SASL mechanism and trust."""
+credentials (and faust apps) all say the same security protocol, SASL mechanism and
+trust."""
 from __future__ import annotations
 
 import logging
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from services.shared.settings import KafkaSettings
 
 if TYPE_CHECKING:
+    import faust
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient
@@ -107,6 +109,14 @@ def faust_broker(k: KafkaSettings) -> dict[str, Any]:
     elif context is not None:
         out["broker_credentials"] = faust.SSLCredentials(context)
     return out
+
+
+def faust_app(k: KafkaSettings, app_id: str, **kwargs: Any) -> "faust.App":
+    """A faust app on these settings' brokers, with their credentials (``faust_broker``);
+    ``kwargs`` are the app's other options."""
+    import faust
+
+    return faust.App(app_id, **faust_broker(k), **kwargs)
 
 
 def quiet_logger(name: str) -> logging.Logger:

@@ -41,13 +41,13 @@ class RawMessage:
 def build_faust_app(settings: Settings, app_id: str) -> faust.App:
     """A faust app for one worker role. Offsets are acked manually by the agents.
 
-    Its brokers and credentials (SASL, TLS) come from ``clients.kafka.faust_broker``. What
+    Built by ``clients.kafka.faust_app``: its brokers and credentials (SASL, TLS) come
+    from the settings (``faust_broker``), like every other Kafka client's. What
     the agents publish goes through their own ``EventPublisher``, built by the same
     factories, not through faust's producer."""
     kafka_failover.install(settings.kafka_failed_broker_hold_s)
-    return faust.App(
-        app_id,
-        **kafka.faust_broker(settings),
+    return kafka.faust_app(
+        settings, app_id,
         web_enabled=False,
         topic_disable_leader=True,
         topic_replication_factor=1 if settings.kafka_bootstrap.count(",") == 0 else 3,
