@@ -2,7 +2,9 @@
 
 Every import in the project's Python folders (``services/``, ``deploy/``, ``bench/``,
 ``tests/``; module level and inside functions, relative ones resolved) is read from the
-source, so a new upward or sideways import fails here, not in review.
+source, so a new upward or sideways import fails here, not in review. So is every call:
+only the client factories (``services/shared/clients``) build a Kafka, Cassandra or
+Postgres client, so no client misses the settings' TLS, SASL or credentials.
 """
 from __future__ import annotations
 
@@ -31,10 +33,15 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "services.shared": SERVICES,
     # The rules are pure and stand on nothing else.
     "services.shared.domain": ("services.shared.contracts", "services.shared.worker",
-                               "services.shared.stores", "services.shared.settings"),
+                               "services.shared.stores", "services.shared.settings",
+                               "services.shared.clients"),
     # What the parts agree on does not depend on how a process runs or stores.
-    "services.shared.contracts": ("services.shared.worker", "services.shared.stores"),
+    "services.shared.contracts": ("services.shared.worker", "services.shared.stores",
+                                  "services.shared.clients"),
     "services.shared.stores": ("services.shared.worker", "services.shared.contracts"),
+    # The client factories build clients from the settings blocks and know nothing above.
+    "services.shared.clients": ("services.shared.worker", "services.shared.contracts",
+                                "services.shared.stores"),
     # Each worker owns its data: no service imports another's code...
     "services.cdc": ("services.api", "services.fanout", "services.ranker"),
     "services.ranker": ("services.api", "services.cdc", "services.fanout"),
@@ -127,10 +134,12 @@ def test_an_upward_import_is_reported() -> None:
                                 "(services.shared must not import services.fanout)"]
 
 
-def cycles(found: list[tuple[str, str, int]]) -> list[list[str]]:
+def cycles(found: list[tuple[str, str, int]], known: set[str] | None = None) -> list[list[str]]:
     """Import circles among the project's modules (an import of a name inside a module
-    counts as an import of that module), as lists of modules, each circle once."""
-    modules = {m for m, _, _ in found}
+    counts as an import of that module), as lists of modules, each circle once.
+    ``known``: every module (a module that imports nothing of the project's is one too:
+    an import of it is not an import of its package)."""
+    modules = {m for m, _, _ in found} | (known or set())
     edges: dict[str, set[str]] = {}
     for importer, target, _ in found:
         while target and target not in modules:
@@ -153,7 +162,8 @@ def cycles(found: list[tuple[str, str, int]]) -> list[list[str]]:
 
 
 def test_no_import_circles() -> None:
-    assert cycles([f for f in imports() if f[0].startswith("services.")]) == []
+    known = {_module(p)[0] for p in sources()}
+    assert cycles([f for f in imports() if f[0].startswith("services.")], known) == []
 
 
 def test_a_circle_is_reported() -> None:
@@ -167,6 +177,114 @@ def test_an_arrow_back_up_is_reported() -> None:
     assert violations(forged) == [
         "deploy.demo:18 imports bench.workload (deploy must not import bench)",
         "services.api.app:3 imports deploy.lag (services must not import deploy)"]
+
+
+# Where clients may be built: the factories.
+CLIENT_FACTORIES = "services/shared/clients/"
+# The client libraries, and what in them builds a client (a connection, a pool, a
+# producer...): a class or function by its name, or ``Class.method``.
+CLIENT_LIBRARIES = ("confluent_kafka", "aiokafka", "kafka", "cassandra", "faust",
+                    "psycopg", "psycopg2", "psycopg_pool")
+CLIENT_BUILDERS = frozenset({
+    "Producer", "Consumer", "AdminClient", "SerializingProducer", "DeserializingConsumer",
+    "SchemaRegistryClient", "AIOKafkaProducer", "AIOKafkaConsumer", "AIOKafkaAdminClient",
+    "KafkaProducer", "KafkaConsumer", "KafkaAdminClient", "Cluster", "App",
+    "connect", "Connection.connect", "AsyncConnection.connect", "PGconn.connect",
+    "ConnectionPool", "AsyncConnectionPool", "NullConnectionPool", "AsyncNullConnectionPool",
+    "ThreadedConnectionPool", "SimpleConnectionPool"})
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` of a name or attribute chain, else None (a call's result, a subscript)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def client_builds(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) of every call in ``tree`` that builds a store client: a name that an
+    import (anywhere in the file, aliases followed) binds to one of CLIENT_LIBRARIES,
+    called as one of CLIENT_BUILDERS (``psycopg.connect``, ``Consumer`` from
+    ``confluent_kafka``, ``AsyncConnection.connect``, ``faust.App``...)."""
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        dotted = _dotted(node.func)
+        if dotted is None:
+            continue
+        head, _, rest = dotted.partition(".")
+        if head not in bound:
+            continue
+        resolved = bound[head] + ("." + rest if rest else "")
+        parts = resolved.split(".")
+        if parts[0] not in CLIENT_LIBRARIES or len(parts) < 2:
+            continue
+        if parts[-1] in CLIENT_BUILDERS or ".".join(parts[-2:]) in CLIENT_BUILDERS:
+            found.append((node.lineno, resolved))
+    return found
+
+
+def test_only_the_client_factories_build_clients() -> None:
+    """Every Kafka, Cassandra and Postgres client is built by services/shared/clients,
+    from the settings blocks: elsewhere a client would miss TLS, SASL or credentials."""
+    offenders = [f"{path.relative_to(ROOT)}:{line} builds {what}()"
+                 for path in sources() if not str(path.relative_to(ROOT)).startswith(CLIENT_FACTORIES)
+                 for line, what in client_builds(ast.parse(path.read_text(), str(path)))]
+    assert not offenders, ("build clients with services.shared.clients (kafka, cql, pg):\n"
+                           + "\n".join(offenders))
+
+
+def test_the_client_check_sees_every_form() -> None:
+    code = """
+import faust
+import psycopg as pq
+import psycopg2
+from confluent_kafka import Consumer as C
+from confluent_kafka.admin import AdminClient
+from aiokafka import AIOKafkaProducer
+from cassandra.cluster import Cluster
+from psycopg import AsyncConnection
+from psycopg_pool import ConnectionPool
+from services.shared.clients import kafka, pg
+
+def f(settings):
+    C({"bootstrap.servers": "x"})
+    AdminClient({})
+    AIOKafkaProducer(bootstrap_servers="x")
+    Cluster(["h"])
+    faust.App("id", broker="kafka://x")
+    pq.connect("")
+    psycopg2.connect("")
+    AsyncConnection.connect("")
+    pq.AsyncConnection.connect("")
+    ConnectionPool("")
+    kafka.producer(settings)            # the factories: fine
+    pg.connect(settings)
+    cluster.connect()                   # a session of a cluster the factory built
+    Producer = object
+    Producer()                          # not a client library's
+"""
+    assert client_builds(ast.parse(code)) == [
+        (14, "confluent_kafka.Consumer"), (15, "confluent_kafka.admin.AdminClient"),
+        (16, "aiokafka.AIOKafkaProducer"), (17, "cassandra.cluster.Cluster"), (18, "faust.App"),
+        (19, "psycopg.connect"), (20, "psycopg2.connect"), (21, "psycopg.AsyncConnection.connect"),
+        (22, "psycopg.AsyncConnection.connect"), (23, "psycopg_pool.ConnectionPool")]
 
 
 def test_every_python_folder_is_on_the_map() -> None:
