@@ -6,14 +6,21 @@ start; the start-up shortcuts (gossip settle, ring delay) cut tens of seconds on
 """
 from __future__ import annotations
 
+import hashlib
 import shutil
+import time
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from . import security
 from .layout import REPO, Layout
 from .process import (Daemon, StackError, StatusRow, UpReport, ensure_ports_free, spawn, status_row,
                       stop_many, wait_ready)
 from .toolchain import java17, jars
+
+if TYPE_CHECKING:
+    from cassandra.cluster import Cluster, Session
 
 TEMPLATES = REPO / "deploy" / "stack" / "templates"
 
@@ -73,8 +80,8 @@ def _yaml(layout: Layout, i: int) -> str:
         f"commitlog_directory: {node / 'commitlog'}",
         f"saved_caches_directory: {node / 'saved_caches'}",
         f"hints_directory: {node / 'hints'}",
-        "authenticator: AllowAllAuthenticator",
-        "authorizer: AllowAllAuthorizer",
+        *(_security_yaml(layout, i) if security.secured(layout) else
+          ["authenticator: AllowAllAuthenticator", "authorizer: AllowAllAuthorizer"]),
         "auto_bootstrap: false",
         "storage_compatibility_mode: NONE",
         # Two cores are shared with everything else: keep background work small.
@@ -100,6 +107,33 @@ def _yaml(layout: Layout, i: int) -> str:
     if layout.nodes == 3:
         lines.append(f"initial_token: {TOKENS[i - 1]}")
     return "\n".join(lines) + "\n"
+
+
+def _security_yaml(layout: Layout, i: int) -> list[str]:
+    """Three nodes: password roles with permissions, and TLS for clients (required) and
+    between the nodes (mutual), from the stack's PEM files."""
+    stores = [
+        "  ssl_context_factory:",
+        "    class_name: org.apache.cassandra.security.PEMBasedSslContextFactory",
+        f"  keystore: {security.bundle(layout, f'node{i}')}",
+        f"  truststore: {security.ca_file(layout)}",
+    ]
+    return [
+        "authenticator: PasswordAuthenticator",
+        "authorizer: CassandraAuthorizer",
+        "role_manager: CassandraRoleManager",
+        "client_encryption_options:",
+        "  enabled: true",
+        "  optional: false",
+        "  require_client_auth: false",
+        *stores,
+        "server_encryption_options:",
+        "  internode_encryption: all",
+        "  optional: false",
+        "  require_client_auth: true",
+        "  require_endpoint_verification: false",
+        *stores,
+    ]
 
 
 def _jmx_port(layout: Layout, i: int) -> int:
@@ -132,8 +166,9 @@ def _argv(layout: Layout, i: int, java: str, lib: Path) -> list[str]:
         f"-Dcassandra.jmx.local.port={_jmx_port(layout, i)}",
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
         "-Dcassandra.ring_delay_ms=1000",
-        # The default role is not used (AllowAllAuthenticator), but its setup task still
-        # runs and, until a quorum of the ring is up, fails and reschedules itself after
+        # The default role's setup task (one node: not used, AllowAllAuthenticator; three
+        # nodes: the 'cassandra' role the stack logs in with once, _secure_roles) runs
+        # and, until a quorum of the ring is up, fails and reschedules itself after
         # this delay: at 0 it spun, ~500,000 log lines a minute per waiting node of the
         # three-node stack (a 0.9 GB log, CPU taken from the nodes still starting).
         "-Dcassandra.superuser_setup_delay_ms=2000",
@@ -152,23 +187,145 @@ def _prepare(layout: Layout, i: int) -> None:
     (node / "cassandra.yaml").write_text(_yaml(layout, i))
 
 
+def _auth_refused(exc: BaseException) -> bool:
+    """The node answered a CQL connection with an authentication error."""
+    from cassandra import AuthenticationFailed
+    from cassandra.cluster import NoHostAvailable
+
+    return isinstance(exc, NoHostAvailable) and any(
+        isinstance(e, AuthenticationFailed) for e in exc.errors.values())
+
+
 def _probe(layout: Layout, i: int, *, ring: bool) -> bool:
-    """A real CQL query on node ``i``; with ``ring``, also that it sees every peer."""
-    from cassandra.cluster import Cluster
-    from cassandra.policies import WhiteListRoundRobinPolicy
+    """A real CQL query on node ``i``; with ``ring``, also that it sees every peer.
+
+    On three nodes (TLS, passwords) a node whose native transport answers the TLS
+    handshake and the login, even with a refusal, is up: until a quorum of the ring runs,
+    no login can be checked (the roles are replicated three times), and on a first start
+    the stack's role does not exist yet (``_secure_roles``). The ring check needs the
+    login to succeed."""
+    from services.shared.clients import cql
 
     host = layout.hosts[i - 1]
-    cluster = Cluster([host], port=layout.cassandra_port, connect_timeout=3,
-                      load_balancing_policy=WhiteListRoundRobinPolicy([host]), protocol_version=5)
+    cluster = cql.cluster(security.client_settings(layout), contact_points=[host], connect_timeout=3,
+                          timeout=5)
     try:
-        session = cluster.connect()
-        session.execute("SELECT release_version FROM system.local", timeout=5)
+        try:
+            session = cluster.connect()
+        except Exception as exc:
+            if not ring and security.secured(layout) and _auth_refused(exc):
+                return True
+            raise
+        node = cluster.metadata.get_host(host)
+        if node is None:
+            return False
+        session.execute("SELECT release_version FROM system.local", host=node)
         if not ring:
             return True
-        return len(session.execute("SELECT peer FROM system.peers_v2", timeout=5).all()) == \
+        return len(session.execute("SELECT peer FROM system.peers_v2", host=node).all()) == \
             layout.nodes - 1
     finally:
         cluster.shutdown()
+
+
+def _roles_marker(layout: Layout) -> Path:
+    return layout.data("cassandra") / "roles"
+
+
+def _roles_stamp(layout: Layout) -> str:
+    """What the roles were last set up with (the passwords' digest, not the passwords)."""
+    digest = hashlib.sha256("\n".join(security.password(layout, n) for n in
+                                      ("cassandra-admin", "cassandra-feed")).encode()).hexdigest()
+    return f"{security.VERSION} {digest}"
+
+
+def _login(layout: Layout, user: str, password: str) -> tuple["Cluster", "Session"]:
+    from services.shared.clients import cql
+
+    settings = security.client_settings(layout, cassandra_username=user, cassandra_password=password)
+    cluster = cql.cluster(settings, timeout=15, connect_timeout=5)
+    try:
+        return cluster, cluster.connect()
+    except BaseException:
+        cluster.shutdown()
+        raise
+
+
+def _secure_roles(layout: Layout) -> None:
+    """Three nodes, once the ring is up: ``system_auth`` replicated three times, a
+    superuser ``admin`` and a login role ``feed`` (all permissions on every keyspace, not
+    a superuser) with the generated passwords, and the default ``cassandra`` superuser
+    disabled. Idempotent: a later run logs in as ``admin`` and re-applies the rest."""
+    from cassandra import ConsistencyLevel, InvalidRequest
+    from cassandra.query import SimpleStatement
+
+    admin_pw = security.password(layout, "cassandra-admin")
+    feed_pw = security.password(layout, "cassandra-feed")
+    try:
+        cluster, session = _login(layout, security.CASSANDRA_ADMIN, admin_pw)
+    except Exception as exc:
+        if not _auth_refused(exc):
+            raise
+        # First run: the default superuser (made by the nodes a few seconds after a
+        # quorum is up; until then this login fails and the caller retries).
+        cluster, session = _login(layout, "cassandra", "cassandra")
+        try:
+            dc = session.execute("SELECT data_center FROM system.local").one().data_center
+            session.execute("ALTER KEYSPACE system_auth WITH replication = "
+                            f"{{'class': 'NetworkTopologyStrategy', '{dc}': {layout.nodes}}}")
+            # The rows written at RF 1 live on one replica: a read at ALL repairs them onto
+            # every replica (blocking read repair), so no 'nodetool repair' is needed.
+            for table in ("roles", "role_members", "role_permissions"):
+                session.execute(SimpleStatement(f"SELECT * FROM system_auth.{table}",
+                                                consistency_level=ConsistencyLevel.ALL))
+            _create_or_alter(session, security.CASSANDRA_ADMIN,
+                             f"SUPERUSER = true AND LOGIN = true AND PASSWORD = '{admin_pw}'")
+        finally:
+            cluster.shutdown()
+        cluster, session = _login(layout, security.CASSANDRA_ADMIN, admin_pw)
+    try:
+        _create_or_alter(session, "feed", f"LOGIN = true AND PASSWORD = '{feed_pw}'")
+        # Migrations create, alter and drop keyspaces; the services read and write them.
+        session.execute("GRANT ALL PERMISSIONS ON ALL KEYSPACES TO feed")
+        try:
+            session.execute("ALTER ROLE cassandra WITH SUPERUSER = false AND LOGIN = false")
+        except InvalidRequest:
+            pass  # no such role (dropped by hand): nothing to disable
+    finally:
+        cluster.shutdown()
+
+
+def _create_or_alter(session: "Session", role: str, options: str) -> None:
+    """CREATE the role, or ALTER it to ``options`` when it exists (a run interrupted
+    after creating it, or new passwords). Not both: a role's password may change only
+    every few seconds."""
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
+    exists = session.execute(SimpleStatement("SELECT role FROM system_auth.roles WHERE role = %s",
+                                             consistency_level=ConsistencyLevel.QUORUM), [role]).one()
+    session.execute(f"{'ALTER' if exists else 'CREATE'} ROLE {role} WITH {options}")
+
+
+def _ensure_roles(layout: Layout, timeout: float = 120) -> float:
+    """``_secure_roles`` once per set of passwords, retried while authentication
+    settles after a start (the default role appears seconds after a quorum is up, and
+    role reads need a quorum). Returns the seconds spent."""
+    marker, stamp = _roles_marker(layout), _roles_stamp(layout)
+    if marker.is_file() and marker.read_text().strip() == stamp:
+        return 0.0
+    start = time.monotonic()
+    while True:
+        try:
+            _secure_roles(layout)
+            break
+        except Exception as exc:  # noqa: BLE001 - auth settling looks like any failure
+            if time.monotonic() - start > timeout:
+                raise StackError(f"cassandra: the roles could not be set up in {timeout:.0f}s: "
+                                 f"{type(exc).__name__}: {str(exc)[:500]}") from None
+            time.sleep(1)
+    marker.write_text(stamp + "\n")
+    return time.monotonic() - start
 
 
 def nodetool(layout: Layout, *args: str, node: int = 1, timeout: float = 300) -> str:
@@ -190,6 +347,7 @@ def nodetool(layout: Layout, *args: str, node: int = 1, timeout: float = 300) ->
 def up(layout: Layout, started: list[Daemon]) -> UpReport:
     java = java17(layout)
     lib = jars(layout, "cassandra")
+    security.ensure(layout)
     waited = 0.0
     any_started = False
     # One node at a time: a joining node must see the ring settled before the next.
@@ -208,6 +366,8 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
         waited += wait_ready(d, f"cassandra-{i}", partial(_probe, layout, i, ring=False),
                              timeout=240, log_file=d.log_file)
         (_node_dir(layout, i) / "initialized").write_text("ok\n")
+    if security.secured(layout):
+        waited += _ensure_roles(layout)
     if not any_started:
         return {"state": "already running"}
     for i in range(1, layout.nodes + 1):

@@ -18,21 +18,22 @@ fencing it, and broker-cut showed posts 7.1 s late (p95) against 0.8-5 s otherwi
 from __future__ import annotations
 
 import base64
-import logging
+import os
 import shutil
 import uuid
 from pathlib import Path
 
+from services.shared.clients import kafka as kafka_clients
+
+from . import security
 from .layout import REPO, Layout
-from .process import (Daemon, StatusRow, UpReport, ensure_ports_free, port_open, run_checked, spawn,
-                      status_row, stop_many, wait_ready)
+from .process import (Daemon, StackError, StatusRow, UpReport, ensure_ports_free, port_open, run_checked,
+                      spawn, status_row, stop_many, wait_ready)
 from .toolchain import java17, jars
 
 # librdkafka logs every refused connection while a broker starts; readiness polling
 # expects those, so its log goes nowhere.
-_QUIET = logging.getLogger("stack.kafka.probe")
-_QUIET.addHandler(logging.NullHandler())
-_QUIET.propagate = False
+_QUIET = kafka_clients.quiet_logger("stack.kafka.probe")
 
 TEMPLATES = REPO / "deploy" / "stack" / "templates"
 
@@ -96,13 +97,47 @@ def _cluster_id(layout: Layout) -> str:
     return cid
 
 
+def _security_marker(layout: Layout) -> Path:
+    """What security the three-node data was formatted with (``security.VERSION``)."""
+    return layout.data("kafka") / "security"
+
+
+def _security_properties(layout: Layout, i: int, controller: bool) -> dict[str, str]:
+    """Three nodes: clients and brokers on SASL_SSL with SCRAM-SHA-512 (listener
+    ``BROKER``); the controllers' listener on mutual TLS (SCRAM between KRaft
+    controllers is poorly supported). Kafka reads the PEM files directly."""
+    props = {
+        "listener.security.protocol.map": "CONTROLLER:SSL,BROKER:SASL_SSL",
+        # Every listener and every client inside the process (broker -> controller,
+        # controller -> controller, broker -> broker) uses the node's certificate.
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(security.bundle(layout, f"node{i}")),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(security.ca_file(layout)),
+        "ssl.endpoint.identification.algorithm": "https",
+        "listener.name.controller.ssl.client.auth": "required",
+    }
+    if not controller:
+        jaas = ("org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{security.KAFKA_BROKER_USER}" '
+                f'password="{security.password(layout, "kafka-broker")}";')
+        props.update({
+            "inter.broker.listener.name": "BROKER",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "listener.name.broker.scram-sha-512.sasl.jaas.config": jaas,
+        })
+    return props
+
+
 def _properties(layout: Layout, i: int, controller: bool = False) -> str:
     host = layout.hosts[i - 1]
     base = CONTROLLER_ID_BASE if split(layout) else 0
     voters = ",".join(f"{base + n}@{h}:{layout.kafka_controller_port}"
                       for n, h in enumerate(layout.hosts, start=1))
     rf = 3 if layout.nodes == 3 else 1
-    broker = f"PLAINTEXT://{host}:{layout.kafka_port}"
+    secured = security.secured(layout)
+    broker = f"{'BROKER' if secured else 'PLAINTEXT'}://{host}:{layout.kafka_port}"
     ctl = f"CONTROLLER://{host}:{layout.kafka_controller_port}"
     if not split(layout):
         roles: dict[str, str] = {"process.roles": "broker,controller", "node.id": str(i),
@@ -141,6 +176,9 @@ def _properties(layout: Layout, i: int, controller: bool = False) -> str:
         "log.retention.hours": "168",
         "log.segment.bytes": str(256 * 1024 * 1024),
     }
+    if secured:
+        props.pop("inter.broker.listener.name", None)
+        props.update(_security_properties(layout, i, controller))
     if rf == 3:
         # A broker that stops heartbeating is fenced, and its partitions led elsewhere,
         # after this (default 9 s, heartbeats every 2 s): a dead or cut-off broker's
@@ -161,13 +199,51 @@ def _prepare(layout: Layout, i: int, java: str, lib: Path, controller: bool = Fa
         shutil.rmtree(node)
     node.mkdir(parents=True, exist_ok=True)
     conf = node / "server.properties"
-    conf.write_text(_properties(layout, i, controller))
+    # 0600: on three nodes it holds the broker's SCRAM password.
+    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(_properties(layout, i, controller))
     if not marker.exists():
         run_checked([java, "-cp", f"{lib}/*", f"-Dlog4j2.configurationFile={TEMPLATES / 'log4j2.properties'}",
-                     "kafka.tools.StorageTool", "format", "-t", _cluster_id(layout), "-c", str(conf)],
+                     "kafka.tools.StorageTool", "format", "-t", _cluster_id(layout), "-c", str(conf),
+                     *_scram_users(layout)],
                     f"{name} storage format", layout.logs / f"{name}.log")
         marker.write_text("ok\n")
     return conf
+
+
+def _scram_users(layout: Layout) -> list[str]:
+    """StorageTool arguments creating the SCRAM users at format time (three nodes):
+    ``feed`` for the services, ``broker`` for the brokers themselves."""
+    if not security.secured(layout):
+        return []
+    users = {"feed": security.password(layout, "kafka-feed"),
+             security.KAFKA_BROKER_USER: security.password(layout, "kafka-broker")}
+    out: list[str] = []
+    for user, secret in users.items():
+        out += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={secret}]"]
+    return out
+
+
+def _reformat_if_insecure(layout: Layout) -> None:
+    """Three-node data formatted without this security (no SCRAM users, or another
+    version of it) cannot be reused: its metadata lacks the users. Wipe it, so that every
+    process is formatted again (topics and offsets of that data are lost)."""
+    if not security.secured(layout):
+        return
+    folder, marker = layout.data("kafka"), _security_marker(layout)
+    recorded = marker.read_text().strip() if marker.is_file() else ""
+    if recorded == security.VERSION:
+        return
+    if any(daemon(layout, i, c).alive() for i, c in _processes(layout)):
+        raise StackError(f"kafka: {folder} was formatted {'as ' + recorded if recorded else 'without security'}"
+                         f" and some of its processes run; 'down' the stack first")
+    if folder.exists() and any(p.name != "security" for p in folder.iterdir()):
+        print(f"stack: kafka: {folder} was formatted {'as ' + recorded if recorded else 'without security'};"
+              f" formatting it again as {security.VERSION} (its topics are lost)", flush=True)
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    marker.write_text(security.VERSION + "\n")
 
 
 def _argv(layout: Layout, java: str, lib: Path, conf: Path, controller: bool = False) -> list[str]:
@@ -178,12 +254,10 @@ def _argv(layout: Layout, java: str, lib: Path, conf: Path, controller: bool = F
 
 
 def _brokers_ready(layout: Layout) -> bool:
-    from confluent_kafka.admin import AdminClient
-
     if not all(port_open(h, layout.kafka_port) for h in layout.hosts):
         return False
-    admin = AdminClient({"bootstrap.servers": layout.kafka_bootstrap, "socket.timeout.ms": 2000},
-                        logger=_QUIET)
+    admin = kafka_clients.admin(security.client_settings(layout), {"socket.timeout.ms": 2000},
+                                logger=_QUIET)
     return len(admin.list_topics(timeout=3).brokers) == layout.nodes
 
 
@@ -194,6 +268,8 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
     if not pending:
         return {"state": "already running"}
     ensure_ports_free("kafka", [(layout.hosts[i - 1], p) for i, c in pending for p in _ports(layout, c)])
+    security.ensure(layout)
+    _reformat_if_insecure(layout)
     # All start together: the controller quorum needs a majority to elect.
     for i, c in pending:
         conf = _prepare(layout, i, java, lib, c)

@@ -107,8 +107,10 @@ class Layout:
         return ",".join(self.hosts)
 
     def client_env(self) -> dict[str, str]:
-        """The FEED_* variables that point the project's clients at this stack."""
-        return {
+        """The FEED_* variables that point the project's clients at this stack. On three
+        nodes (secured: TLS, SCRAM, passwords) also the client security settings of
+        ``deploy/secured-stack.env``, with the stack folder's paths filled in."""
+        env = {
             "FEED_PG_HOST": self.pg_host,
             "FEED_PG_PORT": str(self.pg_port),
             "FEED_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
@@ -116,6 +118,10 @@ class Layout:
             "FEED_CASSANDRA_PORT": str(self.cassandra_port),
             "FEED_CASSANDRA_REPLICATION_FACTOR": str(self.nodes),
         }
+        from . import security
+        if security.secured(self):
+            env.update(security.env_file_settings(self))
+        return env
 
     def use_as_default(self) -> None:
         """Point this process's clients at the stack unless FEED_* variables already say

@@ -15,6 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import security
 from .layout import Layout
 from .process import (StackError, StatusRow, UpReport, ensure_ports_free, port_open, rss_mb, run_checked,
                       tail)
@@ -117,32 +118,101 @@ def _init(layout: Layout, pg_bin: Path) -> None:
     _marker(layout).write_text("ok\n")
 
 
+# Three nodes: TLS with the stack's certificate, passwords hashed with SCRAM (pg_hba).
+SECURED_SETTINGS = {
+    "ssl": "on",
+    "ssl_cert_file": "'server.crt'",
+    "ssl_key_file": "'server.key'",
+    "ssl_ca_file": "'root.crt'",
+    "ssl_min_protocol_version": "'TLSv1.2'",
+    "password_encryption": "'scram-sha-256'",
+}
+
+
 def _configure(layout: Layout) -> None:
     pgdata = _pgdata(layout)
-    conf = "\n".join(f"{k} = {v}" for k, v in SETTINGS.items()).format(
+    settings = {**SETTINGS, **(SECURED_SETTINGS if security.secured(layout) else {})}
+    conf = "\n".join(f"{k} = {v}" for k, v in settings.items()).format(
         host=layout.pg_host, port=layout.pg_port)
     (pgdata / "feed.conf").write_text(conf + "\n")
     main_conf = pgdata / "postgresql.conf"
     if "include 'feed.conf'" not in main_conf.read_text():
         with open(main_conf, "a") as fh:
             fh.write("\ninclude 'feed.conf'\n")
-    # Loopback only, trust: a development stack. Replication connections included (CDC).
-    (pgdata / "pg_hba.conf").write_text(
-        "host all all 127.0.0.1/32 trust\n"
-        "host all all ::1/128 trust\n"
-        "host replication all 127.0.0.1/32 trust\n"
-        "host replication all ::1/128 trust\n"
-    )
+    if security.secured(layout):
+        _install_tls(layout)
+        # TLS and a SCRAM password for every role, loopback only. A logical replication
+        # connection (the CDC relay) matches the ordinary lines for its database; the
+        # 'replication' lines are for physical tools (pg_basebackup).
+        (pgdata / "pg_hba.conf").write_text(
+            "hostssl all all 127.0.0.1/32 scram-sha-256\n"
+            "hostssl all all ::1/128 scram-sha-256\n"
+            "hostssl replication all 127.0.0.1/32 scram-sha-256\n"
+            "hostssl replication all ::1/128 scram-sha-256\n"
+        )
+    else:
+        # Loopback only, trust: a development stack. Replication connections included (CDC).
+        (pgdata / "pg_hba.conf").write_text(
+            "host all all 127.0.0.1/32 trust\n"
+            "host all all ::1/128 trust\n"
+            "host replication all 127.0.0.1/32 trust\n"
+            "host replication all ::1/128 trust\n"
+        )
     _chown_to_postgres(pgdata / "feed.conf", pgdata / "pg_hba.conf")
 
 
-def _bootstrap_roles(layout: Layout) -> None:
-    import psycopg
+def _install_tls(layout: Layout) -> None:
+    """Copies of the server's certificate, key and the CA inside the data folder, owned by
+    ``postgres`` (the key 0600, as the server demands): the stack folder may be out of the
+    ``postgres`` user's reach (``_base``)."""
+    pgdata = _pgdata(layout)
+    for source, name, mode in ((security.cert(layout, "postgres"), "server.crt", 0o644),
+                               (security.key(layout, "postgres"), "server.key", 0o600),
+                               (security.ca_file(layout), "root.crt", 0o644)):
+        target = pgdata / name
+        target.unlink(missing_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(source.read_text())
+        _chown_to_postgres(target)
 
-    with psycopg.connect(host=layout.pg_host, port=layout.pg_port, user="postgres",
-                         dbname="postgres", autocommit=True) as conn:
+
+def _security_marker(layout: Layout) -> Path:
+    return _base(layout) / "security"
+
+
+def _set_superuser_password(layout: Layout, pg_bin: Path) -> None:
+    """Three nodes: give ``postgres`` its generated password, in single-user mode while
+    the server is stopped (no connection, so no authentication is needed: this works on
+    a fresh folder and on one that ran with trust before). Done when the password or the
+    security version changed since the last time (recorded as a digest)."""
+    secret = security.password(layout, "pg-postgres")
+    stamp = f"{security.VERSION} {hashlib.sha256(secret.encode()).hexdigest()}"
+    marker = _security_marker(layout)
+    if marker.is_file() and marker.read_text().strip() == stamp:
+        return
+    # The statement goes through stdin, never the command line; password_encryption is
+    # scram-sha-256 (feed.conf), so only the verifier is stored.
+    sql = f"ALTER ROLE postgres WITH PASSWORD '{secret}';\n"
+    proc = subprocess.run(_as_postgres([str(pg_bin / "postgres"), "--single", "-D", str(_pgdata(layout)),
+                                        "-c", "log_min_messages=fatal", "postgres"]),
+                          input=sql, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 or "ERROR" in proc.stderr + proc.stdout:
+        raise StackError(f"postgres: setting the superuser's password failed (exit {proc.returncode}):"
+                         f" {(proc.stderr + proc.stdout).strip()[-1000:]}")
+    marker.write_text(stamp + "\n")
+
+
+def _bootstrap_roles(layout: Layout) -> None:
+    from services.shared.clients import pg
+
+    feed_password = security.password(layout, "pg-feed") if security.secured(layout) else "feed"
+    with pg.connect(security.postgres_superuser_settings(layout), autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname='feed'").fetchone():
-            conn.execute("CREATE ROLE feed LOGIN REPLICATION CREATEDB PASSWORD 'feed'")
+            conn.execute(f"CREATE ROLE feed LOGIN REPLICATION CREATEDB PASSWORD '{feed_password}'")
+        elif security.secured(layout):
+            # A role made by a plaintext start (password 'feed') gets the generated one.
+            conn.execute(f"ALTER ROLE feed WITH LOGIN REPLICATION CREATEDB PASSWORD '{feed_password}'")
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname='feed'").fetchone():
             conn.execute("CREATE DATABASE feed OWNER feed")
 
@@ -153,8 +223,11 @@ def up(layout: Layout) -> UpReport:
         return {"state": "already running"}
     ensure_ports_free("postgres", [(layout.pg_host, layout.pg_port)])
     layout.logs.mkdir(parents=True, exist_ok=True)
+    security.ensure(layout)
     _init(layout, pg_bin)
     _configure(layout)
+    if security.secured(layout):
+        _set_superuser_password(layout, pg_bin)
     log = _log(layout)
     log.touch()
     _chown_to_postgres(log)
