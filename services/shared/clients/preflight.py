@@ -37,11 +37,19 @@ _PG = (
 _KAFKA = (
     ("authentication failed", "FEED_KAFKA_SASL_USERNAME / FEED_KAFKA_SASL_PASSWORD"),
     ("invalid credentials", "FEED_KAFKA_SASL_USERNAME / FEED_KAFKA_SASL_PASSWORD"),
-    ("sasl", "FEED_KAFKA_SECURITY_PROTOCOL / FEED_KAFKA_SASL_MECHANISM"),
+    # librdkafka's own check, at the client's creation: SASL without credentials.
+    ("sasl.username and sasl.password must be set", "FEED_KAFKA_SASL_USERNAME / FEED_KAFKA_SASL_PASSWORD"),
+    # Before "sasl": every error of a SASL_SSL client names its broker sasl_ssl://...
     ("certificate verify failed", "FEED_KAFKA_SSL_CA_FILE"),
     ("hostname", "FEED_KAFKA_BOOTSTRAP (the certificate's names) or FEED_KAFKA_SSL_CHECK_HOSTNAME"),
+    ("sasl", "FEED_KAFKA_SECURITY_PROTOCOL / FEED_KAFKA_SASL_MECHANISM"),
     ("security.protocol", "FEED_KAFKA_SECURITY_PROTOCOL"),
     ("ssl handshake failed", "FEED_KAFKA_SECURITY_PROTOCOL / FEED_KAFKA_SSL_CA_FILE"),
+    # What librdkafka logs (not an error) when the listener speaks another protocol: a
+    # plaintext client at a TLS listener is cut off before its first answer, a TLS client
+    # without SASL at a SASL_SSL listener at its first request.
+    ("in state apiversion_query", "FEED_KAFKA_SECURITY_PROTOCOL (the listener expects TLS or SASL)"),
+    ("ssl connection closed by peer", "FEED_KAFKA_SECURITY_PROTOCOL (the listener expects SASL: SASL_SSL)"),
 )
 _CASSANDRA = (
     ("requires authentication", "FEED_CASSANDRA_USERNAME / FEED_CASSANDRA_PASSWORD"),
@@ -50,6 +58,9 @@ _CASSANDRA = (
     ("mismatch", "FEED_CASSANDRA_HOSTS (the certificates' names) or FEED_CASSANDRA_SSL_CHECK_HOSTNAME"),
     ("ssl", "FEED_CASSANDRA_SSL / FEED_CASSANDRA_SSL_CA_FILE"),
     ("wrong version number", "FEED_CASSANDRA_SSL (the node does not speak TLS there)"),
+    # A node that requires TLS resets a plaintext client's first frame (a node that is
+    # not up refuses the connection instead).
+    ("connection reset by peer", "FEED_CASSANDRA_SSL (the node expects TLS)"),
 )
 
 
@@ -76,19 +87,43 @@ def check_postgres(settings: PostgresSettings) -> None:
         log.warning("postgres: not reachable yet (%s); the process retries", str(exc).strip()[:200])
 
 
+class _Lines(logging.Handler):
+    """Collects a client's log lines (librdkafka logs through a Python logger)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.texts.append(record.getMessage())
+
+
 def check_kafka(settings: KafkaSettings, timeout_s: float = 15.0) -> None:
     from confluent_kafka import KafkaException
 
     from . import kafka
     errors: list[str] = []
-    client = kafka.admin(settings, {"error_cb": lambda err: errors.append(str(err)),
-                                    "socket.timeout.ms": 5000},
-                         logger=kafka.quiet_logger("feed.preflight.kafka"))
+    lines = _Lines()
+    client_log = kafka.quiet_logger("feed.preflight.kafka")
+    client_log.setLevel(logging.INFO)
+    client_log.addHandler(lines)
     try:
-        client.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        errors.append(str(exc))
-    for text in errors:
+        try:
+            client = kafka.admin(settings, {"error_cb": lambda err: errors.append(str(err)),
+                                            "socket.timeout.ms": 5000}, logger=client_log)
+        except KafkaException as exc:  # librdkafka refuses the configuration itself
+            errors.append(str(exc))
+        else:
+            try:
+                client.list_topics(timeout=timeout_s)
+            except KafkaException as exc:
+                errors.append(str(exc))
+            client.poll(0)  # error_cb is called from poll
+    finally:
+        client_log.removeHandler(lines)
+    # librdkafka's log says what its errors do not (a protocol mismatch is only a
+    # disconnection there): read only when no broker answered.
+    for text in errors + (lines.texts if errors else []):
         refused = _match("kafka", text, _KAFKA)
         if refused:
             raise refused
