@@ -86,6 +86,9 @@ def password_file(layout: Layout, name: str) -> Path:
 
 
 def password(layout: Layout, name: str) -> str:
+    """The generated password ``name`` (made with the others if missing)."""
+    if not password_file(layout, name).is_file():
+        ensure_secrets(layout)
     return password_file(layout, name).read_text().strip()
 
 

@@ -147,24 +147,5 @@ def test_down_never_signals_a_process_it_did_not_start(private_env: dict[str, st
         bystander.wait()
 
 
-def test_three_node_mode_runs_three_brokers_three_controllers_and_a_three_node_ring(
-        private_env: dict[str, str]) -> None:
-    result = stack(private_env, "up", "--nodes", "3", timeout=600)
-    assert result.returncode == 0, result.stderr
-    rows = status(private_env)
-    assert {n for n, r in rows.items() if r["pid"]} >= {
-        "kafka-1", "kafka-2", "kafka-3", "kafka-controller-1", "kafka-controller-2",
-        "kafka-controller-3", "cassandra-1", "cassandra-2", "cassandra-3", "prometheus"}
-    env = dict(line.removeprefix("export ").split("=", 1)
-               for line in stack(private_env, "env").stdout.splitlines())
-    s = Settings(kafka_bootstrap=env["FEED_KAFKA_BOOTSTRAP"], cassandra_hosts=env["FEED_CASSANDRA_HOSTS"],
-                 cassandra_port=int(env["FEED_CASSANDRA_PORT"]))
-    assert len(kafka.admin(s).list_topics(timeout=15).brokers) == 3
-    cluster = cql.cluster(s)
-    try:
-        cluster.connect()
-        assert sum(1 for h in cluster.metadata.all_hosts() if h.is_up) == 3
-    finally:
-        cluster.shutdown()
-    assert stack(private_env, "down").returncode == 0
-    assert not any(r["pid"] for r in status(private_env).values())
+# Three-node mode (secured: TLS, SCRAM, passwords) is checked in test_secured_stack.py,
+# on one three-node start for all its tests.
