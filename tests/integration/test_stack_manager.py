@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from deploy.stack.layout import REPO, Layout
-from services.shared.clients import cql, kafka, pg
+from services.shared.clients import pg
 from services.shared.settings import Settings
 from tests.conftest import require
 
