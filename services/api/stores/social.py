@@ -1,7 +1,11 @@
 """``follows``, ``blocks`` and ``likes``.
 
-Follow and block statements on one pair of users take a transaction-scoped advisory lock
-on the unordered pair, so a follow racing a block can never leave a follow behind a block.
+Every write on one pair of users (follow, unfollow, block, unblock) first takes a
+transaction-scoped advisory lock on the unordered pair, so a follow racing a block can
+never leave a follow behind a block. It also gives hiding writes one lock order: the
+pair, then the visibility fence (taken by the log triggers), then the rows. A block
+holds the fence while it deletes the pair's follows; an unfollow that locked a follows
+row before the pair would wait for the fence the other way round (a deadlock).
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ async def follow(conn: AsyncConnection, follower_id: int, followed_id: int) -> d
 
 
 async def unfollow(conn: AsyncConnection, follower_id: int, followed_id: int) -> None:
+    await lock_pair(conn, follower_id, followed_id)
     await conn.execute("DELETE FROM follows WHERE follower_id = %s AND followed_id = %s",
                        (follower_id, followed_id))
 
