@@ -5,7 +5,10 @@
 The workers stop on purpose (exit 75) when a store stays unavailable, without committing
 their offsets, expecting to be restarted; a crash is restarted too. Restarts back off
 exponentially (1 s doubling to 30 s, reset after a minute of healthy running). SIGTERM or
-SIGINT is passed to the child, and then the supervisor exits with it.
+SIGINT is passed to the child, and then the supervisor exits with it. A child that ends
+with EX_CONFIG (78, a store refused its credentials or certificates at start,
+services/shared/clients/preflight.py) is not restarted: the same settings would be
+refused again, and retrying a wrong password only locks the account.
 """
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from types import FrameType
 BACKOFF_START_S = 1.0
 BACKOFF_MAX_S = 30.0
 HEALTHY_AFTER_S = 60.0  # a child that ran this long resets the back-off
+# services/shared/clients/preflight.py EXIT_CONFIG, not imported: the supervisor imports
+# nothing of the services it runs (tests/integration/test_supervise.py checks both).
+EXIT_CONFIG = 78
 
 
 def main(argv: list[str]) -> int:
@@ -44,6 +50,10 @@ def main(argv: list[str]) -> int:
         if code < 0:
             code = 128 - code  # killed by a signal: the shell's convention (SIGTERM -> 143)
         if stopping:
+            return code
+        if code == EXIT_CONFIG:
+            print(f"supervise: {module} refused its configuration (exit {code}); not restarting it",
+                  file=sys.stderr, flush=True)
             return code
         ran = time.monotonic() - started
         backoff = BACKOFF_START_S if ran > HEALTHY_AFTER_S else min(BACKOFF_MAX_S, backoff * 2)

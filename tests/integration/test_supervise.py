@@ -32,3 +32,26 @@ def test_supervisor_restarts_a_crashed_child_and_forwards_sigterm(tmp_path: Path
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 128 + signal.SIGTERM
     assert proc.stderr.read().count("exited with 75") == 2
+
+
+def test_supervisor_does_not_restart_a_child_its_stores_refused(tmp_path: Path) -> None:
+    from deploy import supervise
+    from services.shared.clients import preflight
+    assert supervise.EXIT_CONFIG == preflight.EXIT_CONFIG
+    marker = tmp_path / "starts"
+    pkg = tmp_path / "services" / "refused"
+    pkg.mkdir(parents=True)
+    (tmp_path / "services" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    # Exits as the preflight does on a wrong password: once, and never again.
+    (pkg / "__main__.py").write_text(
+        "import pathlib, sys\n"
+        f"p = pathlib.Path({str(marker)!r})\n"
+        "p.write_text(str(int(p.read_text()) + 1 if p.exists() else 1))\n"
+        f"sys.exit({preflight.EXIT_CONFIG})\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}"}
+    done = subprocess.run([sys.executable, "-m", "deploy.supervise", "services.refused"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == preflight.EXIT_CONFIG
+    assert marker.read_text() == "1"
+    assert "not restarting" in done.stderr

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from services.shared.settings import PostgresSettings
@@ -14,23 +14,9 @@ from services.shared.settings import PostgresSettings
 if TYPE_CHECKING:
     import psycopg2.extras
 
-# Setting field -> libpq keyword.
-_KEYWORDS = {"pg_host": "host", "pg_port": "port", "pg_user": "user", "pg_database": "dbname",
-             "pg_sslmode": "sslmode", "pg_sslrootcert": "sslrootcert", "pg_sslcert": "sslcert",
-             "pg_sslkey": "sslkey", "pg_connect_timeout_s": "connect_timeout"}
-
-
 def conninfo(settings: PostgresSettings, **overrides: Any) -> str:
-    """The libpq connection string. With ``pg_conninfo`` set, that string is the base and
-    only the settings given explicitly (and ``overrides``) replace its keywords."""
-    base = settings.pg_conninfo.get_secret_value()
-    given = settings.model_fields_set if base else set(_KEYWORDS) | {"pg_password"}
-    params: dict[str, Any] = {kw: getattr(settings, field) for field, kw in _KEYWORDS.items()
-                              if field in given and getattr(settings, field) != ""}
-    if "pg_password" in given and settings.pg_password.get_secret_value():
-        params["password"] = settings.pg_password.get_secret_value()
-    params.update(overrides)
-    return make_conninfo(base, **params)
+    """The libpq connection string (``PostgresSettings.libpq_conninfo``)."""
+    return settings.libpq_conninfo(**overrides)
 
 
 def describe(settings: PostgresSettings) -> str:

@@ -18,6 +18,11 @@ from services.shared.settings import CassandraSettings, KafkaSettings, PostgresS
 log = logging.getLogger("feed.preflight")
 
 
+# sysexits.h's EX_CONFIG: a supervisor (deploy/supervise.py) does not restart a process
+# that ended with it, since the same settings would be refused again.
+EXIT_CONFIG = 78
+
+
 class StoreRefused(SystemExit):
     """A store's configuration is wrong: the one line says which store and setting."""
 
@@ -136,6 +141,11 @@ def check_cassandra(settings: CassandraSettings) -> None:
 
     from . import cql
     cluster = cql.cluster(settings, connect_timeout=10)
+    # The driver logs each failed connection with its traceback; the one line below is
+    # what an operator needs.
+    driver_log = logging.getLogger("cassandra")
+    level = driver_log.level
+    driver_log.setLevel(logging.CRITICAL)
     try:
         cluster.connect()
     except NoHostAvailable as exc:
@@ -150,6 +160,7 @@ def check_cassandra(settings: CassandraSettings) -> None:
         if refused:
             raise refused from None
     finally:
+        driver_log.setLevel(level)
         cluster.shutdown()
 
 
@@ -159,10 +170,10 @@ CHECKS: dict[str, Callable[..., None]] = {
 
 def preflight(settings: PostgresSettings | KafkaSettings | CassandraSettings,
               stores: Iterable[str]) -> None:
-    """Check each named store; on a refusal, print its one line and exit (status 2)."""
+    """Check each named store; on a refusal, print its one line and exit (EXIT_CONFIG)."""
     for store in stores:
         try:
             CHECKS[store](settings)
         except StoreRefused as refused:
             print(refused.code, file=sys.stderr, flush=True)
-            raise SystemExit(2) from None
+            raise SystemExit(EXIT_CONFIG) from None

@@ -3,11 +3,17 @@ connection is secured. The client factories (``services/shared/clients``) build 
 client from these and nothing else; ``docs/deploy.md`` lists the variables."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+from psycopg.conninfo import make_conninfo
 from pydantic import SecretStr
 
 from .base import FeedSettings
+
+# Setting field -> libpq keyword.
+_LIBPQ = {"pg_host": "host", "pg_port": "port", "pg_user": "user", "pg_database": "dbname",
+          "pg_sslmode": "sslmode", "pg_sslrootcert": "sslrootcert", "pg_sslcert": "sslcert",
+          "pg_sslkey": "sslkey", "pg_connect_timeout_s": "connect_timeout"}
 
 
 class PostgresSettings(FeedSettings):
@@ -28,11 +34,22 @@ class PostgresSettings(FeedSettings):
     pg_sslkey: str = ""
     pg_connect_timeout_s: int = 10
 
+    def libpq_conninfo(self, **overrides: Any) -> str:
+        """The libpq connection string (secrets included: never log it). With
+        ``pg_conninfo`` set, that string is the base and only the settings given
+        explicitly (and ``overrides``) replace its keywords."""
+        base = self.pg_conninfo.get_secret_value()
+        given = self.model_fields_set if base else set(_LIBPQ) | {"pg_password"}
+        params: dict[str, Any] = {kw: getattr(self, field) for field, kw in _LIBPQ.items()
+                                  if field in given and getattr(self, field) != ""}
+        if "pg_password" in given and self.pg_password.get_secret_value():
+            params["password"] = self.pg_password.get_secret_value()
+        params.update(overrides)
+        return make_conninfo(base, **params)
+
     @property
     def pg_dsn(self) -> str:
-        """The libpq connection string of these settings (secrets included: never log it)."""
-        from services.shared.clients.pg import conninfo
-        return conninfo(self)
+        return self.libpq_conninfo()
 
 
 class KafkaSettings(FeedSettings):
