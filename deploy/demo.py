@@ -112,7 +112,8 @@ def main() -> int:
         else:
             print("demo: demo graph already loaded", flush=True)
     reader = pick_reader(graph)
-    token = mint_token(reader, settings.jwt_secret.get_secret_value(), ttl_seconds=7 * 86400)
+    token = mint_token(reader, settings.jwt_secret.get_secret_value(), ttl_seconds=7 * 86400,
+                       issuer=settings.jwt_issuer, audience=settings.jwt_audience)
     base_url = f"http://{settings.api_host}:{settings.api_port}"
     items = wait_for_feed(base_url, token, settings)
     print(f"\nThe API answers at {base_url} (OpenAPI: {base_url}/docs)")

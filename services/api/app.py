@@ -26,6 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.telemetry import TelemetryConfig
 from starlette.types import ASGIApp
 
+from services.api.http.auth import token_verifier
 from services.api.http.edge import Edge
 from services.api.http.metrics import ApiMetrics
 from services.api.http.problems import install_problem_handlers
@@ -71,6 +72,9 @@ BACKGROUND_TASKS: list[Callable[[FastAPI], Coroutine[Any, Any, None]]] = [
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     require_safe_secrets(settings)  # before any client: a refused app opens nothing
+    verifier = token_verifier(app.state)
+    if verifier.keys is not None:  # gateway tokens: the issuer's keys before the first request
+        await verifier.keys.load_async()
     pool = pg.async_pool(settings, min_size=1, max_size=settings.api_pg_pool_max)
     await pool.open(wait=True, timeout=30)
     lease = await asyncio.to_thread(NodeLease.acquire, settings)

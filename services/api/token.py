@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     roles = (MODERATOR_ROLE,) if args.moderator else ()
-    secret = get_settings().jwt_secret.get_secret_value()
-    print(mint_token(user_id, secret, roles=roles, ttl_seconds=args.ttl))
+    settings = get_settings()
+    print(mint_token(user_id, settings.jwt_secret.get_secret_value(), roles=roles, ttl_seconds=args.ttl,
+                     issuer=settings.jwt_issuer, audience=settings.jwt_audience))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from typing import Any
 
 import jwt
 import pytest
+from pydantic import ValidationError
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
@@ -312,5 +313,8 @@ def test_settings_choose_the_key_source(tmp_path: Path) -> None:
     url = jwks_keys(ApiSettings(jwt_jwks_url="https://issuer.example/.well-known/jwks.json",
                                 jwt_jwks_cache_s=60, jwt_jwks_min_refresh_s=5))
     assert isinstance(url, UrlJwks) and url.max_age_s == 60 and url.min_refresh_s == 5
-    with pytest.raises(jwt.PyJWTError):
-        jwks_keys(ApiSettings(jwt_jwks_url="file:///etc/passwd"))
+    # A URL that is not http(s), or both sources at once, is refused with the settings.
+    with pytest.raises(ValidationError, match="FEED_JWT_JWKS_URL must be an http"):
+        ApiSettings(jwt_jwks_url="file:///etc/passwd")
+    with pytest.raises(ValidationError, match="not both"):
+        ApiSettings(jwt_jwks_url="https://issuer.example/jwks", jwt_jwks_file=str(tmp_path / "k.json"))

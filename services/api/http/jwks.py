@@ -99,6 +99,10 @@ class JwksKeys:
 
     # Callers on the event loop: loads run in a thread, one at a time.
 
+    async def load_async(self) -> None:
+        """Load now (the API's start-up, so the first gateway token does not wait)."""
+        await asyncio.shield(self._reload_task())
+
     async def refresh_if_due_async(self) -> None:
         if self.due():
             task = self._reload_task()

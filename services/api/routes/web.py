@@ -55,5 +55,6 @@ async def dev_token(request: Request, body: DevTokenRequest) -> DevTokenOut:
     if not settings.dev_mode:
         raise ProblemError(NOT_FOUND, "tokens are minted here only in development mode")
     token = mint_token(int(body.user_id), settings.jwt_secret.get_secret_value(),
-                       ttl_seconds=DEV_TOKEN_TTL_S)
+                       ttl_seconds=DEV_TOKEN_TTL_S, issuer=settings.jwt_issuer,
+                       audience=settings.jwt_audience)
     return DevTokenOut(token=token, user_id=body.user_id, expires_in=DEV_TOKEN_TTL_S)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from pydantic import ValidationError
+
 from .base import FeedSettings, SettingsError, env_names
 from .services import (ActivitySettings, ApiSettings, CdcSettings, FanoutSettings, RankerSettings,
                        WorkerSettings)
@@ -33,4 +35,13 @@ class Settings(ApiSettings, FanoutSettings, RankerSettings, CdcSettings, WorkerS
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    """This process's settings; a value that cannot be used ends the process with one
+    line per problem, naming the variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            where = "FEED_" + "_".join(str(p) for p in error["loc"]).upper() if error["loc"] else ""
+            problems.append(f"settings: {where + ': ' if where else ''}{error['msg']}")
+        raise SettingsError("\n".join(problems)) from None

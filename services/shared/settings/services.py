@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from .base import FeedSettings
 
@@ -90,6 +90,15 @@ class ApiSettings(FeedSettings):
     stream_max_per_user: int = 3
     stream_resume_buffer: int = 100
     stream_resume_window_s: float = 300.0
+
+    @model_validator(mode="after")
+    def _one_key_source(self) -> "ApiSettings":
+        """A JWKS from a URL or from a file, not both; a URL over http(s)."""
+        if self.jwt_jwks_url and self.jwt_jwks_file:
+            raise ValueError("set FEED_JWT_JWKS_URL or FEED_JWT_JWKS_FILE, not both")
+        if self.jwt_jwks_url and not self.jwt_jwks_url.startswith(("https://", "http://")):
+            raise ValueError(f"FEED_JWT_JWKS_URL must be an http(s) URL, not {self.jwt_jwks_url!r}")
+        return self
 
 
 def _seconds_or_iso(value: object) -> object:
