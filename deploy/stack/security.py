@@ -52,8 +52,11 @@ CERT_DAYS = 3650
 
 
 def secured(layout: Layout) -> bool:
-    """Three nodes are secured; one node stays plaintext."""
-    return layout.nodes == 3
+    """Three nodes are secured; one node stays plaintext. ``FEED_STACK_SECURED=false``
+    starts three plaintext nodes: only to measure what TLS and SASL cost (use a stack
+    folder of its own: switching a folder between the two reformats Kafka)."""
+    flag = os.environ.get("FEED_STACK_SECURED", "true").strip().lower()
+    return layout.nodes == 3 and flag not in ("0", "false", "no", "off")
 
 
 def pki(layout: Layout) -> Path:
