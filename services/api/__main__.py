@@ -64,7 +64,7 @@ def main() -> None:
         raise SystemExit(f"services.api: {exc}") from None
     configure_logging(access_log=settings.api_access_log)
     # Once, in this process, before uvicorn forks its workers: a store that refuses our
-    # credentials or TLS ends the API in one line (status 2), not a traceback per worker.
+    # credentials or TLS ends the API in one line (status 78), not a traceback per worker.
     preflight(settings, ("postgres", "kafka", "cassandra"))
     workers = worker_count(settings.api_workers, usable_cores())
     # uvicorn's access_log off: edge.Edge is the access log (logs.py).

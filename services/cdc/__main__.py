@@ -20,7 +20,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = get_settings()
-    # A wrong password or TLS setting ends the relay here, in one line (status 2), instead
+    # A wrong password or TLS setting ends the relay here, in one line (status 78), instead
     # of a reconnect loop against it; a store not up yet is left to the relay's back-off.
     preflight(settings, ("postgres", "kafka"))
     stop = threading.Event()

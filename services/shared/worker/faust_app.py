@@ -113,7 +113,7 @@ def run_worker(create_app: Callable[[Settings], faust.App],
                metrics_port: Callable[[Settings], int],
                stores: Sequence[str] = ("kafka", "cassandra")) -> None:
     """Run one worker role in this process: logging, a preflight of ``stores`` (a store
-    that refuses our credentials or TLS ends the process with one line, status 2),
+    that refuses our credentials or TLS ends the process with one line, status 78),
     Prometheus metrics on ``metrics_port(settings)`` (localhost), then faust's worker
     until it stops."""
     settings = get_settings()
