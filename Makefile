@@ -41,7 +41,7 @@ reset: venv
 	$(STACK) reset
 
 migrate: up
-	$(PY) -m deploy.migrate
+	$(PY) -m deploy.migrate --stack
 
 run: migrate
 	$(PY) -m deploy.services start
@@ -96,7 +96,7 @@ faults: venv
 	-$(PY) -m deploy.services stop
 	-$(STACK) down
 	$(STACK) up --nodes 3
-	$(PY) -m deploy.migrate
+	$(PY) -m deploy.migrate --stack
 	$(FAULTS_ENV) $(PY) -m deploy.services start
 	$(FAULTS_ENV) $(PY) -m tests.faults $(FAULTS_ARGS); rc=$$?; $(PY) -m deploy.services stop; exit $$rc
 

@@ -1,6 +1,6 @@
 """Versioned, idempotent migrations for all three stores, applied by one command.
 
-    python -m deploy.migrate [--only postgres|cassandra|kafka]
+    python -m deploy.migrate [--only postgres|cassandra|kafka] [--stack]
 
 Postgres and Cassandra files in ``deploy/migrations/<store>/NNNN_name.{sql,cql}`` are
 applied in order and recorded in a ``schema_migrations`` table, so a second run does
@@ -143,15 +143,20 @@ def migrate_all(settings: Settings, *, keyspace: str | None = None,
 
 
 def main() -> int:
-    # The running local stack's hosts and replication (RF 3 on three nodes): ``make up
-    # NODES=3 && make migrate`` must not create a keyspace with one replica.
-    from deploy.stack.layout import Layout
-    Layout.from_env().use_as_default()
     parser = argparse.ArgumentParser(prog="python -m deploy.migrate", description=__doc__)
     parser.add_argument("--only", choices=["postgres", "cassandra", "kafka"])
     parser.add_argument("--keyspace")
     parser.add_argument("--topic-prefix")
+    parser.add_argument("--stack", action="store_true",
+                        help="the local development stack's addresses, replication and "
+                             "client security for every FEED_* variable not set (make migrate)")
     args = parser.parse_args()
+    if args.stack:
+        # RF 3 on three nodes: ``make up NODES=3 && make migrate NODES=3`` must not create
+        # a keyspace with one replica. Without --stack only the environment counts, so a
+        # FEED_PG_CONNINFO is not overridden by the stack's loopback host.
+        from deploy.stack.layout import Layout
+        Layout.from_env().use_as_default()
     settings = get_settings()
     # A store that refuses our credentials or TLS: one line naming it and the setting.
     preflight(settings, [args.only] if args.only else ("postgres", "cassandra", "kafka"))

@@ -27,7 +27,7 @@ def main() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if settings.cdc_metrics_port:
-        start_http_server(settings.cdc_metrics_port, addr="127.0.0.1")
+        start_http_server(settings.cdc_metrics_port, addr=settings.metrics_host)
     try:
         Relay(settings, stop).run()
     except SlotInUse as exc:

@@ -134,6 +134,10 @@ class WorkerSettings(FeedSettings):
     """What the stream workers (fan-out, ranker) share: poison handling, retries,
     batches, Kafka group timing, the store's in-flight limits."""
 
+    # Where the workers' and the relay's /metrics listen (loopback: a Prometheus on this
+    # host; 0.0.0.0 for one elsewhere).
+    metrics_host: str = "127.0.0.1"
+
     consumer_max_attempts: int = 3
     consumer_failure_window: int = 200
     consumer_max_failure_share: float = 0.2

@@ -114,11 +114,11 @@ def run_worker(create_app: Callable[[Settings], faust.App],
                stores: Sequence[str] = ("kafka", "cassandra")) -> None:
     """Run one worker role in this process: logging, a preflight of ``stores`` (a store
     that refuses our credentials or TLS ends the process with one line, status 78),
-    Prometheus metrics on ``metrics_port(settings)`` (localhost), then faust's worker
+    Prometheus metrics on ``metrics_port(settings)`` (``metrics_host``), then faust's worker
     until it stops."""
     settings = get_settings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     preflight(settings, stores)
-    start_http_server(metrics_port(settings), addr="127.0.0.1")
+    start_http_server(metrics_port(settings), addr=settings.metrics_host)
     app = create_app(settings)
     faust.Worker(app, loglevel="INFO").execute_from_commandline()
