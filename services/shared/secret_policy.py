@@ -1,4 +1,4 @@
-"""Which signing secrets a process may start with (DESIGN.md "Production safety").
+"""Which signing secrets a process may start with.
 
 The JWT secret and the cursor keys have built-in development values so that a checkout
 runs without set-up. Anyone who reads this repository knows them, so a process that
@@ -6,13 +6,15 @@ accepts them in production accepts forged tokens and cursors. The rules, checked
 startup by every process that signs or verifies with them (the API):
 
 * a secret shorter than ``MIN_SECRET_BYTES`` is refused, in every mode;
-* a built-in development secret is refused unless ``FEED_DEV_MODE=true``.
+* a built-in development secret is refused unless ``FEED_DEV_MODE=true``;
+* except the JWT secret where the API verifies gateway tokens with a JWKS
+  (``FEED_JWT_JWKS_URL`` or ``_FILE``): left at its built-in value, HS256 is then off.
 
 ``make run``, ``deploy/services.py``, the tests and the benchmarks set the flag.
 """
 from __future__ import annotations
 
-from .settings import Settings
+from .settings import ApiSettings, Settings
 
 # HMAC-SHA256 keys: RFC 7518 (section 3.2) requires at least the hash size, 32 bytes, for
 # HS256; the cursor MAC is the same construction, so the same floor.
@@ -43,17 +45,26 @@ def _built_in_in_use(settings: Settings) -> tuple[bool, bool]:
             bool(dev_cursor & set(_cursor_secrets(settings.cursor_keys.get_secret_value()))))
 
 
+def hs256_off(settings: ApiSettings) -> bool:
+    """HS256 tokens are refused: a JWKS verifies the gateway's tokens and the JWT secret
+    was left at its built-in value outside development mode."""
+    return (bool(settings.jwt_jwks_url or settings.jwt_jwks_file) and not settings.dev_mode
+            and settings.jwt_secret.get_secret_value() == _default("jwt_secret"))
+
+
 def secret_problems(settings: Settings) -> list[str]:
     """Everything wrong with the secrets of ``settings``; empty when it may start."""
     problems: list[str] = []
-    if len(settings.jwt_secret.get_secret_value().encode()) < MIN_SECRET_BYTES:
+    if hs256_off(settings):
+        pass  # the secret is not used
+    elif len(settings.jwt_secret.get_secret_value().encode()) < MIN_SECRET_BYTES:
         problems.append(f"FEED_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes")
     cursor_secrets = _cursor_secrets(settings.cursor_keys.get_secret_value())
     if any(len(s.encode()) < MIN_SECRET_BYTES for s in cursor_secrets):
         problems.append(f"a FEED_CURSOR_KEYS secret is shorter than {MIN_SECRET_BYTES} bytes")
     if not settings.dev_mode:
         dev_jwt, dev_cursor = _built_in_in_use(settings)
-        if dev_jwt:
+        if dev_jwt and not hs256_off(settings):
             problems.append("FEED_JWT_SECRET is the built-in development secret")
         if dev_cursor:
             problems.append("FEED_CURSOR_KEYS holds the built-in development cursor key")

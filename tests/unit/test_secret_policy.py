@@ -101,3 +101,20 @@ def test_the_app_refuses_to_start_before_opening_any_client() -> None:
 
     with pytest.raises(UnsafeSecrets):
         asyncio.run(start())
+
+
+def test_a_gateway_deployment_needs_no_jwt_secret_and_refuses_hs256(tmp_path) -> None:
+    from services.api.http.auth import TokenRejected, TokenVerifier, mint_token
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text('{"keys": []}')
+    strong = "s" * 40
+    gateway = Settings(dev_mode=False, jwt_jwks_file=str(jwks), cursor_keys=f"k2:{strong}")
+    require_safe_secrets(gateway)  # the built-in JWT secret is not used: HS256 is off
+    token = mint_token(1, Settings.model_fields["jwt_secret"].default.get_secret_value())
+    with pytest.raises(TokenRejected, match="algorithm"):
+        TokenVerifier.from_settings(gateway).check(token)
+    # A secret set on purpose keeps HS256 beside the JWKS; development mode keeps the built-in one.
+    both = Settings(dev_mode=False, jwt_jwks_file=str(jwks), jwt_secret=strong, cursor_keys=f"k2:{strong}")
+    assert TokenVerifier.from_settings(both).check(mint_token(7, strong)).user_id == 7
+    dev = Settings(dev_mode=True, jwt_jwks_file=str(jwks))
+    assert TokenVerifier.from_settings(dev).check(token).user_id == 1

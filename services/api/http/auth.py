@@ -25,6 +25,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from jwt.types import Options
 
+from services.shared.secret_policy import hs256_off
 from services.shared.settings import ApiSettings
 
 from .jwks import ALGORITHMS as JWKS_ALGORITHMS
@@ -102,7 +103,13 @@ class TokenVerifier:
 
     @classmethod
     def from_settings(cls, settings: ApiSettings) -> TokenVerifier:
-        return cls(settings.jwt_secret.get_secret_value(), jwks_keys(settings),
+        """HS256 is off (no secret) where a JWKS is configured and the secret is still the
+        built-in development one outside development mode: a gateway deployment need
+        not invent a secret it never uses."""
+        secret = settings.jwt_secret.get_secret_value()
+        if hs256_off(settings):
+            secret = ""
+        return cls(secret, jwks_keys(settings),
                    issuer=settings.jwt_issuer, audience=settings.jwt_audience,
                    leeway_s=settings.jwt_leeway_s)
 
@@ -168,7 +175,7 @@ class TokenVerifier:
         """The principal and the ``exp`` claim of a token signed with the right key."""
         alg = header.get("alg")
         signing: str | jwt.PyJWK
-        if alg == ALGORITHM:
+        if alg == ALGORITHM and self._secret:
             signing = self._secret
         elif alg in JWKS_ALGORITHMS and self.keys is not None:
             if key is None:
