@@ -1,6 +1,7 @@
 """``python -m services.shared.settings``: every ``FEED_*`` variable as Markdown tables, one
 per block: the variable (and its ``_FILE`` form for secrets), the default, and the comment
-written above the field in the block's source (or its ``Field(description=...)``).
+written above the field in the block's source (or its ``Field(description=...)``). Every
+field has such a comment: one short line saying what it is and its unit.
 
 docs/deploy.md holds this output ("Every variable"); paste it again after changing a block.
 """
@@ -68,7 +69,7 @@ def table(cls: type[FeedSettings]) -> list[str]:
 
 def main() -> None:
     for title, cls in BLOCKS:
-        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())  # first paragraph
         print(f"**{title}** (`{cls.__name__}`): {doc}\n")
         print("\n".join(table(cls)) + "\n")
 

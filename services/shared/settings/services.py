@@ -15,80 +15,135 @@ class ApiSettings(FeedSettings):
 
     # Development machine: the API accepts the built-in secrets below (secret_policy.py).
     dev_mode: bool = False
-    # HS256 tokens signed with this secret (development, or a gateway that shares one).
+    # HS256 tokens signed with this secret (development, or a gateway that shares one);
+    # left unset beside a JWKS (not in dev mode), HS256 is off.
     jwt_secret: SecretStr = Field(default=SecretStr("dev-only-change-me-0123456789abcdef"))
-    # Gateway tokens (RS256, ES256): the issuer's JWKS, as a URL or a file. Either turns
-    # on the asymmetric algorithms; HS256 stays for jwt_secret.
+    # Gateway tokens (RS256, ES256): the issuer's JWKS as an http(s) URL (or FEED_JWT_JWKS_FILE).
     jwt_jwks_url: str = ""
+    # Gateway tokens (RS256, ES256): the issuer's JWKS as a file (or FEED_JWT_JWKS_URL, not both).
     jwt_jwks_file: str = ""
-    # Checked when set: the token's iss and aud must match.
+    # The iss a token must carry; empty: not checked.
     jwt_issuer: str = ""
+    # The aud a token must carry; empty: not checked.
     jwt_audience: str = ""
-    # Clock skew allowed on exp, nbf and iat.
+    # Seconds of clock skew allowed on exp, nbf and iat.
     jwt_leeway_s: float = 30.0
-    # How long fetched keys are kept before a refetch; an unknown kid refetches at once,
-    # at most once every jwt_jwks_min_refresh_s.
+    # Seconds fetched JWKS keys are kept before a refetch.
     jwt_jwks_cache_s: float = 300.0
+    # Seconds between refetches at least (an unknown kid refetches at once, no sooner).
     jwt_jwks_min_refresh_s: float = 10.0
+    # Seconds a JWKS fetch may take.
     jwt_jwks_timeout_s: float = 3.0
     # Cursor signing keys, "kid:secret,kid:secret"; the first signs, all verify (rotation).
     cursor_keys: SecretStr = Field(default=SecretStr("k1:dev-cursor-secret-0123456789abcdef"))
 
+    # Address the API's HTTP server listens on.
     api_host: str = "127.0.0.1"
+    # TCP port the API's HTTP server listens on.
     api_port: int = 8080
+    # Postgres connections per API process, at most.
     api_pg_pool_max: int = 10
     # uvicorn worker processes; 0: one per core this process may run on.
     api_workers: int = 0
+    # Log a line per request (5xx responses are always logged).
     api_access_log: bool = False
+    # Freeze the objects made at start-up out of the garbage collector's walks.
     api_gc_freeze: bool = True
+    # Allocations between first-generation collections; 0: Python's default.
     api_gc_gen0_threshold: int = 20_000
+    # Seconds a thread holds the GIL before handing it over; 0: Python's default.
     api_switch_interval_s: float = 0.0005
     # Snowflake node-id lease (seconds), renewed every third of it.
     id_lease_ttl_seconds: float = 30.0
 
     # The read path (docs/read-path.md).
+
+    # Seconds a reader's ranked snapshot (their walk through pages) is kept.
     snapshot_ttl_s: int = 900
+    # Entries a first page ranks into its snapshot; a walk past them adds as many.
     snapshot_depth: int = 100
+    # Top posts read per followed celebrity per day bucket (today, yesterday).
     celebrity_posts_per_author: int = 20
+    # Celebrity partitions merged per first page, at most.
     max_celebrities: int = 200
+    # Followed ordinary authors read directly per first page while the fan-out is behind.
     fallback_authors: int = 16
+    # Posts taken from each of those authors.
     fallback_posts_per_author: int = 5
+    # Rows read per followed celebrity's day partition in latest order.
     latest_posts_per_partition: int = 200
+    # Seconds a reader's stored preferences are kept in the process.
     preferences_cache_s: float = 5.0
+    # Entries a snapshot holds at most as walks extend it.
     max_candidates: int = 800
+    # Follows read per request, at most; the rest are ignored for the page.
     max_following: int = 5000
+    # Seconds each read-path store call may take before it is dropped.
     store_timeout_s: float = 0.25
+    # Seconds before an unanswered read is also sent to another node; 0: off.
     hedge_after_s: float = 0.05
+    # Immutable post bodies cached per process (~200 B each).
     body_cache_size: int = 50_000
+    # Snapshots cached per process for next pages (at most 19 KB each).
     snapshot_cache_size: int = 1024
+    # Seconds a first page may show the reader's unchanged last snapshot again; 0: never.
     snapshot_reuse_s: float = 300.0
+    # Readers whose last snapshot is held for that reuse (~3 KB each).
     snapshot_reuse_size: int = 20_000
+    # Seconds snapshot writes wait to be coalesced into one batched insert.
     snapshot_write_delay_s: float = 0.005
+    # Seconds a snapshot batch write may take.
     snapshot_write_timeout_s: float = 2.0
+    # Snapshots queued or being written, at most; beyond it one is not stored.
     snapshot_max_pending: int = 4096
-    # A returning reader's pages while their inbox is rebuilt (docs/fanout.md).
+    # Followed authors read per page while a returning reader's inbox is rebuilt (docs/fanout.md).
     regenerating_authors: int = 200
+    # Seconds after which an unfinished inbox rebuild is announced again.
     regenerating_stale_s: float = 120.0
+
     # The serving cache (docs/read-path.md, "The serving cache").
+
+    # Use the serving cache (in-process copies of what pages read).
     cache_enabled: bool = True
+    # Post states cached (~0.4 KB each).
     cache_posts: int = 100_000
+    # Follow entries cached over all readers (~0.1 KB each).
     cache_follows: int = 200_000
+    # Author-timeline tops cached, partitions (~0.5 KB each).
     cache_timelines: int = 20_000
+    # Readers' inbox tops cached (~2.5 KB each).
     cache_inboxes: int = 20_000
+    # Readers' stored preferences cached (~0.1 KB each).
     cache_preferences: int = 100_000
+    # Seconds a cache entry lives at most (bounds what a lost notice costs).
     cache_ttl_s: float = 300.0
+    # Seconds without fresh notices after which the cache stands aside (reads go to Cassandra).
     cache_max_silence_s: float = 2.0
+    # Seconds held post states answer failing reads while the cache stands aside; 0: never.
     cache_stale_if_error_s: float = 30.0
+
     # The visibility fence and commit wait (docs/read-path.md, "The visibility fence").
+
+    # Seconds visibility_changes entries are kept (in Postgres and each API process).
     visibility_retention_s: float = 86_400.0
+    # Seconds between trims of those entries.
     visibility_trim_s: float = 60.0
+    # Seconds a visibility log read may take before the page fails (503).
     visibility_timeout_s: float = 1.0
+    # Seconds a delete, removal, block or unfollow is answered after its commit; 0: off.
     visibility_commit_wait_s: float = 0.2
+    # Seconds the celebrity list is kept before it is re-read.
     celebrities_cache_s: float = 1.0
+
     # SSE streams.
+
+    # Seconds between comment heartbeats on a stream (keeps proxies from closing it).
     stream_heartbeat_s: float = 15.0
+    # Open streams per user, at most (more: 429).
     stream_max_per_user: int = 3
+    # Events kept per reader for Last-Event-ID resume.
     stream_resume_buffer: int = 100
+    # Seconds those events are kept after a reader disconnects.
     stream_resume_window_s: float = 300.0
 
     @model_validator(mode="after")
@@ -111,17 +166,21 @@ def _seconds_or_iso(value: object) -> object:
 class ActivitySettings(FeedSettings):
     """Inactive readers, shared by the API (which records reads) and the fan-out."""
 
-    # Readers who have not read their feed for this long get no inbox rows; 0: off.
+    # Readers who have not read their feed for this long get no inbox rows (ISO 8601
+    # duration or seconds; 0: off).
     inactive_after: timedelta = timedelta(days=14)
+    # A read is recorded once per reader and API process per this (ISO 8601 or seconds).
     activity_resolution: timedelta = timedelta(days=1)
+    # Seconds between the fan-out's sweeps for readers who went inactive.
     inactive_sweep_every_s: float = 600.0
-    # The freshness target (commit to visible in a follower's feed).
+    # The freshness target, seconds from a commit to visible in a follower's feed.
     freshness_target_s: float = 1.5
     # The count topics' generation (services/shared/domain/owned_counts.py): raise it
     # before a count topic is recreated or repartitioned.
     counts_generation: int = 1
-    # Rows kept per inbox (soft cap); checked on one insert in inbox_trim_every.
+    # Rows kept per inbox (soft cap; trimmed from the tail).
     inbox_cap: int = 500
+    # The cap is checked on one insert in this many per reader.
     inbox_trim_every: int = 128
 
     @field_validator("inactive_after", "activity_resolution", mode="before")
@@ -138,66 +197,112 @@ class WorkerSettings(FeedSettings):
     # host; 0.0.0.0 for one elsewhere).
     metrics_host: str = "127.0.0.1"
 
+    # Attempts at a message before it goes to its dead-letter topic.
     consumer_max_attempts: int = 3
+    # Last messages over which the failure share is measured.
     consumer_failure_window: int = 200
+    # Share of failed messages in that window (0-1) above which the worker stops.
     consumer_max_failure_share: float = 0.2
+    # Tries of a store step on transient errors before the worker stops (exit 75).
     store_retry_attempts: int = 6
+    # Seconds of the first retry's back-off, doubled each try (at most 5 s).
     store_retry_base_s: float = 0.2
+    # Retries earned per message or fan-out page applied.
     store_retry_budget_per_success: float = 0.1
+    # Retries earned per second, whatever happens.
     store_retry_budget_per_s: float = 5.0
+    # Retries the budget holds at most (its bucket's size).
     store_retry_budget_max: float = 100.0
+    # Seconds after which a silent worker's partitions move (heartbeats every quarter).
     kafka_session_timeout_s: float = 6.0
+    # Seconds a broker a client failed to reach is asked last; 0: off.
     kafka_failed_broker_hold_s: float = 10.0
+    # Seconds between offset commits (faust's commit interval).
     kafka_commit_interval_s: float = 1.0
+    # Messages taken at once, their keys applied concurrently.
     consumer_batch_max: int = 1000
+    # Records per Kafka poll (aiokafka max_poll_records).
     kafka_max_poll_records: int = 200
+    # Seconds a short batch waits for more messages.
     consumer_batch_within_s: float = 0.005
+    # Messages applied but not yet acked (their events unacknowledged), at most.
     consumer_max_unacked: int = 5000
+    # Cassandra statements in flight per worker process: the adaptive limit's top.
     store_max_in_flight: int = 256
+    # Cassandra statements in flight per worker process: the adaptive limit's floor.
     store_min_in_flight: int = 8
+    # Seconds a worker's Cassandra request may take.
     worker_store_timeout_s: float = 6.0
+    # Freeze the objects made at start-up out of the garbage collector's walks.
     worker_gc_freeze: bool = True
+    # Allocations between first-generation collections; 0: Python's default.
     worker_gc_gen0_threshold: int = 20_000
 
 
 class FanoutSettings(FeedSettings):
     """The fan-out (``services/fanout``, docs/fanout.md)."""
 
+    # TCP port of the fan-out's Prometheus /metrics (on FEED_METRICS_HOST).
     fanout_metrics_port: int = 9102
+    # Kafka consumer group (faust app id); empty: ``<topic prefix>.fanout``.
     fanout_group_id: str = ""
+    # An author turns celebrity when one post's fan-out would take this share of the
+    # freshness target.
     tier_promote_share: float = 0.5
+    # A celebrity turns ordinary below this share of the freshness target.
     tier_demote_share: float = 0.25
+    # Seconds an author stays in a tier at least before the next change.
     tier_min_dwell_s: float = 600.0
+    # Inbox rows per second the tier policy assumes at least, whatever is measured.
     fanout_capacity_floor_rows_per_s: float = 2000.0
+    # Above 0: the capacity, inbox rows per second, pinned instead of measured.
     fanout_capacity_pinned_rows_per_s: float = 0.0
+    # Concurrent Cassandra writes per fan-out.
     fanout_max_in_flight: int = 64
+    # Posts of a batch applied at once.
     fanout_posts_in_flight: int = 256
+    # Inbox batches in flight per fan-out process.
     fanout_push_batches_in_flight: int = 16
+    # Inbox rows per unlogged batch (one replica set).
     fanout_batch_rows: int = 200
+    # Seconds small writes and reads wait to share a batch; negative: no coalescing.
     fanout_coalesce_s: float = 0.001
+    # Followers read per page.
     fanout_follower_page: int = 500
 
 
 class RankerSettings(FeedSettings):
     """The ranker (``services/ranker``, docs/ranking.md)."""
 
+    # TCP port of the ranker's Prometheus /metrics (on FEED_METRICS_HOST).
     ranker_metrics_port: int = 9103
+    # Kafka consumer group (faust app id); empty: ``<topic prefix>.ranker``.
     ranker_group_id: str = ""
+    # Keys applied at once.
     ranker_keys_in_flight: int = 64
 
 
 class CdcSettings(FeedSettings):
     """The CDC relay (``services/cdc``, docs/cdc.md)."""
 
+    # Postgres publication the relay reads (the migrations create it).
     cdc_publication: str = "feed_cdc"
-    # Empty: feed_cdc_<database>, so every database has its own slot.
+    # Replication slot; empty: ``feed_cdc_<database>``, so every database has its own.
     cdc_slot_name: str = ""
+    # TCP port of the relay's Prometheus /metrics (on FEED_METRICS_HOST); 0: none.
     cdc_metrics_port: int = 9101
+    # A null-value record after each delete (Debezium's tombstones.on.delete).
     cdc_tombstones_on_delete: bool = True
+    # How numeric values are sent (Debezium's decimal.handling.mode).
     cdc_decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
+    # A column type with no rendering: fail stops the relay; text sends its text output.
     cdc_unknown_types: Literal["fail", "text"] = "fail"
+    # Emit truncates as op t records (Debezium skips them by default).
     cdc_emit_truncate: bool = False
-    # A JSON line per record Kafka answered, appended here (the fault suite's evidence).
+    # File a JSON line per record Kafka answered is appended to (the fault suite's
+    # evidence); empty: off.
     cdc_delivery_trace: str = ""
+    # Seconds between heartbeat records and idle slot advances.
     cdc_heartbeat_interval_s: float = 10.0
+    # Seconds between reports of the acknowledged LSN to Postgres.
     cdc_feedback_interval_s: float = 1.0

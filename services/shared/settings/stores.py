@@ -19,19 +19,28 @@ _LIBPQ = {"pg_host": "host", "pg_port": "port", "pg_user": "user", "pg_database"
 class PostgresSettings(FeedSettings):
     """Postgres, the source of truth (``FEED_PG_*``)."""
 
+    # Postgres server's host name or address.
     pg_host: str = "127.0.0.1"
+    # Postgres server's TCP port.
     pg_port: int = 55432
+    # Role the services log in as.
     pg_user: str = "feed"
+    # That role's password.
     pg_password: SecretStr = SecretStr("feed")
+    # Database name.
     pg_database: str = "feed"
     # A whole libpq connection string (``host=... sslmode=...`` or a postgresql:// URI).
     # When set it is the base, and only the FEED_PG_* settings given explicitly override it.
     pg_conninfo: SecretStr = SecretStr("")
     # libpq's sslmode; verify-full checks the server's certificate and name.
     pg_sslmode: Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"] = "prefer"
+    # CA certificate file (PEM) the server's certificate must chain to (libpq sslrootcert).
     pg_sslrootcert: str = ""
+    # Client certificate file (PEM), for servers that require one (libpq sslcert).
     pg_sslcert: str = ""
+    # The client certificate's private key file (PEM; libpq sslkey).
     pg_sslkey: str = ""
+    # Seconds to wait for a connection to open (libpq connect_timeout).
     pg_connect_timeout_s: int = 10
 
     def libpq_conninfo(self, **overrides: Any) -> str:
@@ -55,24 +64,30 @@ class PostgresSettings(FeedSettings):
 class KafkaSettings(FeedSettings):
     """Kafka (``FEED_KAFKA_*``) and the topics' names."""
 
-    # Comma-separated bootstrap servers.
+    # Comma-separated bootstrap servers (host:port).
     kafka_bootstrap: str = "127.0.0.1:9092"
-    # Debezium's topic.prefix: topics are <prefix>.public.<table>.
+    # Debezium's topic.prefix: topics are ``<prefix>.public.<table>``.
     topic_prefix: str = "feed"
+    # Transport to the brokers; the TLS settings apply only with SSL or SASL_SSL.
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    # SASL mechanism (with SASL_PLAINTEXT or SASL_SSL).
     kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "SCRAM-SHA-512"
+    # SASL user name.
     kafka_sasl_username: str = ""
+    # SASL password.
     kafka_sasl_password: SecretStr = SecretStr("")
     # The CA that signed the brokers' certificates (PEM); empty: the system's trust store.
     kafka_ssl_ca_file: str = ""
-    # A client certificate and key (PEM), for brokers that require mutual TLS.
+    # Client certificate file (PEM), for brokers that require mutual TLS.
     kafka_ssl_cert_file: str = ""
+    # The client certificate's private key file (PEM).
     kafka_ssl_key_file: str = ""
+    # Password of that private key, if it is encrypted.
     kafka_ssl_key_password: SecretStr = SecretStr("")
     # Check that the broker's certificate names the address we connected to.
     kafka_ssl_check_hostname: bool = True
-    # A broker not answering within this is given up on (the connection), metadata is
-    # refreshed and the request retried at the partition's new leader (docs/configuration.md).
+    # Seconds a broker may take to answer before the connection is given up, metadata
+    # refreshed and the request retried at the partition's new leader.
     kafka_request_timeout_s: float = 4.0
 
     @property
@@ -84,25 +99,34 @@ class KafkaSettings(FeedSettings):
 class CassandraSettings(FeedSettings):
     """Cassandra, the serving store (``FEED_CASSANDRA_*``)."""
 
+    # Comma-separated contact points (host names or addresses).
     cassandra_hosts: str = "127.0.0.1"
+    # CQL native-protocol port.
     cassandra_port: int = 9042
+    # The feed's keyspace.
     cassandra_keyspace: str = "feed"
+    # Replicas per row, used by the migrator when it creates the keyspace.
     cassandra_replication_factor: int = 1
-    # PasswordAuthenticator credentials; empty user: no authentication.
+    # PasswordAuthenticator user name; empty: no authentication.
     cassandra_username: str = ""
+    # PasswordAuthenticator password.
     cassandra_password: SecretStr = SecretStr("")
-    # Client encryption: on when a CA file is given (PEM), or when cassandra_ssl is true
-    # (then the system's trust store).
+    # Client TLS against the system's trust store (also on whenever a CA file is given).
     cassandra_ssl: bool = False
+    # CA certificate file (PEM) the nodes' certificates must chain to; set: TLS is on.
     cassandra_ssl_ca_file: str = ""
+    # Client certificate file (PEM), for nodes with require_client_auth.
     cassandra_ssl_cert_file: str = ""
+    # The client certificate's private key file (PEM); empty: in the certificate file.
     cassandra_ssl_key_file: str = ""
     # Check that the node's certificate names the address connected to (IP SANs).
     cassandra_ssl_check_hostname: bool = True
-    # A silent node is convicted this fast where other replicas exist (docs/configuration.md).
+    # Seconds a connection may receive nothing before it is probed (only when RF > 1).
     cassandra_heartbeat_s: float = 1.0
+    # Seconds a probe may go unanswered before the node is marked down (only when RF > 1).
     cassandra_heartbeat_timeout_s: float = 2.0
-    # Each table's speculative_retry (set by deploy/migrate.py when RF > 1).
+    # Each table's speculative_retry: wait before asking another replica (set by
+    # deploy/migrate.py when RF > 1).
     cassandra_speculative_retry: str = "MIN(99p,50ms)"
 
     @property
