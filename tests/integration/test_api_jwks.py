@@ -13,13 +13,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
-import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id, running_api
+from tests.support.jwks import Signer
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -29,26 +27,6 @@ ISSUER = "https://gateway.test/"
 AUDIENCE = "feed-api"
 CACHE_S = 2.0
 MIN_REFRESH_S = 0.5
-
-
-class Signer:
-    def __init__(self, kid: str, alg: str) -> None:
-        self.kid, self.alg = kid, alg
-        if alg == "RS256":
-            self.private: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-            jwk = RSAAlgorithm.to_jwk(self.private.public_key(), as_dict=True)
-        else:
-            self.private = ec.generate_private_key(ec.SECP256R1())
-            jwk = ECAlgorithm.to_jwk(self.private.public_key(), as_dict=True)
-        self.jwk = {**jwk, "kid": kid, "alg": alg, "use": "sig"}
-
-    def token(self, user_id: int, *, ttl: int = 600, kid: str | None = None,
-              **claims: Any) -> str:
-        now = int(time.time())
-        body = {"sub": str(user_id), "iat": now, "exp": now + ttl, "iss": ISSUER,
-                "aud": AUDIENCE, **claims}
-        return jwt.encode(body, self.private, algorithm=self.alg,
-                          headers={"kid": kid or self.kid})
 
 
 class JwksServer:
@@ -90,7 +68,7 @@ class JwksServer:
 
 @pytest.fixture(scope="module")
 def signers() -> dict[str, Signer]:
-    return {name: Signer(name, alg) for name, alg in
+    return {name: Signer(name, alg, issuer=ISSUER, audience=AUDIENCE) for name, alg in
             (("rsa-1", "RS256"), ("rsa-2", "RS256"), ("ec-1", "ES256"), ("rogue", "RS256"))}
 
 

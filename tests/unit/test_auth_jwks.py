@@ -14,44 +14,18 @@ from typing import Any
 import jwt
 import pytest
 from pydantic import ValidationError
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.algorithms import RSAAlgorithm
 
 from services.api.http.auth import MODERATOR_ROLE, TokenRejected, TokenVerifier, mint_token
 from services.api.http.jwks import FileJwks, UrlJwks, jwks_keys, signing_keys
 from services.shared.settings import ApiSettings
 
+from tests.support.jwks import Signer
+
 SECRET = "unit-test-secret-0123456789abcdef-0123"
 ISSUER = "https://issuer.example/"
 AUDIENCE = "feed-api"
-
-
-class Signer:
-    """A private key and its public JWK."""
-
-    def __init__(self, kid: str, alg: str) -> None:
-        self.kid, self.alg = kid, alg
-        if alg == "RS256":
-            self.private: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-            jwk = RSAAlgorithm.to_jwk(self.private.public_key(), as_dict=True)
-        else:
-            self.private = ec.generate_private_key(ec.SECP256R1())
-            jwk = ECAlgorithm.to_jwk(self.private.public_key(), as_dict=True)
-        self.jwk = {**jwk, "kid": kid, "alg": alg, "use": "sig"}
-
-    def token(self, user_id: int = 42, *, ttl: int = 600, kid: str | None = None,
-              alg: str | None = None, **claims: Any) -> str:
-        now = int(time.time())
-        body = {"sub": str(user_id), "iat": now, "exp": now + ttl, "iss": ISSUER,
-                "aud": AUDIENCE, **claims}
-        body = {k: v for k, v in body.items() if v is not None}
-        return jwt.encode(body, self.private, algorithm=alg or self.alg,
-                          headers={"kid": kid or self.kid})
-
-    def public_pem(self) -> bytes:
-        return self.private.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def publish(path: Path, *signers: Signer) -> None:
@@ -63,17 +37,17 @@ def publish(path: Path, *signers: Signer) -> None:
 
 @pytest.fixture(scope="module")
 def rsa1() -> Signer:
-    return Signer("rsa-1", "RS256")
+    return Signer("rsa-1", "RS256", issuer=ISSUER, audience=AUDIENCE)
 
 
 @pytest.fixture(scope="module")
 def rsa2() -> Signer:
-    return Signer("rsa-2", "RS256")
+    return Signer("rsa-2", "RS256", issuer=ISSUER, audience=AUDIENCE)
 
 
 @pytest.fixture(scope="module")
 def ec1() -> Signer:
-    return Signer("ec-1", "ES256")
+    return Signer("ec-1", "ES256", issuer=ISSUER, audience=AUDIENCE)
 
 
 @pytest.fixture
