@@ -90,11 +90,15 @@ bench-read-ab: migrate
 # and a trimmed tail (inbox_cap, 500 by default) would read as lost. The fan-out's capacity
 # is pinned at 40 rows/s, so the workload's celebrity (40 followers: 1 s of fan-out, past
 # the 0.75 s line) is promoted and its 24-follower wide author is not.
-FAULTS_ENV = FEED_CDC_DELIVERY_TRACE=$(CURDIR)/.stack/logs/cdc-delivery.jsonl FEED_INBOX_CAP=5000 \
+# The relay's delivery trace is this run's alone: the checker matches rows to it by
+# transaction id, and another stack's (or an earlier cluster's) ids would collide.
+FAULTS_TRACE = $(or $(FEED_STACK_DIR),$(CURDIR)/.stack)/logs/cdc-delivery.jsonl
+FAULTS_ENV = FEED_CDC_DELIVERY_TRACE=$(FAULTS_TRACE) FEED_INBOX_CAP=5000 \
 	FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S=40
 faults: venv
 	-$(PY) -m deploy.services stop
 	-$(STACK) down
+	rm -f $(FAULTS_TRACE)
 	$(STACK) up --nodes 3
 	$(PY) -m deploy.migrate --stack
 	$(FAULTS_ENV) $(PY) -m deploy.services start
