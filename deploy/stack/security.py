@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .layout import REPO, Layout
 from .process import StackError
+from .toolchain import ensure_openssl
 
 if TYPE_CHECKING:
     from services.shared.settings import Settings
@@ -113,7 +114,8 @@ def ensure_secrets(layout: Layout) -> None:
 
 # PKI -----------------------------------------------------------------------------
 def _openssl(layout: Layout, *args: str) -> None:
-    proc = subprocess.run(["openssl", *args], capture_output=True, text=True)
+    openssl = ensure_openssl(layout.logs / "install.log")
+    proc = subprocess.run([openssl, *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise StackError(f"pki: openssl {args[0]} failed in {pki(layout)}: "
                          f"{(proc.stderr or proc.stdout).strip()[-1000:]}")

@@ -50,6 +50,11 @@ def ensure_nft(log: Path) -> str:
     return _programs(["nft"], "nftables", "the fault suite's network cuts", log)[0]
 
 
+def ensure_openssl(log: Path) -> str:
+    """``openssl`` (Debian's package): the three-node stack's CA and certificates."""
+    return _programs(["openssl"], "openssl", "the secured stack's certificates", log)[0]
+
+
 def ensure_wrk(log: Path) -> str:
     """``wrk`` (Debian's package): the C load generator of every read benchmark figure."""
     return _programs(["wrk"], "wrk", "the read benchmarks' HTTP load", log)[0]
