@@ -213,6 +213,27 @@ def test_cassandra_refuses_other_clients(secured: Secured) -> None:
     assert "not permitted to log in" in message
 
 
+# --- a name the certificates do not carry ------------------------------------------------
+def _short_form(address: str) -> str:
+    """The same IPv4 address in inet_aton's short form ("127.0.0.1" -> "127.1"): it still
+    resolves to the node, but it is neither an IP literal matched against the
+    certificates' IP SANs nor a DNS name there."""
+    a, b, c, d = (int(part) for part in address.split("."))
+    return f"{a}.{(b << 16) | (c << 8) | d}"
+
+
+def test_postgres_and_kafka_refuse_a_name_their_certificates_do_not_carry(secured: Secured) -> None:
+    """(cassandra-driver resolves contact points to addresses first and checks the
+    certificate against the address, so a Cassandra client cannot ask for another name.)"""
+    s = secured.settings()
+    # libpq connects to hostaddr and checks the certificate against host.
+    _refused(check_postgres, secured.settings(pg_conninfo=f"hostaddr={s.pg_host}",
+                                              pg_host="not-in-the-certificate.test"), "FEED_PG_HOST")
+    bootstrap = ",".join(f"{_short_form(h)}:{p}" for h, p in
+                         (b.rsplit(":", 1) for b in s.kafka_bootstrap.split(",")))
+    _refused(check_kafka, secured.settings(kafka_bootstrap=bootstrap), "FEED_KAFKA_BOOTSTRAP")
+
+
 # --- restart ----------------------------------------------------------------------------
 def test_down_and_up_again_reuse_the_pki_passwords_and_data(secured: Secured) -> None:
     pki = {p.name: p.read_bytes() for p in (secured.root / "pki").iterdir()}

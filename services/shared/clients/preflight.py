@@ -45,7 +45,10 @@ _KAFKA = (
     # librdkafka's own check, at the client's creation: SASL without credentials.
     ("sasl.username and sasl.password must be set", "FEED_KAFKA_SASL_USERNAME / FEED_KAFKA_SASL_PASSWORD"),
     # Before "sasl": every error of a SASL_SSL client names its broker sasl_ssl://...
-    ("certificate verify failed", "FEED_KAFKA_SSL_CA_FILE"),
+    # librdkafka says the same for an untrusted CA and for a name the certificate does
+    # not carry.
+    ("certificate verify failed", "FEED_KAFKA_SSL_CA_FILE, or FEED_KAFKA_BOOTSTRAP "
+                                  "(a name the brokers' certificates do not carry)"),
     ("hostname", "FEED_KAFKA_BOOTSTRAP (the certificate's names) or FEED_KAFKA_SSL_CHECK_HOSTNAME"),
     ("sasl", "FEED_KAFKA_SECURITY_PROTOCOL / FEED_KAFKA_SASL_MECHANISM"),
     ("security.protocol", "FEED_KAFKA_SECURITY_PROTOCOL"),
