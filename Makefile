@@ -108,7 +108,7 @@ token: venv
 	@$(PY) -m services.api.token $(USER_ID)
 
 lag: venv
-	$(PY) -m deploy.lag
+	$(PY) -m deploy.lag --stack
 
 # Real Debezium (Kafka Connect standalone, from Maven Central) against the relay, compared
 # field by field on the same changes; see docs/cdc.md.

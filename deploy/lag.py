@@ -219,7 +219,13 @@ def main() -> int:
     parser.add_argument("--watch", type=float, default=0, help="repeat every N seconds")
     parser.add_argument("--all", action="store_true",
                         help="every consumer group, topic and slot, not only the product's")
+    parser.add_argument("--stack", action="store_true",
+                        help="the local development stack's addresses and client security for "
+                             "every FEED_* variable not set (make lag)")
     args = parser.parse_args()
+    if args.stack:
+        from deploy.stack.layout import Layout
+        Layout.from_env().use_as_default()
     settings = get_settings()
     while True:
         data = report(settings, everything=args.all)
