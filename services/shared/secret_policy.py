@@ -55,16 +55,15 @@ def hs256_off(settings: ApiSettings) -> bool:
 def secret_problems(settings: Settings) -> list[str]:
     """Everything wrong with the secrets of ``settings``; empty when it may start."""
     problems: list[str] = []
-    if hs256_off(settings):
-        pass  # the secret is not used
-    elif len(settings.jwt_secret.get_secret_value().encode()) < MIN_SECRET_BYTES:
+    jwt_secret_used = not hs256_off(settings)
+    if jwt_secret_used and len(settings.jwt_secret.get_secret_value().encode()) < MIN_SECRET_BYTES:
         problems.append(f"FEED_JWT_SECRET is shorter than {MIN_SECRET_BYTES} bytes")
     cursor_secrets = _cursor_secrets(settings.cursor_keys.get_secret_value())
     if any(len(s.encode()) < MIN_SECRET_BYTES for s in cursor_secrets):
         problems.append(f"a FEED_CURSOR_KEYS secret is shorter than {MIN_SECRET_BYTES} bytes")
     if not settings.dev_mode:
         dev_jwt, dev_cursor = _built_in_in_use(settings)
-        if dev_jwt and not hs256_off(settings):
+        if dev_jwt and jwt_secret_used:
             problems.append("FEED_JWT_SECRET is the built-in development secret")
         if dev_cursor:
             problems.append("FEED_CURSOR_KEYS holds the built-in development cursor key")
