@@ -98,6 +98,10 @@ def _progress_line(watch: ProgressWatch, offsets: PipelineOffsets, now: float, i
 
 
 def main() -> int:
+    # The demo loads the local stack: its addresses and, on three nodes, its client
+    # security (TLS, passwords) for every FEED_* variable not set.
+    from deploy.stack.layout import Layout
+    Layout.from_env().use_as_default()
     settings = get_settings()
     graph = generate(GraphSpec.demo())
     with pg.connect(settings) as conn:
