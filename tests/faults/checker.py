@@ -254,7 +254,12 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
     served = [(started, reader, post, "page") for started, reader, ids in led.pages for post in ids]
     # An event counts from when the server wrote it (its ``sent`` comment), not from when
     # this client's loop got to it: a delete's answer and an event written just before
-    # it are read in either order here.
+    # it are read in either order here. The stamp is read as the bytes are written, after
+    # any wait for a paused socket (services/api/stream/write_deadline.py): a write held
+    # up past an ack carries a stamp past it and is counted. The server refuses (sends
+    # ``resync`` instead) a write more than 50 ms after the event's last check, so the
+    # commit wait keeps every ack it missed after the stamp; a late write the server let
+    # through is still counted here, from its stamp.
     served += [(at if sent is None else sent, w.cast.watcher, post, "stream")
                for at, kind, post, sent in led.stream if kind == "new_item" and post is not None]
     shown: list[Any] = []

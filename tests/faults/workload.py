@@ -60,7 +60,9 @@ class Ledger:
         "before": Counter(), "during": Counter(), "after": Counter()})
     freshness_s: list[tuple[float, float]] = field(default_factory=list)  # (acked at, seconds)
     # The watcher's stream: (received at, event, post id or None, sent at by the server's
-    # ``sent`` comment or None), and when it was open.
+    # ``sent`` comment or None: read as the event's bytes were written, after any wait
+    # for the socket, and at most 50 ms after its last check, else the server sent
+    # ``resync`` in its place, services/api/stream/write_deadline.py), and when it was open.
     stream: list[tuple[float, str, int | None, float | None]] = field(default_factory=list)
     stream_opened: list[float] = field(default_factory=list)
     stream_statuses: Counter = field(default_factory=Counter)
@@ -193,7 +195,7 @@ class Workload:
                             continue
                         if "event" in event:
                             post = json.loads(event["data"]).get("post_id") if event.get("data") else None
-                            stamp = event.get("", "")  # the ": sent <ms>" comment line
+                            stamp = event.get("", "")  # the ": sent <ms>" comment: written at
                             sent = (int(stamp.removeprefix("sent ")) / 1000
                                     if stamp.startswith("sent ") else None)
                             self.ledger.stream.append((time.time(), event["event"],

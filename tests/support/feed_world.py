@@ -273,7 +273,7 @@ class SseReader:
                 if line.startswith(":"):
                     if "connected" in line:
                         self.connected.set()
-                    elif line.startswith(": sent "):   # when the event passed its last check
+                    elif line.startswith(": sent "):   # when the event's bytes were written
                         event["sent"] = line.removeprefix(": sent ")
                     continue
                 if not line:

@@ -10,9 +10,11 @@ the event is written: the reader would get the item after the acknowledgement.
 Commit wait closes that window, as Spanner's commit wait does for its timestamps:
 
 - a hiding write is answered no sooner than ``wait_s`` after its commit returned;
-- a stream event is written only while the log read it was last judged on went out less
-  than ``stream_bound(wait_s)`` ago (``services/api/stream/gate.py``), and nothing is
-  awaited between that check and the write.
+- a stream event is judged only on a log read that went out less than
+  ``stream_bound(wait_s)`` ago (``services/api/stream/gate.py``), and written at most
+  ``WRITE_MARGIN_S`` after that check, or not at all (``services/api/stream/write_deadline.py``
+  holds it where the bytes are written, after any wait for the socket: later, the
+  stream gets ``resync`` instead).
 
 A write the read missed committed after the read went out, so its answer leaves after
 ``read sent + wait_s``, later than the event's write (``read sent + wait_s - margin``).
@@ -25,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 
-# Time allowed between an event's last check and its bytes reaching the socket: the same
-# task, no I/O awaited in between (sse-starlette sends what the generator yields).
+# Time allowed between an event's last check and its bytes reaching the socket; enforced
+# where they are written (stream/write_deadline.py: past it, resync instead).
 WRITE_MARGIN_S = 0.05
 
 

@@ -38,6 +38,13 @@ class FeedMetrics:
                              registry=registry)
         self.stream_events = Counter("feed_stream_events_total", "new_item events by outcome",
                                      ("outcome",), registry=registry)
+        self.stream_late_writes = Counter(
+            "feed_stream_late_writes_total",
+            "new_item events whose write came more than the margin after their last check: "
+            "refused (resync sent instead) or overran (written past it; should stay 0)",
+            ("outcome",), registry=registry)
+        for outcome in ("refused", "overran"):  # at 0: a rate of none is no data
+            self.stream_late_writes.labels(outcome)
         self.stream_cap_unchecked = Counter(
             "feed_stream_cap_unchecked_total",
             "Streams admitted on this process's own count: the shared cap could not be read",

@@ -8,13 +8,16 @@ reconnecting with ``Last-Event-ID`` gets the events it missed from this process'
 buffer, re-checked, or an ``event: resync`` telling it to refetch its first page; an open
 stream also gets ``resync`` when the hub's consumer lost events it cannot replay. More
 than ``Settings.stream_max_per_user`` open streams gives a 429 problem.
+
+Each ``new_item`` is written by ``stream.write_deadline``: with a comment line
+``sent <Unix ms>`` read as its bytes are written, at most ``WRITE_MARGIN_S`` after its
+last check, or not at all (``resync`` in its place) when its write would come later.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -26,7 +29,9 @@ from services.api.feed.snapshot import MAX_VERSION_CHARS
 from services.api.http.auth import CurrentUser
 from services.api.http.problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
 
+from ..feed.commit_wait import WRITE_MARGIN_S
 from ..stream.hub import ResyncNeeded, StreamEvent, StreamHub
+from ..stream.write_deadline import CheckedEvent, DeadlineResponse, WriteDeadline
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["feed"])
@@ -36,14 +41,16 @@ TOO_MANY_STREAMS = ProblemKind("too-many-streams", 429, "Too many open streams")
 FOLLOWED_REFRESH_HEARTBEATS = 2
 
 
-def _new_item(event: StreamEvent, feed_version: str) -> ServerSentEvent:
-    """The event, with a comment line ``sent <Unix ms>``: when it passed its last check
-    (just before its write). Clients ignore comments; the fault suite's checker reads it
-    to tell an event written after an acknowledgement from one received after it."""
+def _new_item(event: StreamEvent, feed_version: str, writes: WriteDeadline,
+              checked_at: float) -> CheckedEvent:
+    """The event, passed its last check at ``checked_at``: ``writes`` adds the comment line
+    ``sent <Unix ms>`` when its bytes are written, or sends ``resync`` instead when that
+    comes more than the margin after the check. Clients ignore comments; the fault
+    suite's checker reads it to tell an event written after an acknowledgement from one
+    received after it."""
     data = json.dumps({"post_id": str(event.post_id), "feed_version": feed_version},
                       separators=(",", ":"))
-    return ServerSentEvent(data, event="new_item", id=event.event_id,
-                           comment=f"sent {int(time.time() * 1000)}")
+    return writes.event(data, event="new_item", id=event.event_id, checked_at=checked_at)
 
 
 @router.get("/v1/feed/stream", response_class=EventSourceResponse,
@@ -85,6 +92,8 @@ async def feed_stream(
     version = feed_version or "live"
     metrics = state.feed_metrics
     metrics.streams.inc()
+    writes = WriteDeadline(WRITE_MARGIN_S,
+                           on_late=lambda outcome: metrics.stream_late_writes.labels(outcome).inc())
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         beats = 0
@@ -98,11 +107,12 @@ async def feed_stream(
                                                               missed.author_id)
                                and await state.stream_gate.still_allows(
                                    reader_id, missed.post_id, missed.author_id))
+                    checked_at = writes.monotonic()  # in the step the check returned
                 except FenceUnavailable:
                     yield ServerSentEvent("{}", event="resync")
                     break
                 if allowed:
-                    yield _new_item(missed, version)
+                    yield _new_item(missed, version, writes, checked_at)
             while True:
                 try:
                     event = await asyncio.wait_for(queue.get(), settings.stream_heartbeat_s)
@@ -130,16 +140,19 @@ async def feed_stream(
                                                                 event.author_id):
                         metrics.skipped.labels("fenced").inc()
                         continue
+                    checked_at = writes.monotonic()  # in the step the check returned
                 except FenceUnavailable:
                     # Not judged, so not sent: the client refetches its first page, which
                     # answers once the log can be read again.
                     yield ServerSentEvent("{}", event="resync")
                     continue
-                yield _new_item(event, version)
+                # Written (stamped) only while within the margin of this check, else
+                # replaced by resync: see stream/write_deadline.py.
+                yield _new_item(event, version, writes, checked_at)
         finally:
             hub.disconnect(reader_id, queue)
             metrics.streams.dec()
             state.stream_leases.release(reader_id, lease)
 
-    return EventSourceResponse(events(), headers={"Cache-Control": "no-store",
-                                                  "X-Accel-Buffering": "no"})
+    return DeadlineResponse(events(), writes, headers={"Cache-Control": "no-store",
+                                                       "X-Accel-Buffering": "no"})
