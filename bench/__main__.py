@@ -23,6 +23,8 @@ INDEX: dict[str, list[tuple[str, str]]] = {
         ("make bench-read-ab  (bench.read.ab)", "Is this change to the read path faster or slower?"),
         ("python -m bench.read.pull_service", "The pull baseline alone, serving the same database."),
         ("python -m bench.read.rank_rows", "What do rank-key moves cost in tombstones and rows after a month?"),
+        ("python -m bench.read.fence_start",
+         "How long does an API take to be ready over a visibility log of 1M entries, at what memory?"),
     ],
     "fan-out": [
         ("python -m bench.fanout", "Fan-out rows/s against the best raw writer and the contract's floor?"),

@@ -42,7 +42,7 @@ from services.shared.clients import pg
 from services.shared.worker import kafka_failover
 
 from .feed.notices import run_notice_consumer
-from .feed.wiring import close_read_path, open_read_path, run_fence_trimmer
+from .feed.wiring import close_read_path, open_read_path, run_fence_reader
 from .routes import feed, health, moderation, posts, preferences, social, stream, web
 from .routes.feed_fast import FeedFastPath
 from .stream.consumer import run_stream_consumer
@@ -65,7 +65,7 @@ ROUTERS: list[APIRouter] = [health.router, posts.router, social.router, moderati
                             feed.router, stream.router, preferences.router, web.router]
 # Coroutines run for the life of the app, given the app (periodic clean-ups).
 BACKGROUND_TASKS: list[Callable[[FastAPI], Coroutine[Any, Any, None]]] = [
-    purge_expired_periodically, run_stream_consumer, run_notice_consumer, run_fence_trimmer]
+    purge_expired_periodically, run_stream_consumer, run_notice_consumer, run_fence_reader]
 
 
 @asynccontextmanager

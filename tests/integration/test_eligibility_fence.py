@@ -10,70 +10,21 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
-from datetime import datetime
 
-import httpx
 import pytest
 
 from deploy.stack import postgres
 from deploy.stack.layout import Layout
 from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id
+from tests.support.fence_scene import Scene, posted
 from tests.support.feed_world import FeedWorld, feed_ids, walk
 from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
                                       serve_stream_api, wait_ready, wait_routed)
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def _posted(client: httpx.Client, n: int) -> list[tuple[int, datetime]]:
-    out = []
-    for i in range(n):
-        resp = client.post("/v1/posts", json={"text": f"post {i}"},
-                           headers={"Idempotency-Key": uuid.uuid4().hex})
-        assert resp.status_code == 201, resp.text
-        body = resp.json()
-        out.append((int(body["post_id"]), datetime.fromisoformat(body["created_at"].replace("Z", "+00:00"))))
-    return out
-
-
-class Scene:
-    """A reader following an author in Postgres, and the copies of the author's posts
-    in the reader's inbox as the fan-out would have written them."""
-
-    def __init__(self, api: RunningApi, world: FeedWorld, posts: int = 15) -> None:
-        self.api, self.world = api, world
-        self.reader, self.author = new_user_id(), new_user_id()
-        self.as_reader = api.client(self.reader)
-        self.as_author = api.client(self.author)
-        assert self.as_author.get("/v1/feed").status_code == 200  # the author exists
-        resp = self.as_reader.put(f"/v1/users/{self.author}/follow")
-        assert resp.status_code == 200, resp.text
-        since = datetime.fromisoformat(resp.json()["following_since"].replace("Z", "+00:00"))
-        world.follow(self.reader, self.author, since)
-        self.posts = [world.write(self.author, at=at, post_id=pid, inbox_of=[self.reader]).post_id
-                      for pid, at in _posted(self.as_author, posts)]
-
-    def feed(self, **params: object) -> dict:
-        resp = self.as_reader.get("/v1/feed", params=params)
-        assert resp.status_code == 200, resp.text
-        return resp.json()
-
-    def every_page(self, limit: int = 5, **params: object) -> list[int]:
-        shown: list[int] = []
-        page = self.feed(limit=limit, **params)
-        while True:
-            shown += feed_ids(page)
-            if not page.get("next_cursor"):
-                return shown
-            page = self.feed(limit=limit, cursor=page["next_cursor"])
-
-    def close(self) -> None:
-        self.as_reader.close()
-        self.as_author.close()
 
 
 @pytest.fixture
@@ -171,7 +122,7 @@ def test_an_unfollow_hides_the_author_and_a_follow_again_shows_only_what_comes_a
     assert scene.every_page() == []
     assert scene.as_reader.put(f"/v1/users/{scene.author}/follow").status_code == 200
     assert scene.every_page() == []  # no surprise backfill of the earlier posts
-    (pid, at), = _posted(scene.as_author, 1)
+    (pid, at), = posted(scene.as_author, 1)
     scene.world.write(scene.author, at=at, post_id=pid, inbox_of=[scene.reader])
     assert scene.every_page() == [pid]
 

@@ -8,15 +8,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.api.feed.eligibility import PostState, ReaderGraph, Verdict, judge
-from services.api.feed.fence import FenceUnavailable, VisibilityFence
-from services.api.feed.recent_changes import BLOCK, FOLLOW, NOTHING, POST, RecentChanges, VisibilityChange
+from services.api.feed.fence import WINDOW, FenceUnavailable, VisibilityFence
+from services.api.feed.recent_changes import (BLOCK, FOLLOW, NOTHING, POST, ReaderChanges, RecentChanges,
+                                              VisibilityChange)
+from services.api.feed.visibility_log import LogRead
 
 READER, AUTHOR, OTHER = 1, 2, 3
 
 
-def change(seq: int, kind: str, subject: int, obj: int, hidden: bool, since_ms: int | None = None,
-           at_ms: int | None = None) -> VisibilityChange:
-    return VisibilityChange(seq, seq * 1000 if at_ms is None else at_ms, kind, subject, obj, hidden, since_ms)
+def change(seq: int, kind: str, subject: int, obj: int, hidden: bool,
+           since_ms: int | None = None) -> VisibilityChange:
+    return VisibilityChange(seq, kind, subject, obj, hidden, since_ms)
 
 
 def folded(*changes: VisibilityChange) -> RecentChanges:
@@ -64,17 +66,29 @@ def test_entries_already_applied_are_ignored() -> None:
     assert recent.last_seq == 2
 
 
-def test_trimming_drops_old_entries_but_never_one_a_later_entry_replaced() -> None:
-    recent = folded(change(1, POST, 10, AUTHOR, True, at_ms=1_000),
-                    change(2, FOLLOW, READER, AUTHOR, True, at_ms=1_000),
-                    change(3, BLOCK, READER, OTHER, True, at_ms=1_000),
-                    change(4, FOLLOW, READER, AUTHOR, False, since_ms=7, at_ms=9_000))
-    assert recent.forget_before(5_000) == 3
+def test_forgetting_drops_released_entries_but_never_one_a_later_entry_replaced() -> None:
+    recent = folded(change(1, POST, 10, AUTHOR, True),
+                    change(2, FOLLOW, READER, AUTHOR, True),
+                    change(3, BLOCK, READER, OTHER, True),
+                    change(4, FOLLOW, READER, AUTHOR, False, since_ms=7))
+    assert recent.forget_through(3) == 3
     view = recent.for_reader(READER)
     assert not view.hides(10, AUTHOR, 100)        # the delete's entry is gone
     assert view.hides(11, AUTHOR, 6)              # the follow-again entry stayed
     assert not view.hides(12, OTHER, 100)
     assert len(recent) == 1
+    assert recent.forget_through(3) == 0          # nothing twice
+    assert recent.forget_through(4) == 1 and recent.for_reader(READER) is NOTHING
+
+
+def test_forgetting_a_long_front_compacts_and_keeps_the_rest_exact() -> None:
+    recent = folded(*(change(i, POST, 1000 + i, AUTHOR, True) for i in range(1, 20_001)))
+    assert recent.forget_through(15_000) == 15_000 and len(recent) == 5_000
+    view = recent.for_reader(READER)
+    assert not view.hides(1000 + 15_000, AUTHOR, 0) and view.hides(1000 + 15_001, AUTHOR, 0)
+    recent.apply([change(20_001, POST, 7, AUTHOR, True)])
+    assert recent.forget_through(20_000) == 5_000 and len(recent) == 1
+    assert recent.for_reader(READER).hides(7, AUTHOR, 0)
 
 
 def test_judge_lets_the_log_hide_what_the_copies_still_show() -> None:
@@ -107,6 +121,37 @@ def test_the_fold_matches_the_last_entry_of_each_post_and_pair(
                 assert view.hides(99, author, created) == expected
 
 
+_USERS = st.sampled_from([1, 2, 3, 4])
+
+
+@given(st.lists(st.tuples(_kinds, _USERS, _USERS, st.booleans(), st.integers(0, 50)), max_size=40),
+       st.integers(0, 40))
+def test_forgetting_keeps_exactly_the_keys_whose_latest_entry_is_above_the_mark(
+        entries: list[tuple[str, int, int, bool, int]], mark: int) -> None:
+    changes = [change(i + 1, kind, s if kind != POST else 90 + s, o, hidden, since)
+               for i, (kind, s, o, hidden, since) in enumerate(entries) if kind == POST or s != o]
+    recent = folded(*changes)
+    recent.forget_through(mark)
+    latest: dict[tuple[str, int, int], VisibilityChange] = {}
+    for c in changes:
+        latest[(c.kind, c.subject_id, 0 if c.kind == POST else c.object_id)] = c
+    kept = {k: c for k, c in latest.items() if c.seq > mark}
+    for reader in (1, 2, 3, 4):
+        view = recent.for_reader(reader)
+        for author in (1, 2, 3, 4):
+            if author == reader:
+                continue
+            for post in (91, 92, 93, 94):
+                for created in (0, 25, 60):
+                    hidden = ((p := kept.get((POST, post, 0))) is not None and p.hidden)
+                    hidden |= any((b := kept.get((BLOCK, x, y))) is not None and b.hidden
+                                  for x, y in ((reader, author), (author, reader)))
+                    f = kept.get((FOLLOW, reader, author))
+                    if f is not None:
+                        hidden |= f.hidden or created < (f.since_ms or 0)
+                    assert view.hides(post, author, created) == hidden, (reader, author, post, created)
+
+
 def _last_truth(changes: list[VisibilityChange], reader: int, author: int, post_id: int,
                 created_ms: int) -> bool:
     """What the latest entries say, computed the slow way."""
@@ -121,10 +166,14 @@ def _last_truth(changes: list[VisibilityChange], reader: int, author: int, post_
 
 
 class _Log:
-    """A log source on a socket pair: a read is answered when the test says ``answer``."""
+    """A log source on a socket pair: a read is answered when the test says ``answer``.
+    ``head`` (default: the last entry's seq) and ``upto`` are what Postgres would say."""
 
     def __init__(self, log: list[VisibilityChange]) -> None:
         self.log = log
+        self.head: int | None = None
+        self.upto = 0
+        self.limits: list[int] = []
         self.sent: list[int] = []
         self.fail = False
         self.closed = False
@@ -137,6 +186,7 @@ class _Log:
 
     def send(self, seq: int, limit: int) -> bool:
         self.sent.append(seq)
+        self.limits.append(limit)
         self._asked = seq
         return True
 
@@ -146,7 +196,7 @@ class _Log:
     def answer(self) -> None:
         self._theirs.send(b"x")
 
-    def poll(self) -> list[VisibilityChange] | None:
+    def poll(self) -> LogRead | None:
         try:
             self._ours.recv(1)
         except BlockingIOError:
@@ -154,7 +204,9 @@ class _Log:
         if self.fail:
             raise OSError("connection refused")
         assert self._asked is not None
-        return [c for c in self.log if c.seq > self._asked]
+        head = self.head if self.head is not None else max((c.seq for c in self.log), default=0)
+        entries = [c for c in self.log if c.seq > self._asked][:self.limits[-1]]
+        return LogRead(head, self.upto, entries)
 
     async def close(self) -> None:
         self.closed = True
@@ -167,7 +219,7 @@ def _fence_on(source: _Log, timeout_s: float = 1.0) -> VisibilityFence:
     async def connect() -> _Log:
         return source
 
-    return VisibilityFence("", timeout_s, open_source=connect)
+    return VisibilityFence("", timeout_s, open_source=connect)  # type: ignore[arg-type]
 
 
 async def _turns(n: int = 12) -> None:
@@ -341,3 +393,135 @@ def test_commit_wait_outlasts_the_stream_bound_by_the_write_margin() -> None:
 
     assert stream_bound(0.2) == pytest.approx(0.2 - WRITE_MARGIN_S)
     assert stream_bound(WRITE_MARGIN_S) is None and stream_bound(0.0) is None
+
+
+class _AutoLog(_Log):
+    """Answers every read as soon as it is sent."""
+
+    def send(self, seq: int, limit: int) -> bool:
+        asyncio.get_running_loop().call_soon(self.answer)
+        return super().send(seq, limit)
+
+
+def test_entries_below_the_verifiers_mark_are_forgotten_on_the_next_read() -> None:
+    async def scenario() -> None:
+        source = _AutoLog([change(1, POST, 10, AUTHOR, True), change(2, BLOCK, READER, OTHER, True)])
+        fence = _fence_on(source)
+        recent = await fence.sync()
+        assert isinstance(recent, RecentChanges) and len(recent) == 2
+        source.upto = 1   # the verifier released entry 1 (and deleted it from the log)
+        del source.log[0]
+        recent = await fence.sync()
+        assert isinstance(recent, RecentChanges) and len(recent) == 1
+        view = recent.for_reader(READER)
+        assert not view.hides(10, AUTHOR, 0) and view.hides(11, OTHER, 0)
+
+    asyncio.run(scenario())
+
+
+def test_a_process_starting_behind_the_mark_reads_only_what_is_above_it() -> None:
+    async def scenario() -> None:
+        source = _AutoLog([change(i, POST, 100 + i, AUTHOR, True) for i in range(1, 11)])
+        source.upto = 7
+        fence = VisibilityFence("", 1.0, open_source=_connect(source), chunk=3)  # type: ignore[arg-type]
+        recent = await fence.sync()
+        assert isinstance(recent, RecentChanges)
+        assert sorted(recent.for_reader(READER).hidden_posts) == [108, 109, 110]
+        assert fence.ready
+
+    asyncio.run(scenario())
+
+
+def _connect(source: _Log):  # type: ignore[no-untyped-def]
+    async def connect() -> _Log:
+        return source
+    return connect
+
+
+def test_a_head_below_the_last_entry_held_makes_the_process_read_the_whole_log_again() -> None:
+    async def scenario() -> None:
+        source = _AutoLog([change(i, POST, 100 + i, AUTHOR, True) for i in range(1, 6)])
+        fence = _fence_on(source)
+        await fence.sync()
+        assert fence.changes.last_seq == 5
+        # A restore (or a reset sequence): the log now holds entries 1-2, new ones, and
+        # entry 1's post is another one.
+        source.log[:] = [change(1, POST, 900, AUTHOR, True), change(2, BLOCK, READER, OTHER, True)]
+        recent = await fence.sync()
+        assert isinstance(recent, RecentChanges) and recent.last_seq == 2
+        view = recent.for_reader(READER)
+        assert view.hides(900, AUTHOR, 0) and view.hides(1, OTHER, 0)
+        assert not view.hides(101, AUTHOR, 0)   # the restored database has no such delete
+
+    asyncio.run(scenario())
+
+
+def test_each_chunk_of_a_long_read_has_its_own_deadline() -> None:
+    class _Chunked(_Log):
+        """Each chunk answered 30 ms after it went out: 10 chunks, 0.3 s in all."""
+
+        def send(self, seq: int, limit: int) -> bool:
+            asyncio.get_running_loop().call_later(0.03, self.answer)
+            return super().send(seq, limit)
+
+    async def scenario() -> None:
+        source = _Chunked([change(i, POST, 100 + i, AUTHOR, True) for i in range(1, 100)])
+        fence = VisibilityFence("", 0.1, open_source=_connect(source), chunk=10)  # type: ignore[arg-type]
+        assert not fence.ready
+        recent = await fence.sync()   # longer than 0.1 s in all, no chunk longer than 0.1 s
+        assert isinstance(recent, RecentChanges) and len(recent) == 99 and fence.ready
+        assert len(source.sent) == 10
+
+    asyncio.run(scenario())
+
+
+def test_past_the_bound_pages_ask_postgres_until_the_log_is_back_under_half() -> None:
+    asked: list[tuple[int, list[tuple[int, int]]]] = []
+
+    async def window(reader_id: int, items: list[tuple[int, int]]) -> ReaderChanges:
+        asked.append((reader_id, list(items)))
+        return ReaderChanges({10: 0}, {AUTHOR: 0}, frozenset())
+
+    async def scenario() -> None:
+        source = _AutoLog([change(i, POST, 100 + i, AUTHOR, True) for i in range(1, 11)])
+        fence = VisibilityFence("", 1.0, open_source=_connect(source), max_entries=6,  # type: ignore[arg-type]
+                                window_check=window, chunk=4)
+        view = await fence.sync()
+        assert view is WINDOW and view.for_reader(READER) is None and len(fence.changes) == 0
+        assert (await fence.window(READER, [(10, AUTHOR)])).hides(10, AUTHOR, 0)
+        assert asked == [(READER, [(10, AUTHOR)])]
+        # While the log stays over half the bound, pages do not wait for the reads, and
+        # the reads ask for no entries.
+        assert (await fence.sync()) is WINDOW
+        await _turns()
+        assert source.limits[-1] == 0
+        # The verifier catches up: 3 entries left (under half of 6): the log is read
+        # again while pages still ask Postgres; then the fold is back.
+        source.upto = 7
+        del source.log[:7]
+        assert (await fence.sync()) is WINDOW
+        await _turns()
+        view = await fence.sync()
+        assert isinstance(view, RecentChanges) and len(view) == 3
+        assert view.for_reader(READER).hides(110, AUTHOR, 0)
+
+    asyncio.run(scenario())
+
+
+def test_in_window_mode_a_stream_event_is_judged_by_postgres_for_its_post() -> None:
+    from services.api.stream.gate import EligibilityGate
+
+    async def window(reader_id: int, items: list[tuple[int, int]]) -> ReaderChanges:
+        (post_id, author_id), = items
+        return ReaderChanges({10: 0} if post_id == 10 else {}, {author_id: 0}, frozenset())
+
+    async def scenario() -> None:
+        source = _AutoLog([change(i, POST, 100 + i, AUTHOR, True) for i in range(1, 4)])
+        fence = VisibilityFence("", 1.0, open_source=_connect(source), max_entries=2,  # type: ignore[arg-type]
+                                window_check=window)
+        assert (await fence.sync()) is WINDOW
+        gate = EligibilityGate(store=None, fence=fence, fresh_s=0.2)  # type: ignore[arg-type]
+        assert not await gate.still_allows(READER, 10, AUTHOR)
+        assert await gate.still_allows(READER, 11, AUTHOR)
+
+    asyncio.run(scenario())

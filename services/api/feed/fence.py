@@ -18,6 +18,19 @@ caller such a read:
 - a read fetches only the entries after the last one seen (``seq > last``), so a quiet
   log costs one index probe returning nothing.
 
+Every answer also carries the log's head and the verifier's ``upto`` (visibility_log.py):
+
+- entries at or below ``upto`` are forgotten (they left the log: verified against the
+  copies and settled, migration 0004); no process forgets on its own clock;
+- a head below this process's last entry means the log went back (a point-in-time
+  restore, a reset sequence): the fold is dropped and the whole log read again;
+- a backlog is read in chunks of ``READ_CHUNK``, each with its own ``timeout_s``;
+  ``ready`` turns true once a whole read has reached the head (``/readyz`` waits for it);
+- past ``max_entries`` held (the verifier stopped for long), the fold is dropped and the
+  fence turns to **window mode**: ``wait()`` answers at once with ``WINDOW`` and each
+  page asks Postgres for its own window instead (window_check.py), until the log is
+  back under half the bound and has been read again.
+
 Postgres unreachable or slow (no answer within ``timeout_s``): ``wait()`` raises
 ``FenceUnavailable`` and the page answers 503 (the stream holds its events back and asks
 the client to resync). Serving on the last read instead is not safe: another process may
@@ -29,15 +42,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Awaitable, Callable, Protocol
+from typing import Awaitable, Callable, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from services.shared.clients import pg
 from services.shared.settings import PostgresSettings
 
-from .recent_changes import RecentChanges, VisibilityChange
-from .visibility_log import TRIM, LogReader
+from .recent_changes import ReaderChanges, RecentChanges
+from .visibility_log import LogRead, LogReader
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +73,27 @@ class FenceMetrics:
                                       registry=registry)
         self.entries = Gauge("feed_visibility_entries",
                              "Visibility-log entries held by this process", registry=registry)
+        self.resets = Counter("feed_visibility_log_resets_total",
+                              "Times the log's head was below the last entry held (a restore): "
+                              "the whole log read again", registry=registry)
+        self.window_mode = Gauge("feed_visibility_window_mode",
+                                 "1 while pages ask Postgres for their windows (the log is "
+                                 "past FEED_VISIBILITY_MAX_ENTRIES)", registry=registry)
         self.read_ok = self.reads.labels("ok")
+
+
+class WindowMode:
+    """What ``wait()`` answers in window mode: no fold; each page asks Postgres."""
+
+    def for_reader(self, reader_id: int) -> None:
+        return None
+
+
+WINDOW = WindowMode()
+# What a page judges on: the fold (``RecentChanges``) or ``WINDOW``. ``for_reader``
+# gives a ``ReaderChanges``, or None: ask ``VisibilityFence.window`` for each window.
+LogView = RecentChanges | WindowMode
+WindowCheck = Callable[[int, Sequence[tuple[int, int]]], Awaitable[ReaderChanges]]
 
 
 class LogSource(Protocol):
@@ -72,20 +105,30 @@ class LogSource(Protocol):
 
     def flush(self) -> bool: ...
 
-    def poll(self) -> list[VisibilityChange] | None: ...
+    def poll(self) -> LogRead | None: ...
 
     async def close(self) -> None: ...
 
 
 class VisibilityFence:
     def __init__(self, settings: PostgresSettings, timeout_s: float, metrics: FenceMetrics | None = None,
-                 open_source: Callable[[], Awaitable[LogSource]] | None = None) -> None:
+                 open_source: Callable[[], Awaitable[LogSource]] | None = None,
+                 max_entries: int = 500_000, window_check: WindowCheck | None = None,
+                 chunk: int = READ_CHUNK) -> None:
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._open_source = open_source or (lambda: LogReader.open(settings, timeout_s))
         self._source: LogSource | None = None
         self._connecting: asyncio.Future[None] | None = None
         self.changes = RecentChanges()
+        self._max_entries = max_entries
+        self._window_check = window_check
+        self._chunk = chunk
+        self._windowed = False   # window mode: the fold was dropped, pages ask Postgres
+        self._refilling = False  # ... and the log is being read again to leave it
+        self.ready = False       # a whole read has reached the log's head
+        self.head = 0            # the log's head at the last answer
+        self.upto = 0            # the verifier's mark at the last answer
         self._sent = 0           # reads put on the wire (numbers burnt by a failure too)
         self._done = 0           # the last read answered
         self._failed_upto = 0    # reads up to this number failed
@@ -95,6 +138,7 @@ class VisibilityFence:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._watched: int | None = None
+        self._chunks = 0         # chunks sent (each its own deadline)
         self._sent_at = 0.0
         self._answered_sent_at = float("-inf")  # when the newest answered read went out
         self._send_scheduled = False
@@ -112,19 +156,22 @@ class VisibilityFence:
             self._schedule_send()
         return self._sent + 1
 
-    async def wait(self, ticket: int) -> RecentChanges:
+    async def wait(self, ticket: int) -> LogView:
         """The log folded up to read ``ticket`` (or a later one); raises
-        ``FenceUnavailable`` when that read failed."""
+        ``FenceUnavailable`` when that read failed. In window mode, ``WINDOW`` at once:
+        the page's own query of its window goes out after it arrived."""
         self._poll()
         while self._done < ticket:
+            if self._windowed:
+                return WINDOW
             if ticket <= self._failed_upto:
                 raise FenceUnavailable(self._error)
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._waiters.append((ticket, waiter))
             await waiter
-        return self.changes
+        return WINDOW if self._windowed else self.changes
 
-    async def sync(self) -> RecentChanges:
+    async def sync(self) -> LogView:
         """``wait(arrive())``: a read that goes out after this call."""
         return await self.wait(self.arrive())
 
@@ -152,7 +199,7 @@ class VisibilityFence:
         self._sent_at = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
-            flushed = source.send(self.changes.last_seq, READ_CHUNK)
+            flushed = source.send(self.changes.last_seq, self._limit())
             fd = source.fileno()
         except Exception as exc:  # noqa: BLE001 - a broken connection: this read failed
             self._fail(exc)
@@ -162,8 +209,18 @@ class VisibilityFence:
             self._watched = fd
         if not flushed:
             loop.add_writer(fd, self._flush)
-        if self._timer is None:
-            self._timer = loop.call_later(self._timeout_s, self._timed_out, self._sent)
+        self._arm_timer()
+
+    def _limit(self) -> int:
+        """Entries asked for: none in window mode (only the head and the mark)."""
+        return 0 if self._windowed and not self._refilling else self._chunk
+
+    def _arm_timer(self) -> None:
+        """A deadline for the chunk just sent: each chunk of a long read has its own."""
+        self._stop_timer()
+        self._chunks += 1
+        self._timer = asyncio.get_running_loop().call_later(self._timeout_s, self._timed_out,
+                                                            self._chunks)
 
     def _flush(self) -> None:
         if self._source is None or self._source.flush():
@@ -176,22 +233,20 @@ class VisibilityFence:
         if not self._out or self._source is None:
             return
         try:
-            rows = self._source.poll()
-            if rows is None:
+            read = self._source.poll()
+            if read is None:
                 return
-            if rows:
-                self.changes.apply(rows)
-                if self._metrics is not None:
-                    self._metrics.entries.set(len(self.changes))
-            if len(rows) >= READ_CHUNK:  # more behind it: the same read goes on
-                if not self._source.send(self.changes.last_seq, READ_CHUNK):
+            if self._take(read):  # more to read: the same read goes on
+                if not self._source.send(self.changes.last_seq, self._limit()):
                     asyncio.get_running_loop().add_writer(self._source.fileno(), self._flush)
+                self._arm_timer()
                 return
         except Exception as exc:  # noqa: BLE001 - a broken connection or a failed statement
             self._fail(exc)
             return
         self._done, self._out = self._sent, False
         self._answered_sent_at = self._sent_at
+        self.ready = True
         self._stop_timer()
         if self._metrics is not None:
             self._metrics.read_ok.inc()
@@ -201,9 +256,73 @@ class VisibilityFence:
             self._schedule_send()   # for the callers that arrived while this read was out
         self._wake()
 
-    def _timed_out(self, number: int) -> None:
+    def _take(self, read: LogRead) -> bool:
+        """Folds one answer; True when the read must go on (a full chunk, a restore,
+        a refill)."""
+        self.head, self.upto = read.head, read.upto
+        changes = self.changes
+        if read.head < changes.last_seq:
+            # The log went back (restore, reset sequence): numbers at or below our last
+            # entry are new entries now. Forget everything and read it all again.
+            log.warning("the visibility log's head %d is below the last entry held %d "
+                        "(a restore?): reading the whole log again", read.head, changes.last_seq)
+            if self._metrics is not None:
+                self._metrics.resets.inc()
+            self._refold(0)
+            return True
+        if self._windowed and not self._refilling:
+            if read.head - read.upto > self._max_entries // 2:
+                changes.last_seq = read.head   # a restore is still seen
+                return False
+            log.warning("the visibility log is back under half its bound (%d entries at most): "
+                        "reading it again; pages ask Postgres until that read is done",
+                        read.head - read.upto)
+            self._refilling = True
+            self._refold(read.upto)
+            return True
+        changes.apply(read.entries)
+        if read.upto > changes.last_seq:
+            changes.last_seq = read.upto   # what lies below the mark left the log
+        changes.forget_through(read.upto)
+        if len(changes) > self._max_entries and self._window_check is not None:
+            log.warning("%d visibility-log entries held, past FEED_VISIBILITY_MAX_ENTRIES=%d: "
+                        "window mode (each page asks Postgres for its window)",
+                        len(changes), self._max_entries)
+            self._windowed, self._refilling = True, False
+            self._refold(read.head)
+            if self._metrics is not None:
+                self._metrics.window_mode.set(1)
+            return False
+        more = len(read.entries) >= self._chunk
+        if not more and self._refilling:
+            log.warning("the visibility log was read again (%d entries): window mode left",
+                        len(changes))
+            self._windowed = self._refilling = False
+        if self._metrics is not None:
+            self._metrics.entries.set(len(changes))
+            self._metrics.window_mode.set(1 if self._windowed else 0)
+        return more
+
+    def _refold(self, from_seq: int) -> None:
+        """A new, empty fold whose next read starts after ``from_seq``."""
+        self.changes = RecentChanges()
+        self.changes.last_seq = from_seq
+        if self._metrics is not None:
+            self._metrics.entries.set(0)
+
+    async def window(self, reader_id: int, items: Sequence[tuple[int, int]]) -> ReaderChanges:
+        """Window mode: what Postgres says now of these (post_id, author_id) for the
+        reader; raises ``FenceUnavailable`` when it cannot be asked."""
+        if self._window_check is None:
+            raise FenceUnavailable("window mode without a window check")
+        try:
+            return await asyncio.wait_for(self._window_check(reader_id, items), self._timeout_s)
+        except Exception as exc:  # noqa: BLE001 - Postgres unreachable or slow: nothing judged
+            raise FenceUnavailable(f"the window could not be checked: {exc!r}") from exc
+
+    def _timed_out(self, chunk: int) -> None:
         self._timer = None
-        if self._out and self._sent == number:
+        if self._out and self._chunks == chunk:
             self._fail(TimeoutError(f"no answer within {self._timeout_s} s"))
 
     def _fail(self, exc: BaseException) -> None:
@@ -259,12 +378,6 @@ class VisibilityFence:
         finally:
             self._connecting = None
 
-    def forget_before(self, cutoff_ms: int) -> int:
-        dropped = self.changes.forget_before(cutoff_ms)
-        if self._metrics is not None:
-            self._metrics.entries.set(len(self.changes))
-        return dropped
-
     async def close(self) -> None:
         if self._connecting is not None:
             await asyncio.gather(self._connecting, return_exceptions=True)
@@ -280,18 +393,3 @@ async def _close_quietly(source: LogSource) -> None:
         await source.close()
     except Exception:  # noqa: BLE001 - it is being thrown away
         pass
-
-
-async def trim_periodically(fence: VisibilityFence, settings: PostgresSettings, retention_s: float,
-                            every_s: float, clock: Callable[[], float] = time.time) -> None:
-    """Trims the log in Postgres (any process may; the statement is idempotent) and this
-    process's folded copy of it, by age."""
-    while True:
-        try:
-            async with await pg.async_connect(settings, autocommit=True,
-                                              connect_timeout=5) as conn:
-                await conn.execute(TRIM, (retention_s,))
-        except Exception:  # noqa: BLE001 - next time; an untrimmed log only grows
-            log.warning("the visibility log could not be trimmed", exc_info=True)
-        fence.forget_before(int((clock() - retention_s) * 1000))
-        await asyncio.sleep(every_s)

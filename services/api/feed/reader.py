@@ -333,10 +333,11 @@ class FeedReader:
 
     async def _fill(self, walk: _Walk, start: int, limit: int, graph: PageGraph,
                     fenced: int | None) -> FeedPage:
-        recent = NOTHING
-        if self._fence is not None and fenced is not None:
+        recent: ReaderChanges | None = NOTHING  # None: window mode, Postgres per window
+        fence = self._fence
+        if fence is not None and fenced is not None:
             try:
-                recent = (await self._fence.wait(fenced)).for_reader(walk.reader_id)
+                recent = (await fence.wait(fenced)).for_reader(walk.reader_id)
             except FenceUnavailable as exc:
                 raise FeedUnavailable(str(exc)) from exc
         entries: Sequence[Ranked] = snapshot.PackedEntries(walk.blob)
@@ -365,9 +366,16 @@ class FeedReader:
             stale = stale or fetched.stale > 0
             usable = paging.until_unknown(win, fetched.failed)
             current, made_us = graph.graph, walk.generated_us
+            judged = recent
+            if judged is None:
+                assert fence is not None
+                try:
+                    judged = await fence.window(walk.reader_id, _window_items(usable, known))
+                except FenceUnavailable as exc:
+                    raise FeedUnavailable(str(exc)) from exc
             got = paging.fill(usable, limit - len(items),
                               lambda e: self._eligible(e, known.get(e.post_id), current, made_us,
-                                                       latest, recent))
+                                                       latest, judged))
             items += [PageItem(e, known[e.post_id].body) for e in got.items]  # type: ignore[arg-type]
             index += got.consumed
             if got.consumed == len(usable) < len(win) and len(items) < limit:
@@ -403,6 +411,18 @@ class FeedReader:
                 return True
         self._metrics.skipped.labels(verdict.value).inc()
         return False
+
+
+def _window_items(window: Sequence[Ranked], known: dict[int, PostView]) -> list[tuple[int, int]]:
+    """(post_id, author_id) of a window, the author as ``judge`` will see it (the copy's)."""
+    items = []
+    for e in window:
+        view = known.get(e.post_id)
+        author = view.state.author_id if view is not None else None
+        author = author if author is not None else e.author_id
+        if author is not None:
+            items.append((e.post_id, author))
+    return items
 
 
 async def _nothing() -> FetchResult:

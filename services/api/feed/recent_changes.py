@@ -2,10 +2,11 @@
 
 Postgres appends an entry to ``visibility_changes`` in the same transaction as every
 post delete or moderation change, block, unblock, unfollow, and follow-again of a pair
-it has logged (migration 0003). ``RecentChanges`` folds the retained entries, in
+it has logged (migration 0003). ``RecentChanges`` folds the entries still in the log, in
 ``seq`` order, into the latest state of each post and pair. Every key it holds is
-therefore the truth as of the last read of the log; a key it does not hold had no
-change within the retention, and the copies (which lag the pipeline) decide it.
+therefore the truth as of the last read of the log; a key it does not hold has no entry
+left: its copies were verified against Postgres (repaired if wrong) and have settled
+(migration 0004, the fan-out's verifier), so the copies decide it.
 
 It only ever hides: a page shows an entry when the copies say it is eligible AND the
 recent changes do not hide it. A restore or an unblock removes the key (the copies
@@ -14,11 +15,12 @@ decide again); a follow again keeps a lower bound (posts before its
 """
 from __future__ import annotations
 
-from collections import deque
+from array import array
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 POST, FOLLOW, BLOCK = "post", "follow", "block"
+_KIND_CODE = {POST: 0, FOLLOW: 1, BLOCK: 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +28,6 @@ class VisibilityChange:
     """One entry of ``visibility_changes`` (see the migration for the columns' meaning)."""
 
     seq: int
-    changed_at_ms: int
     kind: str
     subject_id: int
     object_id: int
@@ -61,19 +62,31 @@ NOTHING: ReaderChanges = ReaderChanges({}, {}, frozenset())
 
 
 class RecentChanges:
-    """The retained log, folded to the latest state per post and pair."""
+    """The log's entries not yet forgotten, folded to the latest state per post and pair.
+
+    Besides the fold, the entries' (seq, kind, subject, object) are kept in seq order in
+    flat arrays (25 bytes an entry instead of a tuple's ~100), so that ``forget_through``
+    drops exactly the entries the verifier has released, and a key only when its latest
+    entry is among them."""
 
     def __init__(self) -> None:
         self.last_seq = 0
         self._posts: dict[int, int] = {}                               # hidden post -> seq
-        self._follows: dict[int, dict[int, tuple[int, FollowState]]] = {}  # reader -> author -> (seq, state)
+        # reader -> (author, seq, state) while the reader has one such pair (the common
+        # case, without a dict of its own), else author -> (seq, state).
+        self._follows: dict[int, tuple[int, int, FollowState] | dict[int, tuple[int, FollowState]]] = {}
         self._directed: dict[tuple[int, int], int] = {}                # (blocker, blocked) -> seq
-        self._blocks: dict[int, set[int]] = {}                         # user -> blocked either way
-        # (changed_at_ms, seq, kind, subject, object) in seq order, for ``forget_before``.
-        self._ages: deque[tuple[int, int, str, int, int]] = deque()
+        # user -> the one user blocked either way with them, or a set of several.
+        self._blocks: dict[int, int | set[int]] = {}
+        # The entries in seq order, from ``_first`` on (the ones before were forgotten).
+        self._seqs = array("q")
+        self._subjects = array("q")
+        self._objects = array("q")
+        self._kinds = bytearray()
+        self._first = 0
 
     def __len__(self) -> int:
-        return len(self._ages)
+        return len(self._seqs) - self._first
 
     def apply(self, changes: Iterable[VisibilityChange]) -> None:
         """Fold entries read after ``last_seq``, in seq order (older ones are ignored)."""
@@ -81,25 +94,60 @@ class RecentChanges:
             if c.seq <= self.last_seq:
                 continue
             self.last_seq = c.seq
-            self._ages.append((c.changed_at_ms, c.seq, c.kind, c.subject_id, c.object_id))
+            self._seqs.append(c.seq)
+            self._subjects.append(c.subject_id)
+            self._objects.append(c.object_id)
+            self._kinds.append(_KIND_CODE[c.kind])
             if c.kind == POST:
                 if c.hidden:
                     self._posts[c.subject_id] = c.seq
                 else:
                     self._posts.pop(c.subject_id, None)
             elif c.kind == FOLLOW:
-                state = None if c.hidden else (c.since_ms or 0)
-                self._follows.setdefault(c.subject_id, {})[c.object_id] = (c.seq, state)
+                self._follow(c.subject_id, c.object_id, c.seq, None if c.hidden else (c.since_ms or 0))
             elif c.kind == BLOCK:
                 if c.hidden:
                     self._block(c.subject_id, c.object_id, c.seq)
                 else:
                     self._unblock(c.subject_id, c.object_id)
 
+    def _follow(self, reader: int, author: int, seq: int, state: FollowState) -> None:
+        held = self._follows.get(reader)
+        if held is None or (isinstance(held, tuple) and held[0] == author):
+            self._follows[reader] = (author, seq, state)
+        elif isinstance(held, tuple):
+            self._follows[reader] = {held[0]: (held[1], held[2]), author: (seq, state)}
+        else:
+            held[author] = (seq, state)
+
+    def _forget_follow(self, reader: int, author: int, seq: int) -> None:
+        """Drops the pair if ``seq`` is still its latest entry."""
+        held = self._follows.get(reader)
+        if isinstance(held, tuple):
+            if held[0] == author and held[1] == seq:
+                del self._follows[reader]
+        elif held is not None:
+            pair = held.get(author)
+            if pair is not None and pair[0] == seq:
+                del held[author]
+                if len(held) == 1:
+                    (other, (other_seq, other_state)), = held.items()
+                    self._follows[reader] = (other, other_seq, other_state)
+
     def _block(self, blocker: int, blocked: int, seq: int) -> None:
         self._directed[(blocker, blocked)] = seq
-        self._blocks.setdefault(blocker, set()).add(blocked)
-        self._blocks.setdefault(blocked, set()).add(blocker)
+        self._add_blocked(blocker, blocked)
+        self._add_blocked(blocked, blocker)
+
+    def _add_blocked(self, user: int, other: int) -> None:
+        held = self._blocks.get(user)
+        if held is None:
+            self._blocks[user] = other
+        elif isinstance(held, int):
+            if held != other:
+                self._blocks[user] = {held, other}
+        else:
+            held.add(other)
 
     def _unblock(self, blocker: int, blocked: int) -> None:
         """Lifts ``blocker -> blocked``; the pair stays hidden while the other way stands."""
@@ -107,39 +155,49 @@ class RecentChanges:
         if (blocked, blocker) in self._directed:
             return
         for user, other in ((blocker, blocked), (blocked, blocker)):
-            others = self._blocks.get(user)
-            if others is not None:
-                others.discard(other)
-                if not others:
+            held = self._blocks.get(user)
+            if isinstance(held, int):
+                if held == other:
                     del self._blocks[user]
+            elif held is not None:
+                held.discard(other)
+                if len(held) == 1:
+                    self._blocks[user] = next(iter(held))
 
     def for_reader(self, reader_id: int) -> ReaderChanges:
         """The view one page consults: built once per page, cheap when the log is quiet."""
-        if not self._ages:
+        if len(self._seqs) == self._first:
             return NOTHING
         follows = self._follows.get(reader_id)
         blocked = self._blocks.get(reader_id)
-        return ReaderChanges(self._posts,
-                             {a: s for a, (_seq, s) in follows.items()} if follows else {},
-                             frozenset(blocked) if blocked else frozenset())
+        return ReaderChanges(
+            self._posts,
+            {} if follows is None else {follows[0]: follows[2]} if isinstance(follows, tuple)
+            else {a: s for a, (_seq, s) in follows.items()},
+            frozenset() if blocked is None else frozenset((blocked,)) if isinstance(blocked, int)
+            else frozenset(blocked))
 
-    def forget_before(self, cutoff_ms: int) -> int:
-        """Drop entries changed before ``cutoff_ms`` (the log's trim), unless a later
-        entry of the same post or pair replaced them. Returns how many were dropped."""
-        dropped = 0
-        while self._ages and self._ages[0][0] < cutoff_ms:
-            _at, seq, kind, subject, obj = self._ages.popleft()
-            dropped += 1
-            if kind == POST:
+    def forget_through(self, upto: int) -> int:
+        """Drop the entries with seq <= ``upto`` (verified and settled: they left the
+        log), unless a later entry of the same post or pair replaced them. Returns how
+        many were dropped."""
+        seqs, first, end = self._seqs, self._first, len(self._seqs)
+        i = first
+        while i < end and seqs[i] <= upto:
+            seq, subject, obj, kind = seqs[i], self._subjects[i], self._objects[i], self._kinds[i]
+            i += 1
+            if kind == 0:
                 if self._posts.get(subject) == seq:
                     del self._posts[subject]
-            elif kind == FOLLOW:
-                pairs = self._follows.get(subject)
-                held = pairs.get(obj) if pairs is not None else None
-                if pairs is not None and held is not None and held[0] == seq:
-                    del pairs[obj]
-                    if not pairs:
-                        del self._follows[subject]
-            elif kind == BLOCK and self._directed.get((subject, obj)) == seq:
+            elif kind == 1:
+                self._forget_follow(subject, obj, seq)
+            elif self._directed.get((subject, obj)) == seq:
                 self._unblock(subject, obj)
+        dropped = i - first
+        self._first = i
+        if self._first > 4096 and self._first * 2 > end:  # compact: the front is mostly gone
+            for a in (self._seqs, self._subjects, self._objects):
+                del a[:self._first]
+            del self._kinds[:self._first]
+            self._first = 0
         return dropped

@@ -9,6 +9,7 @@ while its read was on the wire takes the answer without a turn of the event loop
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -19,12 +20,28 @@ from services.shared.settings import PostgresSettings
 
 from .recent_changes import VisibilityChange
 
-# Prepared once per connection (SQL PREPARE), executed by name.
+# Prepared once per connection (SQL PREPARE), executed by name. Every answer has at
+# least one row, each carrying the log's head (the sequence's last number: below a
+# process's last entry only after a restore or a reset) and the verifier's ``upto``
+# (entries at or below it have left the log: migration 0004); then the entries after
+# ``$1``, if any, in seq order.
 _PREPARE = ("PREPARE visibility_read(bigint, int) AS"
-            " SELECT seq, (extract(epoch FROM changed_at) * 1000)::bigint, kind, subject_id,"
-            " object_id, hidden, floor(extract(epoch FROM since) * 1000)::bigint"
-            " FROM visibility_changes WHERE seq > $1 ORDER BY seq LIMIT $2")
-TRIM = "DELETE FROM visibility_changes WHERE changed_at < now() - make_interval(secs => %s)"
+            " SELECT h.head, w.upto, v.seq, v.kind, v.subject_id, v.object_id, v.hidden, v.since_ms"
+            " FROM (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS head"
+            "       FROM visibility_changes_seq) h"
+            " CROSS JOIN visibility_verified w"
+            " LEFT JOIN LATERAL (SELECT seq, kind, subject_id, object_id, hidden,"
+            "   floor(extract(epoch FROM since) * 1000)::bigint AS since_ms"
+            "   FROM visibility_changes WHERE seq > $1 ORDER BY seq LIMIT $2) v ON true")
+
+
+@dataclass(frozen=True, slots=True)
+class LogRead:
+    """One answer: the log's head and ``upto`` when it was read, and the entries."""
+
+    head: int
+    upto: int
+    entries: list[VisibilityChange]
 
 
 class LogReader:
@@ -52,7 +69,7 @@ class LogReader:
     def flush(self) -> bool:
         return self._pg.flush() == 0
 
-    def poll(self) -> list[VisibilityChange] | None:
+    def poll(self) -> LogRead | None:
         """The answer when it has all arrived, else None (never blocks). Raises
         ``psycopg.OperationalError`` on a broken connection or a failed statement."""
         pg = self._pg
@@ -60,14 +77,24 @@ class LogReader:
         if pg.is_busy():
             return None
         out: list[VisibilityChange] = []
+        head = upto = -1
         while (res := pg.get_result()) is not None:
             if res.status != pq.ExecStatus.TUPLES_OK:
                 raise psycopg.OperationalError(res.error_message.decode(errors="replace"))
+            get = res.get_value
             for i in range(res.ntuples):
-                v: list[Any] = [res.get_value(i, j) for j in range(7)]  # text format; NULL: None
-                out.append(VisibilityChange(int(v[0]), int(v[1]), v[2].decode(), int(v[3]), int(v[4]),
-                                            v[5] == b"t", None if v[6] is None else int(v[6])))
-        return out
+                if i == 0:
+                    head, upto = int(get(0, 0) or 0), int(get(0, 1) or 0)
+                seq = get(i, 2)  # text format; NULL: None (an answer with no entries)
+                if seq is None:
+                    continue
+                v: list[Any] = [get(i, j) for j in range(3, 8)]  # the entry's columns, not NULL
+                out.append(VisibilityChange(int(seq), v[0].decode(), int(v[1]), int(v[2]),
+                                            v[3] == b"t", None if v[4] is None else int(v[4])))
+        if head < 0:
+            raise psycopg.OperationalError("the visibility log read returned no row "
+                                           "(migration 0004 not applied?)")
+        return LogRead(head, upto, out)
 
     async def close(self) -> None:
         await self._conn.close()

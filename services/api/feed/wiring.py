@@ -7,7 +7,9 @@ fan-out, activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, ``feed_
 (unless ``cache_enabled`` is off) the ``serving_cache``, whose notice consumer is
 one of the app's background tasks (``notices.run_notice_consumer``), and the
 ``visibility_fence`` (fence.py) that every page and stream event is judged after; its
-log is read once here and trimmed by ``run_fence_trimmer``, another background task. The stream's parts
+log's first read starts here, and ``run_fence_reader`` (another background task) sees it
+through, then keeps an idle process's copy forgetting what the verifier released; the
+``visibility_log`` readiness check answers ready once a read has reached the log's head. The stream's parts
 are opened on that store by ``stream.wiring.open_stream``.
 """
 from __future__ import annotations
@@ -25,7 +27,8 @@ from services.shared.stores.store_health import watch_cassandra
 
 from .activity import ReaderActivity
 from .bodies import BodyCache, PostCopies
-from .fence import FenceMetrics, FenceUnavailable, VisibilityFence, trim_periodically
+from .fence import FenceMetrics, FenceUnavailable, VisibilityFence
+from .window_check import pool_window_check
 from .metrics import FeedMetrics
 from .notices import ApiNotices, NoticeStats, register_collector
 from .reader import FeedReader, utc_now
@@ -75,7 +78,9 @@ def _build(app: FastAPI, settings: Settings) -> None:
             settings.regenerating_stale_s, timeout_s=2 * settings.store_timeout_s,
             on_returned=metrics.readers_returned.inc, on_failure=metrics.activity_failures.inc)
     fence = VisibilityFence(settings, settings.visibility_timeout_s,
-                            FenceMetrics(app.state.metrics.registry))
+                            FenceMetrics(app.state.metrics.registry),
+                            max_entries=settings.visibility_max_entries,
+                            window_check=pool_window_check(app.state.pg))
     app.state.visibility_fence = fence
     reuse = None
     if cache is not None and settings.snapshot_reuse_s > 0:
@@ -89,17 +94,30 @@ def _build(app: FastAPI, settings: Settings) -> None:
 async def open_read_path(app: FastAPI) -> None:
     settings: Settings = app.state.settings
     await asyncio.to_thread(_build, app, settings)
-    try:  # the retained log read now, not by the first page
-        await app.state.visibility_fence.sync()
-    except FenceUnavailable:
-        log.warning("the visibility log could not be read at start; the first page will")
+    fence: VisibilityFence = app.state.visibility_fence
+    fence.arrive()  # the log's first read goes out now, not with the first page
+
+    async def fence_ready() -> None:
+        if not fence.ready:
+            raise RuntimeError(f"the visibility log is being read (head {fence.head}, "
+                               f"{len(fence.changes)} entries so far)")
+    app.state.readiness.register("visibility_log", fence_ready)
 
 
-async def run_fence_trimmer(app: FastAPI) -> None:
-    """Background task: the visibility log trimmed by age (fence.trim_periodically)."""
+async def run_fence_reader(app: FastAPI) -> None:
+    """Background task: the visibility log read until a read reaches its head (a failed
+    chunk is retried), then once a ``FEED_VISIBILITY_IDLE_READ_S``, so that a process no
+    page reaches still forgets what the verifier released, and sees a restore."""
     settings: Settings = app.state.settings
-    await trim_periodically(app.state.visibility_fence, settings,
-                            settings.visibility_retention_s, settings.visibility_trim_s)
+    fence: VisibilityFence = app.state.visibility_fence
+    while True:
+        try:
+            await fence.sync()
+        except FenceUnavailable:
+            log.warning("the visibility log could not be read; trying again", exc_info=True)
+            await asyncio.sleep(1.0)
+            continue
+        await asyncio.sleep(settings.visibility_idle_read_s)
 
 
 async def close_read_path(app: FastAPI) -> None:

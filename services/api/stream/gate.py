@@ -26,8 +26,8 @@ from typing import Callable
 from services.shared.domain import ids
 
 from ..feed.eligibility import PostState, ReaderGraph, Verdict, judge
-from ..feed.fence import FenceUnavailable, VisibilityFence
-from ..feed.recent_changes import NOTHING, RecentChanges
+from ..feed.fence import WINDOW, FenceUnavailable, LogView, VisibilityFence
+from ..feed.recent_changes import NOTHING, ReaderChanges
 from ..feed.store import FeedPort
 
 # One author event fans out to its connected followers within a few milliseconds; a
@@ -77,29 +77,49 @@ class EligibilityGate:
             return False
         graph = ReaderGraph(reader_id, {} if since is None else {author_id: since},
                             frozenset({author_id}) if blocked else frozenset())
-        recent = changes.for_reader(reader_id) if changes is not None else NOTHING
+        recent = await self._judged_by(changes, reader_id, post_id, author_id)
         return judge(post, graph, recent) is Verdict.ELIGIBLE
 
     async def still_allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
         """Whether nothing the visibility log says now hides an event already allowed
-        (its creation time is in its Snowflake id), on a read younger than ``fresh_s``:
-        the caller writes the event without awaiting anything else. Raises
+        (its creation time is in its Snowflake id), on a read younger than ``fresh_s``
+        (in window mode: Postgres's answer for this post, asked no longer ago): the
+        caller's write deadline (``stream.write_deadline``) starts when this returns, and
+        an event it cannot write within the margin becomes ``resync``. Raises
         ``FenceUnavailable``."""
         changes = await self._fresh_changes()
         if changes is None:
             return True
-        return not changes.for_reader(reader_id).hides(post_id, author_id, ids.timestamp_ms(post_id))
+        asked = time.perf_counter()
+        recent = await self._judged_by(changes, reader_id, post_id, author_id)
+        if changes is WINDOW and self._fresh_s is not None and time.perf_counter() - asked > self._fresh_s:
+            # Window mode: Postgres's answer is the read; it must be as young as a log read.
+            raise FenceUnavailable(f"the window check took longer than the commit wait's bound "
+                                   f"({self._fresh_s} s)")
+        return not recent.hides(post_id, author_id, ids.timestamp_ms(post_id))
 
-    async def _changes(self) -> RecentChanges | None:
+    async def _judged_by(self, changes: LogView | None, reader_id: int, post_id: int,
+                         author_id: int) -> ReaderChanges:
+        """The fold's view for the reader, or in window mode Postgres's answer for this
+        one post (fence.py)."""
+        if changes is None:
+            return NOTHING
+        recent = changes.for_reader(reader_id)
+        if recent is None:
+            assert self._fence is not None
+            recent = await self._fence.window(reader_id, [(post_id, author_id)])
+        return recent
+
+    async def _changes(self) -> LogView | None:
         return await self._fence.sync() if self._fence is not None else None
 
-    async def _fresh_changes(self) -> RecentChanges | None:
+    async def _fresh_changes(self) -> LogView | None:
         fence = self._fence
         if fence is None:
             return None
         for _ in range(FRESH_READS):
             changes = await fence.sync()
-            if self._fresh_s is None or fence.answer_age() <= self._fresh_s:
+            if changes is WINDOW or self._fresh_s is None or fence.answer_age() <= self._fresh_s:
                 return changes
         raise FenceUnavailable(f"{FRESH_READS} reads of the visibility log each took longer "
                                f"than the commit wait's bound ({self._fresh_s} s)")

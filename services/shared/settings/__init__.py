@@ -13,11 +13,14 @@ says why the defaults are what they are.
 """
 from __future__ import annotations
 
+import logging
+import os
 from functools import lru_cache
+from typing import Mapping
 
 from pydantic import ValidationError
 
-from .base import FeedSettings, SettingsError, env_names
+from .base import LEGACY_PREFIX, FeedSettings, SettingsError, env_names
 from .services import (ActivitySettings, ApiSettings, CdcSettings, FanoutSettings, RankerSettings,
                        WorkerSettings)
 from .stores import CassandraSettings, KafkaSettings, PostgresSettings
@@ -26,6 +29,8 @@ __all__ = ["ActivitySettings", "ApiSettings", "CassandraSettings", "CdcSettings"
            "FeedSettings", "KafkaSettings", "PostgresSettings", "RankerSettings", "Settings",
            "SettingsError", "WorkerSettings", "env_names", "get_settings"]
 
+log = logging.getLogger(__name__)
+
 
 class Settings(ApiSettings, FanoutSettings, RankerSettings, CdcSettings, WorkerSettings,
                ActivitySettings, PostgresSettings, KafkaSettings, CassandraSettings):
@@ -33,10 +38,32 @@ class Settings(ApiSettings, FanoutSettings, RankerSettings, CdcSettings, WorkerS
     block's type, and is handed this."""
 
 
+# Variables no release reads any more, and what replaced them: warned about at start.
+RETIRED = {
+    "VISIBILITY_RETENTION_S": "visibility-log entries are no longer forgotten by age: the "
+                              "fan-out's verifier releases them once their copies are checked "
+                              "(FEED_VISIBILITY_SETTLE_S, docs/read-path.md)",
+    "VISIBILITY_TRIM_S": "the API no longer trims the visibility log: the fan-out's verifier does",
+}
+
+
+def warn_retired(environ: Mapping[str, str]) -> list[str]:
+    """One warning per retired variable set (as FEED_X or the legacy FEED_FEED_X)."""
+    warned = []
+    for name, why in RETIRED.items():
+        for prefix in ("FEED_", LEGACY_PREFIX):
+            if prefix + name in environ:
+                warned.append(f"settings: {prefix + name} is no longer read: {why}")
+    for line in warned:
+        log.warning(line)
+    return warned
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """This process's settings; a value that cannot be used ends the process with one
     line per problem, naming the variable."""
+    warn_retired(os.environ)
     try:
         return Settings()
     except ValidationError as exc:

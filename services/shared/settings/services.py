@@ -124,11 +124,14 @@ class ApiSettings(FeedSettings):
 
     # The visibility fence and commit wait (docs/read-path.md, "The visibility fence").
 
-    # Seconds visibility_changes entries are kept (in Postgres and each API process).
-    visibility_retention_s: float = 86_400.0
-    # Seconds between trims of those entries.
-    visibility_trim_s: float = 60.0
-    # Seconds a visibility log read may take before the page fails (503).
+    # Visibility-log entries an API process holds at most; past it, pages ask Postgres
+    # for their windows until the log is back under half (docs/read-path.md).
+    visibility_max_entries: int = 500_000
+    # Seconds between reads of the log by a process no page reaches (it forgets what
+    # the verifier released, and sees a restore).
+    visibility_idle_read_s: float = 5.0
+    # Seconds a visibility log read (each chunk of a long one) may take before the page
+    # fails (503).
     visibility_timeout_s: float = 1.0
     # Seconds a delete, removal, block or unfollow is answered after its commit; 0: off.
     visibility_commit_wait_s: float = 0.2
