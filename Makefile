@@ -7,13 +7,13 @@ STACK := $(PY) -m deploy.stack
 NODES ?= 1
 
 .PHONY: help venv up down status logs reset migrate run stop-services typecheck test test-unit \
-        test-integration test-e2e bench bench-full bench-read bench-read-ab faults token lag
+        test-integration test-e2e bench bench-full bench-read bench-read-ab faults token lag repair
 
 help:
 	@echo "make run    - stack up, migrations, all services, demo data; prints the API address"
 	@echo "make test   - mypy --strict, stack up if needed, then the whole test suite"
 	@echo "make down   - stop services and the stack (data kept; 'make reset' wipes it)"
-	@echo "other: up status logs reset migrate typecheck test-unit test-integration test-e2e bench token lag"
+	@echo "other: up status logs reset migrate typecheck test-unit test-integration test-e2e bench token lag repair"
 
 $(VENV)/.installed: pyproject.toml
 	$(PY_BOOT) -m venv $(VENV)
@@ -93,8 +93,11 @@ bench-read-ab: migrate
 # The relay's delivery trace is this run's alone: the checker matches rows to it by
 # transaction id, and another stack's (or an earlier cluster's) ids would collide.
 FAULTS_TRACE = $(or $(FEED_STACK_DIR),$(CURDIR)/.stack)/logs/cdc-delivery.jsonl
+# The verifier repairs after 90 s and releases 10 s after verifying (120 s and 360 s by
+# default): the lost-hide scenario sees its hides repaired and released within the run.
 FAULTS_ENV = FEED_CDC_DELIVERY_TRACE=$(FAULTS_TRACE) FEED_INBOX_CAP=5000 \
-	FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S=40
+	FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S=40 \
+	FEED_VISIBILITY_REPAIR_AFTER_S=90 FEED_VISIBILITY_SETTLE_S=10
 faults: venv
 	-$(PY) -m deploy.services stop
 	-$(STACK) down
@@ -109,6 +112,11 @@ token: venv
 
 lag: venv
 	$(PY) -m deploy.lag --stack
+
+# Compare the Cassandra copies with Postgres and repair what differs (docs/operations.md,
+# "Repairing the copies"); e.g. REPAIR_ARGS="--reader 42 --dry-run" or "--sample 100".
+repair: venv
+	$(PY) -m services.fanout.jobs.repair $(REPAIR_ARGS)
 
 # Real Debezium (Kafka Connect standalone, from Maven Central) against the relay, compared
 # field by field on the same changes; see docs/cdc.md.

@@ -20,7 +20,8 @@ Moderation removal reaches the fan-out as a posts change (``visibility`` 0, writ
 the same transaction as ``moderation_actions``), so that topic is not consumed here.
 
 A timer runs the inactive-reader sweeper (inactive.py) in the worker that owns the
-follows topic's partition 0. The ``reader_events`` agent brings back the readers the API
+follows topic's partition 0, and another the visibility verifier (verifier.py) in the
+worker that holds its Postgres advisory lock. The ``reader_events`` agent brings back the readers the API
 saw return (returning.py): the fan-out rebuilds their inboxes, as it writes every other
 inbox row.
 """
@@ -59,6 +60,7 @@ from services.shared.worker.notices import Notices
 from services.shared.worker.poison_guard import GuardedProcessing
 
 from .copies import FOLLOW_EDGES, CopyStore
+from .copy_audit import CopyAudit, count_sink
 from .inactive import InactiveSweeper
 from .inbox import InboxStore
 from .post_events import PostFanout
@@ -67,6 +69,7 @@ from .relation_events import RelationChanges
 from .returning import ReturningReaders
 from .tier_store import TierStore
 from .tiering import CapacityEstimate, TierPolicy
+from .verifier import Verifier
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +91,7 @@ class FanoutPorts:
     sweeper: InactiveSweeper | None
     returning: ReturningReaders
     follow_counts: CountedEdges
+    verifier: Verifier
 
 
 class _PostFanoutOptions(TypedDict, total=False):
@@ -155,7 +159,11 @@ async def open_ports(settings: Settings) -> FanoutPorts:
         guard=GuardedProcessing(settings, publisher, TRANSIENT_STORE_ERRORS, retries=pressure.retries),
         publisher=publisher, lag=ConsumerLag(), sweeper=sweeper,
         returning=ReturningReaders(activity, rebuild),
-        follow_counts=CountedEdges(session, runner, FOLLOW_EDGES, settings.counts_generation))
+        follow_counts=CountedEdges(session, runner, FOLLOW_EDGES, settings.counts_generation),
+        # The copies it repairs are written through this process's CopyStore, so their
+        # notices reach the API's caches.
+        verifier=Verifier(settings, CopyAudit(session, runner, copies,
+                                              count_sink(publisher, settings.topic_prefix))))
 
 
 ChangeApplier = Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]]
@@ -250,5 +258,13 @@ def create_app(settings: Settings) -> faust.App:
             await opened.sweeper.sweep()
         except Exception:  # noqa: BLE001 - the next interval resumes where this stopped
             log.warning("inactive-reader sweep failed; resuming next interval", exc_info=True)
+
+    @app.timer(interval=max(0.1, settings.visibility_verify_every_s))
+    async def verify_visibility() -> None:
+        # Every worker tries; the one holding the verifier's advisory lock walks the
+        # visibility log (verifier.py). tick() logs its errors and backs off itself.
+        opened = ports.opened
+        if opened is not None:
+            await opened.verifier.tick()
 
     return app

@@ -51,3 +51,29 @@ REGENERATION_SECONDS = Histogram("feed_inbox_regeneration_seconds",
                                  "A returning reader's wait for their inbox: the API seeing "
                                  "them back (the event's at) to the state active",
                                  buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300))
+
+# The visibility verifier (verifier.py) and the repair command (jobs/repair.py), both
+# through copy_audit.py. ``kind``: the visibility-log entry's (post, follow, block).
+VISIBILITY_REPAIRS = Counter("feed_visibility_repairs_total",
+                             "Visibility-log entries whose copies were still wrong past "
+                             "FEED_VISIBILITY_REPAIR_AFTER_S and were repaired from Postgres",
+                             ["kind"])
+VISIBILITY_VERIFIED = Counter("feed_visibility_verified_total",
+                              "Visibility-log entries verified against Postgres (repairs included)",
+                              ["kind"])
+for _kind in ("post", "follow", "block"):
+    VISIBILITY_REPAIRS.labels(_kind)
+    VISIBILITY_VERIFIED.labels(_kind)
+VISIBILITY_OLDEST_UNVERIFIED = Gauge("feed_visibility_oldest_unverified_seconds",
+                                     "Age of the oldest visibility-log entry not yet verified "
+                                     "(0: none; on the lock holder, growing while its walks fail)")
+VISIBILITY_UNVERIFIED = Gauge("feed_visibility_unverified_entries",
+                              "Visibility-log entries not yet verified (on the lock holder)")
+VISIBILITY_VERIFIER_ACTIVE = Gauge("feed_visibility_verifier_active",
+                                   "1 on the fan-out process holding the verifier's lock")
+COPY_AUDIT_CHECKED = Gauge("feed_copy_audit_checked",
+                           "Copies the last repair command compared with Postgres", ["kind"])
+COPY_AUDIT_DIFFERING = Gauge("feed_copy_audit_differing",
+                             "Copies the last repair command found differing from Postgres", ["kind"])
+COPY_AUDIT_REPAIRED = Gauge("feed_copy_audit_repaired",
+                            "Copies the last repair command repaired", ["kind"])

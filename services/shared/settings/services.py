@@ -273,6 +273,17 @@ class FanoutSettings(FeedSettings):
     # Followers read per page.
     fanout_follower_page: int = 500
 
+    # The visibility verifier (services/fanout/verifier.py, docs/fanout.md).
+
+    # Seconds between the verifier's walks of the visibility log (and lock attempts).
+    visibility_verify_every_s: float = 2.0
+    # Visibility-log entries the verifier checks per batch.
+    visibility_verify_batch: int = 500
+    # Seconds an entry whose copies are wrong is left to the pipeline before it is repaired.
+    visibility_repair_after_s: float = 120.0
+    # Seconds a verified entry stands before API processes forget it (over their cache's hold).
+    visibility_settle_s: float = 360.0
+
 
 class RankerSettings(FeedSettings):
     """The ranker (``services/ranker``, docs/ranking.md)."""
