@@ -259,7 +259,10 @@ class VisibilityFence:
     def _take(self, read: LogRead) -> bool:
         """Folds one answer; True when the read must go on (a full chunk, a restore,
         a refill)."""
-        self.head, self.upto = read.head, read.upto
+        # A mark above the head belongs to a log that went back without it (a sequence
+        # reset alone): it releases nothing of the new log.
+        upto = read.upto if read.upto <= read.head else 0
+        self.head, self.upto = read.head, upto
         changes = self.changes
         if read.head < changes.last_seq:
             # The log went back (restore, reset sequence): numbers at or below our last
@@ -271,19 +274,19 @@ class VisibilityFence:
             self._refold(0)
             return True
         if self._windowed and not self._refilling:
-            if read.head - read.upto > self._max_entries // 2:
+            if read.head - upto > self._max_entries // 2:
                 changes.last_seq = read.head   # a restore is still seen
                 return False
             log.warning("the visibility log is back under half its bound (%d entries at most): "
                         "reading it again; pages ask Postgres until that read is done",
-                        read.head - read.upto)
+                        read.head - upto)
             self._refilling = True
-            self._refold(read.upto)
+            self._refold(upto)
             return True
         changes.apply(read.entries)
-        if read.upto > changes.last_seq:
-            changes.last_seq = read.upto   # what lies below the mark left the log
-        changes.forget_through(read.upto)
+        if upto > changes.last_seq:
+            changes.last_seq = upto   # what lies below the mark left the log
+        changes.forget_through(upto)
         if len(changes) > self._max_entries and self._window_check is not None:
             log.warning("%d visibility-log entries held, past FEED_VISIBILITY_MAX_ENTRIES=%d: "
                         "window mode (each page asks Postgres for its window)",
