@@ -93,11 +93,11 @@ bench-read-ab: migrate
 # The relay's delivery trace is this run's alone: the checker matches rows to it by
 # transaction id, and another stack's (or an earlier cluster's) ids would collide.
 FAULTS_TRACE = $(or $(FEED_STACK_DIR),$(CURDIR)/.stack)/logs/cdc-delivery.jsonl
-# The verifier repairs after 90 s and releases 10 s after verifying (120 s and 360 s by
+# The verifier repairs after 150 s and releases 10 s after verifying (120 s and 360 s by
 # default): the lost-hide scenario sees its hides repaired and released within the run.
 FAULTS_ENV = FEED_CDC_DELIVERY_TRACE=$(FAULTS_TRACE) FEED_INBOX_CAP=5000 \
 	FEED_FANOUT_CAPACITY_PINNED_ROWS_PER_S=40 \
-	FEED_VISIBILITY_REPAIR_AFTER_S=90 FEED_VISIBILITY_SETTLE_S=10
+	FEED_VISIBILITY_REPAIR_AFTER_S=150 FEED_VISIBILITY_SETTLE_S=10
 faults: venv
 	-$(PY) -m deploy.services stop
 	-$(STACK) down

@@ -186,6 +186,17 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
                         _signal(pid, signal.SIGCONT, service, log)
                     except ProcessLookupError:  # gone meanwhile: its supervisor restarts it
                         log.injected.append(f"{service} (pid {pid}) was gone at SIGCONT")
+        elif name == "lost-hide":
+            # The relay frozen and its slot dropped while hides are made; let go, it
+            # snapshots again and the unfollows made meanwhile never reach the copies
+            # (lost_hide.py). The hides lost are counted before the verifier may repair.
+            from .lost_hide import audit, lose_the_slot
+            w.lost_hide = await lose_the_slot(w.settings, _service_pid(layout, "cdc"), hold_s,
+                                              log.injected)
+            log.lifted_at = time.time()
+            w.phase = "after"
+            await audit(w.settings, w.lost_hide, log.injected)
+            return
         elif name == "worker-kills":
             # The relay, the fan-out and the ranker, each SIGKILLed three times at random
             # points; their supervisor (deploy.supervise) restarts them.
@@ -216,9 +227,9 @@ def _service_pid(layout: Layout, service: str) -> int | None:
 
 
 SCENARIOS = ("cassandra-kill", "cassandra-pause", "cassandra-cut", "broker-kill", "broker-cut",
-             "postgres-restart", "worker-kills", "pipeline-stall", "backlog")
+             "postgres-restart", "worker-kills", "pipeline-stall", "backlog", "lost-hide")
 HOLD_S = {"cassandra-kill": 30.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0,
           "broker-kill": 20.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
-          "pipeline-stall": 60.0, "backlog": 30.0}
+          "pipeline-stall": 60.0, "backlog": 30.0, "lost-hide": 20.0}
 # The backlog drains this long before its node is killed: the kill lands mid-drain.
 BACKLOG_KILL_AFTER_S = 20.0

@@ -131,6 +131,7 @@ class Workload:
         self._streaming: asyncio.Task | None = None
         self._seen: set[int] = set()  # posts the watcher's first page has shown
         self.backlog: Any = None       # backlog.Backlog, loaded by the backlog scenario
+        self.lost_hide: Any = None     # lost_hide.LostHide, made by the lost-hide scenario
 
     # -- plumbing --------------------------------------------------------------------------
     def _headers(self, user: int) -> dict[str, str]:
