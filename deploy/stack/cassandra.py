@@ -98,7 +98,7 @@ def _yaml(layout: Layout, i: int) -> str:
         # there too, above fanout_batch_rows (docs/fanout.md).
         "unlogged_batch_across_partitions_warn_threshold: 256",
         # The API stores feed snapshots (up to 19 KB each) behind the page in unlogged
-        # batches of at most 40 KB (services/api/feed/snapshot_writer.py).
+        # batches of at most 40 KB (services/api/snapshots/snapshot_writer.py).
         "batch_size_warn_threshold: 48KiB",
     ]
     if layout.cassandra_memtable_mb:

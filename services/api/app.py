@@ -41,7 +41,7 @@ from services.shared.settings import Settings, get_settings
 from services.shared.clients import pg
 from services.shared.worker import kafka_failover
 
-from .feed.notices import run_notice_consumer
+from .copies.notices import run_notice_consumer
 from .feed.wiring import close_read_path, open_read_path, run_fence_reader
 from .routes import feed, health, moderation, posts, preferences, social, stream, web
 from .routes.feed_fast import FeedFastPath

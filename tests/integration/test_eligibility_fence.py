@@ -1,5 +1,5 @@
 """A 2xx delete, removal, block or unfollow is honoured by the very next request, with
-no pipeline running at all (shared/DESIGN.md, "Eligibility"; services/api/feed/fence.py).
+no pipeline running at all (shared/DESIGN.md, "Eligibility"; services/api/visibility/fence.py).
 
 Every test writes through the real API (Postgres) and writes the serving copies the
 fan-out would have written BEFORE the change, then never updates them: the copies stay
@@ -73,7 +73,7 @@ def test_a_deleted_post_is_gone_from_the_next_page_and_every_fresh_first_page(lo
 def test_a_hiding_write_is_answered_no_sooner_than_the_commit_wait(api_server: RunningApi,
                                                                    scene: Scene) -> None:
     """Deletes, removals, blocks and unfollows wait ``visibility_commit_wait_s``
-    after their commit (services/api/feed/commit_wait.py): a stream event judged on a
+    after their commit (services/api/visibility/commit_wait.py): a stream event judged on a
     read that missed the write is on the wire before the answer."""
     wait_s = api_server.settings.visibility_commit_wait_s
     assert wait_s > 0

@@ -20,7 +20,7 @@ from datetime import datetime
 import pytest
 from cassandra.cluster import Session
 
-from services.api.feed.store import FeedStore
+from services.api.copies.store import FeedStore
 from services.fanout.audience import PostFields
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore

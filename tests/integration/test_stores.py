@@ -10,8 +10,8 @@ from cassandra.cluster import ResponseFuture
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from services.api.feed.snapshot_writer import SlotRow
-from services.api.feed.store import FeedStore
+from services.api.copies.store import FeedStore
+from services.api.snapshots.snapshot_writer import SlotRow
 from services.shared.settings import Settings
 from services.shared.clients import cql, kafka, pg
 from services.shared.stores.cql_async import CqlRunner
@@ -147,12 +147,12 @@ def test_finished_cassandra_requests_leave_no_cycles_for_the_collector(settings:
 
 
 def test_snapshot_slots_round_trip_and_a_damaged_row_reads_as_no_snapshot(settings: Settings) -> None:
-    """The read path's snapshot rows (services/api/feed/snapshot_writer.py): a snapshot is
+    """The read path's snapshot rows (services/api/snapshots/snapshot_writer.py): a snapshot is
     found by its version, the longest copy of a slot wins, another reader's version or a
     damaged row gives None (the walk restarts: snapshot_expired), never an error."""
     from datetime import datetime, timezone
 
-    from services.api.feed import snapshot
+    from services.api.snapshots import snapshot
 
     session = cql.session(settings)
     feed = FeedStore(session, timeout=2.0, max_following=10)

@@ -18,7 +18,7 @@ import pytest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from services.api.app import create_app
-from services.api.routes import stream as stream_route
+from services.api.stream import session as stream_session
 from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id, serve_in_thread, stop_server
 from tests.support.feed_world import FeedWorld
@@ -124,7 +124,7 @@ def test_an_event_written_after_a_hold_is_stamped_after_it(
     bytes went out, after the hold, not when it passed its check before it."""
     api, hold = held_api
     wait_ready(api)
-    monkeypatch.setattr(stream_route, "WRITE_MARGIN_S", 60.0)  # read when a stream opens
+    monkeypatch.setattr(stream_session, "WRITE_MARGIN_S", 60.0)  # read when a stream opens
     author, reader = new_user_id(), new_user_id()
     world.follow(reader, author)
     stream = open_stream(api, reader)

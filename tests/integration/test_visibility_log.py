@@ -1,4 +1,4 @@
-"""The visibility log's lifecycle as the API lives it (services/api/feed/fence.py):
+"""The visibility log's lifecycle as the API lives it (services/api/visibility/fence.py):
 forgetting only what the verifier released (migration 0004), a log that went back (a
 restore, a reset sequence), a start over a large log and ``/readyz``, and window mode
 past ``FEED_VISIBILITY_MAX_ENTRIES``.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from services.api.feed.fence import VisibilityFence
+from services.api.visibility.fence import VisibilityFence
 from services.shared.clients import pg
 from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, running_api

@@ -5,7 +5,7 @@
 runs one suite against both, so a unit test's store cannot drift from the real one.
 TTLs are not modelled (nothing in the contract depends on expiry).
 
-``InMemoryFeedStore`` (``services.api.feed.store.FeedPort``, the read path's store) and
+``InMemoryFeedStore`` (``services.api.copies.store.FeedPort``, the read path's store) and
 ``InMemoryInboxStore`` (``services.fanout.inbox.InboxPort``, the fan-out's inboxes) work
 on one set of ``ServingTables``; their contract suites are in tests/support/contracts/,
 run against these in tests/unit and against Cassandra in tests/integration.
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, AsyncIterator, Iterable, Literal, Sequence, overload
 
-from services.api.feed import snapshot
-from services.api.feed.snapshot_writer import SlotRow
-from services.api.feed.store import CelebrityRow, PostRow, PostTextRow, SourceRow
+from services.api.copies.store import CelebrityRow, PostRow, PostTextRow, SourceRow
+from services.api.snapshots import snapshot
+from services.api.snapshots.snapshot_writer import SlotRow
 from services.fanout.audience import should_check_cap, trim_boundary
 from services.fanout.cleanup import rows_to_purge
 from services.fanout.inbox import InboxRow, StoredRow
@@ -31,7 +31,7 @@ from services.shared.domain.rules import INBOX_TTL_S, REMOVED
 from services.shared.stores.activity import ACTIVE, SWEEP_NAME, Activity
 
 if TYPE_CHECKING:
-    from services.api.feed.store import FeedPort
+    from services.api.copies.store import FeedPort
     from services.fanout.inbox import InboxPort
 
 
@@ -181,7 +181,7 @@ def _positive(limit: int) -> int:
 
 
 class InMemoryFeedStore:
-    """``services.api.feed.store.FeedPort`` the way ``FeedStore`` reads Cassandra, over
+    """``services.api.copies.store.FeedPort`` the way ``FeedStore`` reads Cassandra, over
     ``ServingTables`` (its own unless given). The seeding methods (``follow``, ``block``,
     ``write_post``, ``add_author_post``, ``promote`` ...) put rows where the fan-out's
     writers would; inbox rows come from ``InMemoryInboxStore`` on the same tables, or

@@ -1,4 +1,4 @@
-"""The serving cache (services/api/feed/serving_cache.py) over a counting in-memory
+"""The serving cache (services/api/copies/serving_cache.py) over a counting in-memory
 store: what the serving cache's and the snapshot reuse's unit tests read through, with
 the ids its rows hold. The store is ``InMemoryFeedStore`` (held to ``FeedStore`` by the
 contract suite, tests/support/contracts/feed_store_contract.py), seeded with the rows
@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Sequence
 
-from services.api.feed.serving_cache import CachedFeedStore, ServingCache
-from services.api.feed.store import PostRow, PostTextRow, SourceRow
+from services.api.copies.serving_cache import CachedFeedStore, ServingCache
+from services.api.copies.store import PostRow, PostTextRow, SourceRow
 from services.shared.domain import ids
 from services.shared.domain.rules import VISIBLE
 from tests.support.memory_stores import InMemoryFeedStore

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from services.api.feed.cursor import Cursor, CursorKeys, CursorRejected, decode_cursor, encode_cursor
+from services.api.snapshots.cursor import Cursor, CursorKeys, CursorRejected, decode_cursor, encode_cursor
 
 KEYS = CursorKeys.parse("k2:new-secret-0123456789abcdef,k1:old-secret-0123456789abcdef")
 CURSOR = Cursor(reader_id=42, feed_version="v-20260815-020001-1a2b3c4d", rank=-1.234567891234,

@@ -20,15 +20,16 @@ def exported_names() -> set[str]:
     import services.shared.stores.read_coalescer  # noqa: F401 - the fan-out's coalesced reads
     import services.shared.stores.write_coalescer  # noqa: F401 - and writes
     import services.shared.worker.poison_guard  # noqa: F401
-    from services.api.feed.fence import FenceMetrics
+    from services.api.copies.notices import NoticeStats, register_collector
+    from services.api.copies.serving_cache import ServingCache
     from services.api.feed.metrics import FeedMetrics
-    from services.api.feed.notices import NoticeStats, register_collector
-    from services.api.feed.serving_cache import ServingCache
     from services.api.http.metrics import ApiMetrics
+    from services.api.stream.metrics import StreamMetrics
+    from services.api.visibility.fence import FenceMetrics
     from services.shared.stores.store_health import CassandraHosts  # also feed_kafka_brokers
 
     api = ApiMetrics()
-    FeedMetrics(api.registry)
+    StreamMetrics(api.registry, FeedMetrics(api.registry).skipped)
     FenceMetrics(api.registry)
     api.registry.register(CassandraHosts())
     register_collector(api.registry, ServingCache(posts=1, follows=1, timelines=1, inboxes=1, ttl_s=1,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.api.feed.eligibility import PostState, ReaderGraph, Verdict, judge
+from services.api.visibility.eligibility import PostState, ReaderGraph, Verdict, judge
 
 READER, AUTHOR = 1, 2
 GRAPH = ReaderGraph(READER, {AUTHOR: 1_000}, frozenset())

@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from services.api.routes.feed import DEFAULT_LIMIT, MAX_LIMIT
 from services.api.routes.feed_fast import bearer_token, feed_query
-from services.api.feed.cursor import MAX_CURSOR_CHARS
+from services.api.snapshots.cursor import MAX_CURSOR_CHARS
 
 
 def test_plain_queries_are_answered_with_the_route_defaults() -> None:

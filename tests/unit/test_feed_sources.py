@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from services.api.feed.post_view import PostView
+from services.api.copies.post_view import PostView
 from services.api.feed.candidates import fallback_slice, fallback_start, merge_top
-from services.api.feed.eligibility import PostState
+from services.api.visibility.eligibility import PostState
 
 ROWS = st.lists(st.tuples(st.floats(0, 2000), st.integers(1, 10**6), st.integers(1, 50)), max_size=80)
 

@@ -23,7 +23,8 @@ SERVICES = ("services.api", "services.cdc", "services.fanout", "services.ranker"
 # bench/'s harness).
 FOLDERS = ("services", "deploy", "bench", "tests")
 
-# package prefix -> prefixes it must never import (the importer's own package excepted).
+# package (or module) prefix -> prefixes it must never import (the importer's own package
+# excepted).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The product stands alone: it is run by deploy/, measured by bench/, tested by tests/.
     "services": ("deploy", "bench", "tests"),
@@ -46,17 +47,41 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "services.cdc": ("services.api", "services.fanout", "services.ranker"),
     "services.ranker": ("services.api", "services.cdc", "services.fanout"),
     "services.fanout": ("services.api", "services.cdc", "services.ranker"),
-    # ...and inside the API, the layers point one way: routes -> feed/stream/write/stores.
+    # ...and inside the API, the layers point one way: routes -> feed/stream/write/stores;
+    # the read use cases (feed) -> copies -> visibility and snapshots, which stand alone.
     "services.api.feed": ("services.api.routes", "services.api.stream", "services.api.http",
                           "services.api.write", "services.api.stores", "services.api.app"),
+    # The serving copies (Cassandra, the process's cache of it) serve every reader of them
+    # and know none: judged by visibility's rules, storing snapshots in their format.
+    "services.api.copies": ("services.api.routes", "services.api.stream", "services.api.http",
+                            "services.api.write", "services.api.stores", "services.api.app",
+                            "services.api.feed"),
+    # The visibility guarantee stands on the log alone: it judges what it is handed.
+    "services.api.visibility": ("services.api.routes", "services.api.stream", "services.api.http",
+                                "services.api.write", "services.api.stores", "services.api.app",
+                                "services.api.feed", "services.api.copies",
+                                "services.api.snapshots"),
+    # Snapshots, pages and cursors are formats, and a writer handed its store's call.
+    "services.api.snapshots": ("services.api.routes", "services.api.stream", "services.api.http",
+                               "services.api.write", "services.api.stores", "services.api.app",
+                               "services.api.feed", "services.api.copies",
+                               "services.api.visibility"),
+    # The stream and the writes judge and wait on visibility and copies, never on the read
+    # use cases.
     "services.api.stream": ("services.api.routes", "services.api.http", "services.api.write",
-                            "services.api.stores", "services.api.app"),
+                            "services.api.stores", "services.api.app", "services.api.feed"),
     "services.api.write": ("services.api.routes", "services.api.http", "services.api.feed",
-                           "services.api.stream", "services.api.stores", "services.api.app"),
+                           "services.api.snapshots", "services.api.stream", "services.api.stores",
+                           "services.api.app"),
+    "services.api.routes.posts": ("services.api.feed",),
+    "services.api.routes.social": ("services.api.feed",),
+    "services.api.routes.moderation": ("services.api.feed",),
     "services.api.stores": ("services.api.routes", "services.api.http", "services.api.feed",
-                            "services.api.stream", "services.api.app"),
-    "services.api.http": ("services.api.routes", "services.api.feed", "services.api.stream",
-                          "services.api.app"),
+                            "services.api.copies", "services.api.visibility",
+                            "services.api.snapshots", "services.api.stream", "services.api.app"),
+    "services.api.http": ("services.api.routes", "services.api.feed", "services.api.copies",
+                          "services.api.visibility", "services.api.snapshots",
+                          "services.api.stream", "services.api.app"),
 }
 # No exception. (A returning reader's inbox is rebuilt by the fan-out, on the event the
 # API publishes: services/fanout/returning.py.)
@@ -122,13 +147,13 @@ def test_the_checker_sees_relative_and_nested_imports() -> None:
     found = {(importer, target) for importer, target, _ in imports()}
     # relative: services/fanout/app.py's "from .inbox import InboxStore"
     assert ("services.fanout.app", "services.fanout.inbox") in found
-    # nested (under TYPE_CHECKING): services/api/feed/bodies.py's "from .serving_cache import"
-    assert ("services.api.feed.bodies", "services.api.feed.serving_cache") in found
+    # nested (under TYPE_CHECKING): services/api/copies/bodies.py's "from .serving_cache import"
+    assert ("services.api.copies.bodies", "services.api.copies.serving_cache") in found
 
 
 def test_an_upward_import_is_reported() -> None:
     forged = [("services.shared.clients.cql", "services.fanout.inbox", 7),
-              ("services.api.feed.reader", "services.api.feed.store", 9),
+              ("services.api.feed.reader", "services.api.copies.store", 9),
               ("services.api.feed.activity", "services.fanout.inbox", 31)]
     assert violations(forged) == ["services.shared.clients.cql:7 imports services.fanout.inbox "
                                 "(services.shared must not import services.fanout)"]

@@ -6,7 +6,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.api.feed import paging, snapshot
+from services.api.snapshots import paging, snapshot
 from services.shared.domain.ranking import Ranked, sort_key
 
 ENTRIES = [Ranked(5.0, 50, 1), Ranked(3.0, 40, 1), Ranked(3.0, 30, 2), Ranked(1.0, 60, 2),

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.api.feed import paging, snapshot
+from services.api.snapshots import paging, snapshot
 from services.shared.domain.ranking import Ranked
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)

@@ -1,4 +1,4 @@
-"""The serving cache's rules (services/api/feed/serving_cache.py) and the notices that
+"""The serving cache's rules (services/api/copies/serving_cache.py) and the notices that
 drive it (services/shared/contracts/serving_changes.py), over the in-memory store counting the
 reads the cache lets through (tests/support/serving_cache_fakes.py)."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from services.api.feed.bodies import BodyCache, PostCopies
-from services.api.feed.notices import NoticeStats, _apply
-from services.api.feed.serving_cache import ServingCache
+from services.api.copies.bodies import BodyCache, PostCopies
+from services.api.copies.notices import NoticeStats, _apply
+from services.api.copies.serving_cache import ServingCache
 from services.shared.contracts.envelope import MalformedEnvelope
 from services.shared.contracts.serving_changes import MAX_IDS, ServingChange, encode, parse, split
 from services.shared.domain.rules import VISIBLE
@@ -301,7 +301,7 @@ def test_notices_wait_for_the_broker_and_remember_how_far_they_got():
 
 
 def test_post_copies_answered_with_rows_of_another_request_count_as_a_failed_read() -> None:
-    from services.api.feed.bodies import BodyCache, PostCopies
+    from services.api.copies.bodies import BodyCache, PostCopies
 
     class Store:
         def __init__(self, rows):

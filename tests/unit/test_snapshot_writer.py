@@ -1,4 +1,4 @@
-"""Snapshots stored behind the page, a slot row per batch (services/api/feed/snapshot_writer.py,
+"""Snapshots stored behind the page, a slot row per batch (services/api/snapshots/snapshot_writer.py,
 the slot format in snapshot.py)."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.api.feed import snapshot
-from services.api.feed.snapshot_writer import PendingSnapshot, SlotRow, SnapshotWriter
+from services.api.snapshots import snapshot
+from services.api.snapshots.snapshot_writer import PendingSnapshot, SlotRow, SnapshotWriter
 
 AT = datetime(2026, 11, 30, tzinfo=timezone.utc)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from services.api.feed.store import FeedStore
+from services.api.copies.store import FeedStore
 
 
 class FakeResponse:
@@ -128,7 +128,7 @@ def test_writes_are_never_sent_twice():
 def test_hedges_are_capped_at_a_share_of_all_reads():
     """When every read is slow (an overloaded node or machine), hedging each one would
     double the load that made them slow: past the budget a slow read just waits."""
-    from services.api.feed import store as store_module
+    from services.api.copies import store as store_module
     # The slow node answers far later than the hedge delay (0.02 s), so that a loaded
     # machine's timer jitter cannot let a first answer beat its hedge decision.
     session = FakeSession(["slow", "fast"], {"slow": (0.3, [(7,)]), "fast": (0.0, [(8,)])})

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from sse_starlette import ServerSentEvent
 from starlette.types import Message
 
-from services.api.feed.commit_wait import WRITE_MARGIN_S
 from services.api.stream.write_deadline import RESYNC, DeadlineResponse, WriteDeadline
+from services.api.visibility.commit_wait import WRITE_MARGIN_S
 
 EPOCH_S = 1_800_000_000.0   # wall clock at monotonic 0
 RESYNC_BYTES = RESYNC.encode()

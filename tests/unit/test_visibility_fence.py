@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.api.feed.eligibility import PostState, ReaderGraph, Verdict, judge
-from services.api.feed.fence import WINDOW, FenceUnavailable, VisibilityFence
-from services.api.feed.recent_changes import (BLOCK, FOLLOW, NOTHING, POST, ReaderChanges, RecentChanges,
-                                              VisibilityChange)
-from services.api.feed.visibility_log import LogRead
+from services.api.visibility.eligibility import PostState, ReaderGraph, Verdict, judge
+from services.api.visibility.fence import WINDOW, FenceUnavailable, VisibilityFence
+from services.api.visibility.recent_changes import (BLOCK, FOLLOW, NOTHING, POST, ReaderChanges,
+                                                    RecentChanges, VisibilityChange)
+from services.api.visibility.visibility_log import LogRead
 
 READER, AUTHOR, OTHER = 1, 2, 3
 
@@ -389,7 +389,7 @@ def test_an_event_is_judged_only_on_a_read_younger_than_the_commit_wait_bound() 
 
 
 def test_commit_wait_outlasts_the_stream_bound_by_the_write_margin() -> None:
-    from services.api.feed.commit_wait import WRITE_MARGIN_S, stream_bound
+    from services.api.visibility.commit_wait import WRITE_MARGIN_S, stream_bound
 
     assert stream_bound(0.2) == pytest.approx(0.2 - WRITE_MARGIN_S)
     assert stream_bound(WRITE_MARGIN_S) is None and stream_bound(0.0) is None

@@ -1,11 +1,12 @@
-"""The feed read path (issue 6): candidates -> eligibility -> rank -> snapshot -> page.
+"""The feed read use cases: candidates -> eligibility -> rank -> snapshot -> page.
 
-* ``store``: the Cassandra reads and writes (prepared statements, a timeout on each call)
-* ``candidates``: which posts a reader's first page may hold (inbox, celebrity and
-  fallback author partitions), deduplicated by post_id
-* ``eligibility``: pure filter (deleted, removed, blocked, unfollowed, before following_since)
-* ``snapshot``: feed versions and the packed ranked list stored per first page
-* ``paging``: pure "items strictly after (rank, post_id)" and page filling
-* ``bodies``: post copies fetched in batches behind an in-process body cache
-* ``reader``: ``FeedReader``, the first-page / next-page use cases the route calls
+* ``reader``: ``FeedReader``, the first-page and next-page use cases the route calls
+* ``reuse``: a first page that shows the reader's last snapshot again
+* ``candidates``: the top of each source (inbox, celebrity, fallback authors), merged
+* ``graph``: ``PageGraph``, the reader's follows and blocks as one page needs them
+* ``preferences``: the reader's stored feed order
+* ``activity``: reads recorded; returning readers announced to the fan-out
+* ``awaiting``: several reads awaited together, or in turn when served from memory
+* ``metrics``: ``FeedMetrics``, the read path's metrics
+* ``wiring``: opening and closing the read path's clients in the app's lifespan
 """

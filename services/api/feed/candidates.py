@@ -46,9 +46,10 @@ from typing import Awaitable, Callable, Iterable, Mapping, Sequence
 from services.shared.domain import ids
 from services.shared.domain.rules import DEMOTED_MERGE_S
 
+from ..copies.store import CelebrityRow, FeedPort, SourceRow
+
 from .awaiting import settled
 from .graph import GraphUnavailable
-from .store import CelebrityRow, FeedPort, SourceRow
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Awaitable, Iterable
 
+from ..copies.store import FeedPort
+from ..visibility.eligibility import ReaderGraph
+
 from .awaiting import settled
-from .eligibility import ReaderGraph
-from .store import FeedPort
 
 
 class GraphUnavailable(RuntimeError):

@@ -4,7 +4,7 @@ Today one preference: the feed order a first page uses when the request names no
 (``ranked`` by default, or ``latest``). It lives in Cassandra (``reader_preferences``,
 0007_reader_preferences.cql).
 
-While the serving cache is usable (serving_cache.py), it is one of its entries: read once
+While the serving cache is usable (copies/serving_cache.py), it is one of its entries: read once
 per reader and kept until a ``serving-changes`` notice names the reader (or
 ``cache_ttl_s``, the bound on a lost notice). A change is stored, then this process
 publishes that notice and waits for the broker's acknowledgement before the PUT answers,
@@ -28,10 +28,10 @@ import time
 from collections import OrderedDict
 from typing import Callable
 
-from services.api.feed.cursor import RANKED
+from services.api.snapshots.cursor import RANKED
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 
-from .store import FeedPort
+from ..copies.store import FeedPort
 
 log = logging.getLogger(__name__)
 

@@ -33,29 +33,30 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Awaitable, Callable, Sequence
 
-from services.api.feed.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
-                                      decode_cursor, encode_cursor)
+from services.api.snapshots.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
+                                           decode_cursor, encode_cursor)
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink
 from services.shared.domain import ids
 from services.shared.domain.ranking import Ranked
 from services.shared.settings import Settings
 from services.shared.stores.activity import REGENERATING
 
+from ..copies.bodies import FetchResult, PostCopies
+from ..copies.post_view import PostBody, PostView
+from ..copies.store import CelebrityRow, FeedPort, SourceRow
+from ..snapshots import paging, snapshot
+from ..snapshots.snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
+from ..visibility.eligibility import ReaderGraph, Verdict, judge
+from ..visibility.fence import FenceUnavailable, VisibilityFence
+from ..visibility.recent_changes import NOTHING, ReaderChanges
+
 from . import candidates as cand
-from . import paging, snapshot
 from .activity import ReaderActivity
 from .awaiting import settled
-from .bodies import FetchResult, PostCopies
-from .post_view import PostBody, PostView
-from .eligibility import ReaderGraph, Verdict, judge
-from .fence import FenceUnavailable, VisibilityFence
 from .graph import GraphUnavailable, PageGraph
 from .metrics import FeedMetrics
 from .preferences import Preferences
-from .recent_changes import NOTHING, ReaderChanges
 from .reuse import Reused, SnapshotReuse
-from .snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
-from .store import CelebrityRow, FeedPort, SourceRow
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class FeedReader:
                  activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None,
                  notices: ChangeSink = NO_NOTICES, fence: VisibilityFence | None = None) -> None:
         self._store = store
-        # The visibility log read before a page is judged (fence.py); None only in unit
+        # The visibility log read before a page is judged (visibility/fence.py); None only in unit
         # tests of the paging logic, where the copies are the truth.
         self._fence = fence
         # The reader's last snapshot shown again while its sources are unchanged
@@ -198,7 +199,7 @@ class FeedReader:
         walk = _Walk(reader_id, self._writer.place(now, len(blob)), blob, now, order)
         graph = PageGraph(self._store, reader_id, following=sources.following,
                           asked=sources.asked, blocked=blocked)
-        # The snapshot is kept here and stored behind the page (snapshot_writer.py). A
+        # The snapshot is kept here and stored behind the page (snapshots/snapshot_writer.py). A
         # snapshot that one page shows whole has no next page, so it is not kept at all.
         kept = sources.more or len(sources.rows) > limit
         if kept:
@@ -233,7 +234,7 @@ class FeedReader:
     def _fence_read(self) -> int | None:
         """A read of the visibility log that goes out after this request arrived (sent
         now if none is on the wire): it travels while the page does its own work, and
-        ``_fill`` waits for it before judging the first window (fence.py)."""
+        ``_fill`` waits for it before judging the first window (visibility/fence.py)."""
         return self._fence.arrive() if self._fence is not None else None
 
     async def _regenerating(self, reader_id: int) -> bool:
@@ -261,7 +262,7 @@ class FeedReader:
 
     async def _load(self, reader_id: int, version: str) -> tuple[bytes, datetime] | None:
         """A stored snapshot; looked for twice when missing (another process may still
-        have it queued, snapshot_writer.py). Raises ``FeedUnavailable`` on a failed read."""
+        have it queued, snapshots/snapshot_writer.py). Raises ``FeedUnavailable`` on a failed read."""
         for attempt in range(2):
             try:
                 stored = await self._store.load_snapshot(reader_id, version)

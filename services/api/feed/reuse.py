@@ -2,7 +2,7 @@
 
 Fan-out on write exists so that a read does the least work (seed: ~1,000 reads per
 post). A first page's snapshot is a function of what it read, all of it held by the
-serving cache (serving_cache.py): the reader's inbox top and graph (follows, blocks)
+serving cache (copies/serving_cache.py): the reader's inbox top and graph (follows, blocks)
 and the timeline partitions merged (followed celebrities, the fallback's slice); and of
 the celebrity list, the day (which buckets are read) and the fallback slice's start.
 While the cache still holds the very entries a snapshot was built from (none dropped
@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
 
+from ..copies.serving_cache import CacheName, Pinned, ServingCache
+from ..copies.store import CelebrityRow
+
 from . import candidates as cand
-from .serving_cache import CacheName, Pinned, ServingCache
-from .store import CelebrityRow
 
 Celebrities = Sequence[CelebrityRow]
 

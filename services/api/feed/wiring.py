@@ -6,7 +6,7 @@
 fan-out, activity.py, unless ``inactive_after`` is 0), ``feed_metrics``, ``feed_store`` and
 (unless ``cache_enabled`` is off) the ``serving_cache``, whose notice consumer is
 one of the app's background tasks (``notices.run_notice_consumer``), and the
-``visibility_fence`` (fence.py) that every page and stream event is judged after; its
+``visibility_fence`` (visibility/fence.py) that every page and stream event is judged after; its
 log's first read starts here, and ``run_fence_reader`` (another background task) sees it
 through, then keeps an idle process's copy forgetting what the verifier released; the
 ``visibility_log`` readiness check answers ready once a read has reached the log's head. The stream's parts
@@ -25,16 +25,17 @@ from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.store_health import watch_cassandra
 
+from ..copies.bodies import BodyCache, PostCopies
+from ..copies.notices import ApiNotices, NoticeStats, register_collector
+from ..copies.serving_cache import CachedFeedStore, ServingCache
+from ..copies.store import FeedPort, FeedStore
+from ..visibility.fence import FenceMetrics, FenceUnavailable, VisibilityFence
+from ..visibility.window_check import pool_window_check
+
 from .activity import ReaderActivity
-from .bodies import BodyCache, PostCopies
-from .fence import FenceMetrics, FenceUnavailable, VisibilityFence
-from .window_check import pool_window_check
 from .metrics import FeedMetrics
-from .notices import ApiNotices, NoticeStats, register_collector
 from .reader import FeedReader, utc_now
 from .reuse import SnapshotReuse
-from .serving_cache import CachedFeedStore, ServingCache
-from .store import FeedPort, FeedStore
 
 log = logging.getLogger(__name__)
 

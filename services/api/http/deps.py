@@ -22,7 +22,7 @@ def _ids(request: Request) -> SnowflakeGenerator:
 
 
 def _commit_wait(request: Request) -> float:
-    """Seconds a hiding write's answer waits after its commit (feed/commit_wait.py)."""
+    """Seconds a hiding write's answer waits after its commit (visibility/commit_wait.py)."""
     return float(request.app.state.settings.visibility_commit_wait_s)
 
 

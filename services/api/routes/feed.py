@@ -18,9 +18,9 @@ import orjson
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from services.api.feed.cursor import LATEST, MAX_CURSOR_CHARS, CursorRejected
 from services.api.http.auth import CurrentUser
 from services.api.http.problems import UNAVAILABLE, ProblemError, ProblemKind, problem_responses
+from services.api.snapshots.cursor import LATEST, MAX_CURSOR_CHARS, CursorRejected
 from services.shared.domain.ranking import rank_of_key
 from services.shared.domain.rules import iso_utc
 

@@ -32,10 +32,10 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.api.feed.cursor import MAX_CURSOR_CHARS, ORDERS
 from services.api.http.auth import known_principal
 from services.api.http.problems import ProblemError, problem_response, unexpected_response
 from services.api.http.request_context import scope_header
+from services.api.snapshots.cursor import MAX_CURSOR_CHARS, ORDERS
 
 from .feed import DEFAULT_LIMIT, FEED_PATH, MAX_LIMIT, router, serve
 

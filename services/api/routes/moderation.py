@@ -10,7 +10,7 @@ from services.api.http.deps import CommitWait, Pg
 from services.api.http.models import ModerationOut, ModerationRequest, PostIdPath
 from services.api.http.problems import NOT_FOUND, ProblemError, problem_responses
 from services.api.stores import moderation
-from services.api.feed.commit_wait import settle
+from services.api.visibility.commit_wait import settle
 from services.shared.domain.rules import REMOVED, VISIBLE
 
 router = APIRouter(prefix="/internal/moderation", tags=["moderation"])

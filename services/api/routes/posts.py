@@ -13,10 +13,10 @@ from services.api.http.problems import (FORBIDDEN, IDEMPOTENCY_IN_FLIGHT, IDEMPO
                                         NOT_FOUND, UNAVAILABLE, ProblemError, problem_responses)
 from services.api.stores import idempotency as keys
 from services.api.stores import posts as post_rows
+from services.api.visibility.commit_wait import settle
 from services.api.write import idempotency
 from services.api.write.idempotency import Outcome, StoredKey
 from services.api.write.idgen import ClockMovedBackwards, IdGenerationError, LeaseLost
-from services.api.feed.commit_wait import settle
 from services.api.write.visibility import StoredPost, visible_to
 from services.shared.domain import ids as snowflake
 from services.shared.domain.rules import VISIBLE

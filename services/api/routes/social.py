@@ -10,7 +10,7 @@ from services.api.http.problems import (FORBIDDEN, NOT_FOUND, VALIDATION_FAILED,
                                         problem_responses)
 from services.api.stores import posts as post_rows
 from services.api.stores import social
-from services.api.feed.commit_wait import settle
+from services.api.visibility.commit_wait import settle
 from services.api.write.visibility import likeable_by
 
 router = APIRouter(prefix="/v1", tags=["social"])

@@ -1,1 +1,1 @@
-"""Server-sent events for the feed: per-process Kafka consumer, routing hub, eligibility gate, leases."""
+"""Server-sent events for the feed: per-process Kafka consumer, routing hub, eligibility gate, leases, sessions."""

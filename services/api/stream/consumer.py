@@ -30,8 +30,8 @@ from services.shared.contracts.topics import author_events_topic
 from services.shared.settings import Settings
 from services.shared.worker.kafka_consumers import restart_delay, wait_for_assignment
 
-from ..feed.metrics import FeedMetrics
 from .hub import StreamHub
+from .metrics import StreamMetrics
 from .restart_plan import plan_restart
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ MAX_REPLAY_EVENTS = 20_000
 
 async def _position_consumer(consumer: AIOKafkaConsumer, topics: list[str],
                              consumed: dict[TopicPartition, int], hub: StreamHub,
-                             metrics: FeedMetrics, max_replay: int) -> None:
+                             metrics: StreamMetrics, max_replay: int) -> None:
     """Seek every partition: to the end on the first start, else per ``plan_restart``.
 
     Positions are explicit offsets read now, so an event produced after readiness is
@@ -88,7 +88,7 @@ async def _dispatch(hub: StreamHub, value: bytes | None) -> str:
     return "sent" if sent else "not_routed"
 
 
-async def consume_into_hub(hub: StreamHub, settings: Settings, metrics: FeedMetrics,
+async def consume_into_hub(hub: StreamHub, settings: Settings, metrics: StreamMetrics,
                            max_replay: int = MAX_REPLAY_EVENTS) -> None:
     """Run until cancelled: Kafka -> hub, restarting the consumer on failure."""
     topics = [author_events_topic(settings.topic_prefix)]
@@ -139,4 +139,4 @@ async def run_stream_consumer(app: FastAPI) -> None:
     hub: StreamHub | None = getattr(app.state, "stream_hub", None)
     if hub is None:
         return
-    await consume_into_hub(hub, app.state.settings, app.state.feed_metrics)
+    await consume_into_hub(hub, app.state.settings, app.state.stream_metrics)

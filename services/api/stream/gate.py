@@ -1,7 +1,7 @@
 """The stream's authorization and eligibility check: current Cassandra copies, and the
-visibility log read after the check began (``feed.fence``), as for a feed page.
+visibility log read after the check began (``visibility.fence``), as for a feed page.
 
-The same rules as a feed page (``feed.eligibility.judge``) for one (reader, post): the
+The same rules as a feed page (``visibility.eligibility.judge``) for one (reader, post): the
 post copy must be visible and not deleted, the reader must still follow the author
 (since before the post) and neither may block the other. One author event is checked
 for every connected follower, so the post copy is read once per event
@@ -11,7 +11,7 @@ read is shared by every check in flight (single-flight).
 An event waits in an open stream's queue between that check and its send, so the route
 asks ``still_allows`` right before it writes the event: one more (shared) read of the
 log, which is what can have changed in between that the guarantee covers. That read
-must have gone out less than ``fresh_s`` before the write (``feed/commit_wait.py``):
+must have gone out less than ``fresh_s`` before the write (``visibility/commit_wait.py``):
 a hiding write it missed is answered ``visibility_commit_wait_s`` after its commit,
 hence after the event; an older answer is read again, up to ``FRESH_READS`` times, and
 then the event is not sent (``FenceUnavailable``: the client is told to resync).
@@ -25,10 +25,10 @@ from typing import Callable
 
 from services.shared.domain import ids
 
-from ..feed.eligibility import PostState, ReaderGraph, Verdict, judge
-from ..feed.fence import WINDOW, FenceUnavailable, LogView, VisibilityFence
-from ..feed.recent_changes import NOTHING, ReaderChanges
-from ..feed.store import FeedPort
+from ..copies.store import FeedPort
+from ..visibility.eligibility import PostState, ReaderGraph, Verdict, judge
+from ..visibility.fence import WINDOW, FenceUnavailable, LogView, VisibilityFence
+from ..visibility.recent_changes import NOTHING, ReaderChanges
 
 # One author event fans out to its connected followers within a few milliseconds; a
 # half-second memo of the post's state covers that burst without serving a stale

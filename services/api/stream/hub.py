@@ -10,7 +10,7 @@ one ``ReaderChannel`` per reader seen recently:
   reader's follows are loaded when a stream opens, re-read when a serving-changes notice
   names the reader (``follows_changed``: the fan-out wrote their follows or blocks, so
   the index trails a follow by the pipeline's freshness) and every
-  ``FOLLOWED_REFRESH_HEARTBEATS`` heartbeats of an open stream (the routes), and dropped
+  ``FOLLOWED_REFRESH_HEARTBEATS`` heartbeats of an open stream (``session.py``), and dropped
   with the channel. The index only picks whom to check: a stale entry is refused by the
   check below, a missing one is a missed announcement (the next page shows the post);
 * before an event is buffered or sent it passes ``StreamGate.allows``: the same

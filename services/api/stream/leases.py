@@ -24,7 +24,7 @@ from typing import Any, Callable, Coroutine
 
 from cassandra.cluster import Session
 
-from ..feed.store import StatementRunner
+from ..copies.store import StatementRunner
 
 log = logging.getLogger(__name__)
 

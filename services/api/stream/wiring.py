@@ -1,10 +1,10 @@
 """Opening the stream's parts in the app's lifespan, on the read path's store.
 
 ``open_stream(app)`` (after ``feed.wiring.open_read_path``) puts into ``app.state`` the
-``stream_leases`` (the per-user cap), the ``stream_gate`` (eligibility of each event) and
-the ``stream_hub`` (open streams and their resume buffers), and registers the
-``feed_stream`` readiness check: the hub's Kafka consumer (``consumer.py``, one of the
-app's background tasks) has pinned its start offsets.
+``stream_metrics``, the ``stream_leases`` (the per-user cap), the ``stream_gate``
+(eligibility of each event) and the ``stream_hub`` (open streams and their resume
+buffers), and registers the ``feed_stream`` readiness check: the hub's Kafka consumer
+(``consumer.py``, one of the app's background tasks) has pinned its start offsets.
 """
 from __future__ import annotations
 
@@ -14,20 +14,23 @@ from fastapi import FastAPI
 
 from services.shared.settings import Settings
 
-from ..feed.commit_wait import stream_bound
+from ..visibility.commit_wait import stream_bound
 
 from .gate import EligibilityGate
 from .hub import StreamHub
 from .leases import StreamLeases
+from .metrics import StreamMetrics
 
 
 async def open_stream(app: FastAPI) -> None:
     settings: Settings = app.state.settings
     store = app.state.feed_store
+    metrics = StreamMetrics(app.state.metrics.registry, skipped=app.state.feed_metrics.skipped)
+    app.state.stream_metrics = metrics
     # A lease outlives two missed heartbeats, so one slow refresh does not free the slot.
     app.state.stream_leases = await asyncio.to_thread(
         StreamLeases, app.state.cassandra, store, int(settings.stream_heartbeat_s * 2) + 5,
-        on_unchecked=app.state.feed_metrics.stream_cap_unchecked.inc)
+        on_unchecked=metrics.stream_cap_unchecked.inc)
     gate = EligibilityGate(store, app.state.visibility_fence,
                            fresh_s=stream_bound(settings.visibility_commit_wait_s))
 

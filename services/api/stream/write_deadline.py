@@ -4,7 +4,7 @@ The route checks a ``new_item`` (``EligibilityGate.still_allows``) and yields it
 encodes it and hands the bytes to ASGI ``send``. That is not yet the write: uvicorn's
 ``send`` first waits while the socket is paused (a slow reader's back-pressure) and only
 then writes to the transport, and a GC pause can fall anywhere. Commit wait
-(``feed/commit_wait.py``) allows ``WRITE_MARGIN_S`` between the check and the write, and
+(``visibility/commit_wait.py``) allows ``WRITE_MARGIN_S`` between the check and the write, and
 the fault suite's checker times the event by its ``: sent <Unix ms>`` comment. So the
 response's ``send`` is wrapped (``DeadlineResponse``) and, for each checked event:
 
@@ -32,7 +32,7 @@ from collections.abc import AsyncIterable, Callable, Mapping
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Message, Receive, Scope, Send
 
-from ..feed.commit_wait import WRITE_MARGIN_S
+from ..visibility.commit_wait import WRITE_MARGIN_S
 
 SEP = "\r\n"  # sse-starlette's default separator, used by every event of the stream
 RESYNC = ServerSentEvent("{}", event="resync", sep=SEP)

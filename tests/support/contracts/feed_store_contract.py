@@ -1,4 +1,4 @@
-"""The contract of ``FeedPort`` (services/api/feed/store.py), the read path's store: what
+"""The contract of ``FeedPort`` (services/api/copies/store.py), the read path's store: what
 ``FeedStore`` answers on Cassandra and ``InMemoryFeedStore`` (tests/support/
 memory_stores.py) answers in memory, asserted by the same tests.
 
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from services.api.feed import snapshot
-from services.api.feed.snapshot_writer import SlotRow
-from services.api.feed.store import FeedPort, SourceRow
+from services.api.copies.store import FeedPort, SourceRow
+from services.api.snapshots import snapshot
+from services.api.snapshots.snapshot_writer import SlotRow
 from services.fanout.inbox import InboxPort
 from services.shared.domain import ids
 from services.shared.domain.rules import REMOVED, VISIBLE

@@ -14,7 +14,7 @@ and logged); every API process reads the same record, so it is not dead-lettered
 ``ApiNotices`` is the other direction: the notices of what the API itself stores and
 every process caches (a reader's preferences), published and acknowledged before the
 request that stored it answers; and, on the same producer, ``reader_returned`` on
-``<prefix>.reader-events`` (a reader the fan-out stopped writing for is back, activity.py).
+``<prefix>.reader-events`` (a reader the fan-out stopped writing for is back, feed/activity.py).
 """
 from __future__ import annotations
 

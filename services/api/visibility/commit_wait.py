@@ -1,6 +1,6 @@
 """Commit wait: a write that hides something is answered a fixed time after it commits.
 
-The visibility fence (``services/api/feed/fence.py``) gives each page a read of the log
+The visibility fence (``services/api/visibility/fence.py``) gives each page a read of the log
 that goes out after the page arrived, so a page that starts after an acknowledgement
 sees it. A stream event has no such start: it is judged on a read of the log and written
 to the wire a moment later, and a delete, removal, block or unfollow that committed in

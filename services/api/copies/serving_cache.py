@@ -7,7 +7,7 @@ celebrities, the fan-out-behind fallback), the top of the reader's inbox, and th
 reader's stored preferences (which a first page without ``order`` reads).
 ``CachedFeedStore`` answers those reads from this process's memory and reads Cassandra
 only on a miss, so a warm page reads nothing (the snapshot is written behind it,
-snapshot_writer.py), instead of six to ten requests.
+snapshots/snapshot_writer.py), instead of six to ten requests.
 
 Correctness rests on three rules:
 
@@ -298,7 +298,7 @@ class ServingCache:
             names: Sequence[CacheName]) -> tuple[Pinned, ...] | None:
         """The entries held now under ``names`` (an lru and its key each), if every one
         is held and no notice since ``epoch`` named it: then they are what reads started
-        in ``epoch`` returned, or equal to it. None otherwise (reuse.py)."""
+        in ``epoch`` returned, or equal to it. None otherwise (feed/reuse.py)."""
         if not self.usable:
             return None
         held = []
@@ -353,7 +353,7 @@ class CachedFeedStore:
 
     @property
     def from_memory(self) -> bool:
-        """Reads are (mostly) answered here: await them in turn (awaiting.py)."""
+        """Reads are (mostly) answered here: await them in turn (feed/awaiting.py)."""
         return self.cache.usable
 
     # -- graph ---------------------------------------------------------------------------

@@ -25,8 +25,8 @@ from services.shared.domain.rules import CELEBRITY_SHARD
 from services.shared.clients.cql import CONSISTENCY, SERIAL_CONSISTENCY
 from services.shared.stores.cql_async import release
 
-from . import snapshot
-from .snapshot_writer import SlotRow
+from ..snapshots import snapshot
+from ..snapshots.snapshot_writer import SlotRow
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class FeedPort(Protocol):
 
     @property
     def from_memory(self) -> bool:
-        """Whether reads are answered from memory: await them in turn (awaiting.py)."""
+        """Whether reads are answered from memory: await them in turn (feed/awaiting.py)."""
         ...
 
     # -- the reader's graph
@@ -372,7 +372,7 @@ class FeedStore:
 
     # -- snapshots ----------------------------------------------------------------------------
     async def save_snapshot_slot(self, row: SlotRow, timeout_s: float) -> None:
-        """One slot row of snapshots (snapshot_writer.py), given ``timeout_s`` (written
+        """One slot row of snapshots (snapshots/snapshot_writer.py), given ``timeout_s`` (written
         behind the page: not held to the read path's timeout)."""
         await self._rows(self._save_slot, (row.slot, row.part, row.payload, row.ttl_s),
                          hedge=False, timeout=timeout_s)

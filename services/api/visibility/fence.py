@@ -46,7 +46,6 @@ from typing import Awaitable, Callable, Protocol, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from services.shared.clients import pg
 from services.shared.settings import PostgresSettings
 
 from .recent_changes import ReaderChanges, RecentChanges

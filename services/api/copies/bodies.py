@@ -21,7 +21,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, cast
 
-from .eligibility import PostState
+from ..visibility.eligibility import PostState
+
 from .post_view import PostBody, PostView
 from .store import FeedPort, PostTextRow
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .eligibility import PostState
+from ..visibility.eligibility import PostState
 
 
 @dataclass(frozen=True, slots=True)
