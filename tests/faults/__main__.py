@@ -294,6 +294,7 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
             # The verifier's repairs, then the fence's release of the entries: the checker
             # then judges on the repaired copies alone.
             lost_hide = await settle(settings, w.lost_hide)
+            w.toggles_paused = False
         verdict = await check(settings, w)
         if alerts is not None:  # give the alert its time to clear (it may already have)
             deadline = time.time() + ALERT_RESOLVE_LIMIT_S

@@ -195,6 +195,10 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
                                               log.injected)
             log.lifted_at = time.time()
             w.phase = "after"
+            # No later block or follow may heal a lost hide before the verifier gets to it
+            # (any write to a pair sets its copies through the working pipeline): the
+            # toggles pause until the verifier has released the hold's entries.
+            w.toggles_paused = True
             await audit(w.settings, w.lost_hide, log.injected)
             return
         elif name == "worker-kills":

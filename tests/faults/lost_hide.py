@@ -16,7 +16,9 @@ it whose copies differ from Postgres. ``settle`` then waits until the verifier h
 checked past them and released them, and reads how many it repaired
 (``feed_visibility_repairs_total`` on the fan-out's /metrics) and what still differs.
 The target: repairs = lost, none left, and the checker's ``shown_after_ack`` 0 for the
-whole run.
+whole run. From the lift until the entries are released the workload's block and follow
+toggles pause (posting, deletes, likes and reads go on): a later write to a pair sets its
+copies through the working pipeline, healing a lost hide before the verifier gets to it.
 """
 from __future__ import annotations
 
@@ -37,10 +39,11 @@ from services.shared.contracts.edge_counts import EdgeCounted
 from services.shared.settings import Settings
 from services.shared.stores.cql_async import CqlRunner
 
-# After the new snapshot is complete, the copies are audited this often until two
+# After the new snapshot is complete, the copies are audited this often until three
 # audits agree (the fan-out has applied the snapshot), and at the latest this long
 # before the hold's first entry is FEED_VISIBILITY_REPAIR_AFTER_S old.
 AUDIT_EVERY_S = 5.0
+STABLE_AUDITS = 3
 AUDIT_MARGIN_S = 10.0
 # Entries made up to this long after SIGCONT are audited (the relay reconnects and
 # creates its slot within it); later ones flowed through the new slot.
@@ -172,7 +175,8 @@ async def audit(settings: Settings, lost: LostHide, injected: list[str]) -> None
         finally:
             session.cluster.shutdown()
         counts.append(len(differing))
-        if (len(counts) >= 2 and counts[-1] == counts[-2]) or time.time() + AUDIT_EVERY_S > last_chance:
+        if (len(counts) >= STABLE_AUDITS and len(set(counts[-STABLE_AUDITS:])) == 1) \
+                or time.time() + AUDIT_EVERY_S > last_chance:
             break
     lost.keys, lost.last_seq, lost.lost = keys, last_seq, len(differing)
     lost.audits = counts

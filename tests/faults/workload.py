@@ -132,6 +132,9 @@ class Workload:
         self._seen: set[int] = set()  # posts the watcher's first page has shown
         self.backlog: Any = None       # backlog.Backlog, loaded by the backlog scenario
         self.lost_hide: Any = None     # lost_hide.LostHide, made by the lost-hide scenario
+        # Block and follow toggles held back (the lost-hide scenario, from its lift until
+        # the verifier has released the hold's entries): posting, deletes and reads go on.
+        self.toggles_paused = False
 
     # -- plumbing --------------------------------------------------------------------------
     def _headers(self, user: int) -> dict[str, str]:
@@ -268,6 +271,8 @@ class Workload:
         """One of the actions that must hide something at once, in turn, then a read of
         the feed of a reader it concerns."""
         step = next(self._hiding_turns[loop])
+        if self.toggles_paused and step in (self._block, self._refollow):
+            return
         reader = await step(loop)
         if reader is not None:
             r = await self.feed(reader, {"limit": 20})
