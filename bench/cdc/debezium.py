@@ -35,8 +35,8 @@ from typing import Any, Callable
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.run import report
 from bench.cdc.relay import POST_BODY, _insert_backlog
+from bench.harness.verdicts import verdict
 from bench.harness.wrk_load import tree_cpu_s
 from deploy.debezium.check import Scratch, stop
 from deploy.stack.toolchain import PG_BIN
@@ -217,10 +217,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     lost = {c: out[f"{c} steady"]["inserts"] - out[f"{c} steady"]["seen"] for c in ("relay", "debezium", "debezium-tuned")}
     out["targets (computed)"] = {
         "relay >= 1x the better Debezium's events/s on the backlog":
-            f"{rb} / {best_backlog} = {rb / best_backlog:.2f}x: " + report.verdict(rb / best_backlog, ">=", 1.0),
+            f"{rb} / {best_backlog} = {rb / best_backlog:.2f}x: " + verdict(rb / best_backlog, ">=", 1.0),
         "relay commit -> topic p95 <= the better Debezium's":
-            f"{p95['relay']} ms vs {best_p95} ms: " + report.verdict(p95["relay"], "<=", best_p95),
-        "none missing in the steady phases": f"{lost}: " + report.verdict(max(lost.values()), "<=", 0)}
+            f"{p95['relay']} ms vs {best_p95} ms: " + verdict(p95["relay"], "<=", best_p95),
+        "none missing in the steady phases": f"{lost}: " + verdict(max(lost.values()), "<=", 0)}
     return out
 
 

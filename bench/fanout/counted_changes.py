@@ -40,9 +40,8 @@ from cassandra import InvalidRequest  # noqa: E402
 from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
 from services.shared.clients import cql, kafka  # noqa: E402
-from bench.harness.pipeline import stop_process  # noqa: E402
-from tests.support.cdc_events import CdcEvents, CdcMessage, send  # noqa: E402
-from tests.support.worker_env import group_caught_up  # noqa: E402
+from bench.harness.cdc_events import CdcEvents, CdcMessage, send  # noqa: E402
+from bench.harness.pipeline import group_caught_up, stop_process  # noqa: E402
 
 # Ids far from anything the workload generates; every follower / liker is new.
 AUTHOR_BASE, FOLLOWER_BASE, POST_BASE, LIKER_BASE = 7_000_000, 8_000_000, 9_000_000, 20_000_000

@@ -42,13 +42,13 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import TopicPartition  # noqa: E402
 
 from bench.fanout.raw_writer import best_raw_rate  # noqa: E402
+from bench.harness.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 from bench.harness.pipeline import scratch_keyspace, stop_process  # noqa: E402
 from services.shared.clients import kafka  # noqa: E402
 from services.shared.contracts.topics import all_topics, cdc_topic  # noqa: E402
 from services.shared.domain import ids, ranking
 from services.shared.domain.rules import INBOX_TTL_S, VISIBLE  # noqa: E402
 from services.shared.settings import KafkaSettings, Settings  # noqa: E402
-from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 # Ids far from anything the workload generates; followers are unique per follow.
 AUTHOR_BASE, FOLLOWER_BASE, LIKED_POST_BASE, LIKER_BASE = 7_000_000, 8_000_000, 9_000_000, 20_000_000

@@ -208,15 +208,6 @@ def history_posts(follower: Sequence[int], followed: Sequence[int],
     return out, fans
 
 
-def history_pairs(follower: Sequence[int], followed: Sequence[int],
-                  posts: Iterable[tuple[int, int, Any, Any]], skip_authors: set[int],
-                  limit: int) -> list[tuple[int, int]]:
-    """The (reader, post) rows a fan-out of ``posts`` writes (every follower of an author
-    not in ``skip_authors``), in post order, at most ``limit``."""
-    chosen, fans = history_posts(follower, followed, posts, skip_authors, limit)
-    return pairs_of(chosen, fans, limit)
-
-
 def pairs_of(posts: Iterable[tuple[int, int]], fans: dict[int, list[int]],
              limit: int) -> list[tuple[int, int]]:
     """The (reader, post) rows of ``posts`` ((post_id, author)), in post order, at most ``limit``."""

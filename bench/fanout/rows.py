@@ -54,6 +54,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: 
 
 from bench.fanout.floor import floor_rates  # noqa: E402
 from bench.fanout.raw_writer import best_of, best_raw_rate  # noqa: E402
+from bench.harness.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 from bench.harness.pipeline import scratch_keyspace, stop_process  # noqa: E402
 from bench.harness.profiling import profiler, stop_profiler  # noqa: E402
 from bench.harness.servers import stack_cpu_meter  # noqa: E402
@@ -63,7 +64,6 @@ from services.shared.contracts.feed_events import parse_author  # noqa: E402
 from services.shared.contracts.topics import all_topics, author_events_topic  # noqa: E402
 from services.shared.domain.rules import INBOX_TTL_S  # noqa: E402
 from services.shared.settings import KafkaSettings  # noqa: E402
-from tests.support.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 
 
 def free_port() -> int:

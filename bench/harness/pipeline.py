@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from deploy.lag import group_lag, scrape, slot_lag
 from deploy.migrate import migrate_all, migrate_cassandra, migrate_kafka
-from services.shared.contracts.topics import cdc_topic, rank_features_topic
+from services.shared.contracts.topics import (cdc_topic, follow_counts_topic, like_counts_topic,
+                                              rank_features_topic)
 from services.shared.settings import Settings
 from services.shared.clients import cql, kafka, pg
 
@@ -28,6 +29,8 @@ def consumed_topics(kind: str, prefix: str) -> list[str]:
     """The topics a worker consumes: its CDC tables, and the ranker's feature events."""
     topics = [cdc_topic(t, prefix) for t in CONSUMED[kind]]
     return topics + ([rank_features_topic(prefix)] if kind == "ranker" else [])
+
+
 # Ports apart from `make run`'s (8080, 9101-9103) so both can run at once.
 PORTS = {"api_port": 18080, "cdc_metrics_port": 19101, "fanout_metrics_port": 19102,
          "ranker_metrics_port": 19103}
@@ -275,3 +278,31 @@ def wait_caught_up(sampler: Sampler, expected: dict[str, int], *, timeout: float
                 bar.n = total
                 return time.monotonic() - start
     raise RuntimeError(f"bench: pipeline did not catch up within {timeout:.0f}s")
+
+
+def group_caught_up(settings: Settings, group: str, topics: list[str]) -> bool:
+    """True when ``group`` has committed the end offset of every partition of ``topics``.
+
+    A follow or a like is done only when its count's owner, in the same worker and group,
+    has applied it from the repartition topic (docs/fanout.md, "Counts"): with the follows
+    or likes CDC topic, its count topic is waited for too. Otherwise a caller could read a
+    count the owner has not written yet (CI found three such races)."""
+    from confluent_kafka import TopicPartition
+
+    prefix = settings.topic_prefix
+    topics = list(topics)
+    for table, counts in (("follows", follow_counts_topic(prefix)), ("likes", like_counts_topic(prefix))):
+        if cdc_topic(table, prefix) in topics and counts not in topics:
+            topics.append(counts)
+    consumer = kafka.consumer(settings, {"group.id": group, "enable.auto.commit": False})
+    try:
+        meta = consumer.list_topics(timeout=10)
+        tps = [TopicPartition(t, p) for t in topics for p in meta.topics[t].partitions]
+        committed = consumer.committed(tps, timeout=10)
+        for tp in committed:
+            _, high = consumer.get_watermark_offsets(tp, timeout=10)
+            if high > 0 and tp.offset < high:
+                return False
+        return True
+    finally:
+        consumer.close()

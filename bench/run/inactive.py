@@ -29,7 +29,7 @@ from deploy.workload import Graph
 from services.fanout.copies import CopyStore
 from services.fanout.inactive import InactiveSweeper
 from services.fanout.inbox import InboxStore
-from services.fanout.jobs.rebuild import rebuilder
+from services.fanout.rebuild import rebuilder
 from services.shared.settings import Settings
 from services.shared.clients import cql
 from services.shared.stores.activity import ACTIVE, ActivityStore, Window

@@ -27,6 +27,7 @@ from pathlib import Path
 from bench.read import wrk as read_wrk
 from bench.run import inactive, mix, phases, report, streams_at_scale
 from bench.harness.costs import CostMeter, per_unit_us
+from bench.harness.verdicts import all_of, verdict
 from bench.harness.pipeline import (PORTS, Sampler, Services, bench_settings, fresh_stores, shut_down,
                             topic_sizes, wait_caught_up)
 from bench.fanout.floor import FLOOR_STEP
@@ -398,8 +399,8 @@ def main() -> int:
 
 def headline(r: dict) -> list[dict]:
     """The headline rows: each figure beside its baseline, the ratio, the target, and a
-    verdict computed from the measured value (report.verdict), never written by hand."""
-    v = report.verdict
+    verdict computed from the measured value (bench/harness/verdicts.py), never written by hand."""
+    v = verdict
 
     def find(group: str, page: str, level: int) -> dict | None:
         return next((x for x in r["reads"] if x["group"] == group and x["page"] == page
@@ -426,7 +427,7 @@ def headline(r: dict) -> list[dict]:
                          "ratio": f"{report._ratio(ours['per_s'], pull['per_s']) if pull else 'n/a'}x pull, "
                                   f"{report._ratio(ours['per_s'], noop['per_s']) if noop else 'n/a'}x /healthz",
                          "target": f"≥ 1x pull, ≥ 0.25x /healthz, p95 ≤ {p95_target} ms",
-                         "verdict": report.all_of(v(of_pull, ">=", 1), v(of_noop, ">=", 0.25),
+                         "verdict": all_of(v(of_pull, ">=", 1), v(of_noop, ">=", 0.25),
                                                   v(ours["p95_ms"], "<=", p95_target))})
     m = r.get("mix")
     if m:
@@ -438,7 +439,7 @@ def headline(r: dict) -> list[dict]:
                      "ours": f"{m['reads']['p95_ms']} ms / {stream['p95_s']} s / {page['p95_s']} s "
                              f"({lost} missed of {m['posts']} posts' deliveries)",
                      "baseline": "—", "ratio": "—", "target": "≤ 30 ms / ≤ 1.5 s / ≤ 1.5 s, none missed",
-                     "verdict": report.all_of(v(m["reads"]["p95_ms"], "<=", 30), v(stream["p95_s"], "<=", 1.5),
+                     "verdict": all_of(v(m["reads"]["p95_ms"], "<=", 30), v(stream["p95_s"], "<=", 1.5),
                                               v(page["p95_s"], "<=", 1.5), v(lost, "<=", 0))})
     f = r["freshness"]
     rows.append({"figure": "freshness p95 (commit → visible)", "ours": f"{f['p95_s']} s", "baseline": "seed 30 s",
@@ -532,7 +533,7 @@ def headline(r: dict) -> list[dict]:
                      "ours": f"{st['opens refused']} refused, p95 {d['p95']} s "
                              f"({st['delivered']:,} delivered)",
                      "baseline": "—", "ratio": "—", "target": "≤ 1 % refused, p95 ≤ 0.5 s",
-                     "verdict": report.all_of(v(st["opens refused share"], "<=", 0.01), v(d["p95"], "<=", 0.5))})
+                     "verdict": all_of(v(st["opens refused share"], "<=", 0.01), v(d["p95"], "<=", 0.5))})
     return rows
 
 

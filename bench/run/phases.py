@@ -54,31 +54,6 @@ def _tokens(settings: Settings, users: list[int]) -> list[str]:
     return [mint_token(u, secret, ttl_seconds=6 * 3600) for u in users]
 
 
-async def feed_reads(base_url: str, settings: Settings, users: list[int], concurrency: int,
-                     seconds: float) -> dict[str, LoadResult]:
-    """First pages (each builds a snapshot), then next pages from cursors of those."""
-    tokens = _tokens(settings, users)
-    cursors: list[tuple[str, str]] = []
-
-    async def first(client: httpx.AsyncClient, i: int) -> httpx.Response:
-        token = tokens[random.randrange(len(tokens))]
-        resp = await client.get("/v1/feed", params={"limit": 20},
-                                headers={"Authorization": f"Bearer {token}"})
-        if resp.status_code == 200 and resp.json().get("next_cursor"):
-            cursors.append((token, resp.json()["next_cursor"]))
-        return resp
-
-    async def nxt(client: httpx.AsyncClient, i: int) -> httpx.Response:
-        token, cursor = cursors[random.randrange(len(cursors))]
-        return await client.get("/v1/feed", params={"limit": 20, "cursor": cursor},
-                                headers={"Authorization": f"Bearer {token}"})
-
-    out = {"first": await run_load(base_url, first, concurrency=concurrency, seconds=seconds)}
-    if cursors:
-        out["next"] = await run_load(base_url, nxt, concurrency=concurrency, seconds=seconds)
-    return out
-
-
 async def noop(base_url: str, concurrency: int, seconds: float) -> LoadResult:
     """The server's own ceiling: an endpoint that does nothing (/healthz)."""
     return await run_load(base_url, lambda c, i: c.get("/healthz"), concurrency=concurrency,

@@ -17,21 +17,6 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.3f}"
 
 
-def verdict(value: float | None, op: str, limit: float) -> str:
-    """"met" or "**missed**" from a measured value against its target (``<=`` or ``>=``);
-    "n/a" when nothing was measured."""
-    if value is None or value != value:
-        return "n/a"
-    ok = value <= limit if op == "<=" else value >= limit
-    return "met" if ok else "**missed**"
-
-
-def all_of(*verdicts: str) -> str:
-    if "**missed**" in verdicts:
-        return "**missed**"
-    return "n/a" if "n/a" in verdicts else "met"
-
-
 def markdown(r: dict[str, Any]) -> str:
     m = r["meta"]
     lines = [f"# Benchmark ({m['mode']}) — {m['date']}", "",

@@ -148,10 +148,6 @@ _WITH_TYPMOD: Final[dict[int, Callable[[str, int], Any]]] = {
 }
 
 
-def is_supported(type_oid: int) -> bool:
-    return type_oid in _RENDERERS or type_oid in _WITH_TYPMOD or type_oid == NUMERIC
-
-
 def render(text: str, type_oid: int, typmod: int, *, decimal_mode: str = "precise",
            unknown_types: str = "fail", where: str = "") -> Any:
     """Render one non-NULL column value given in Postgres's text output form."""

@@ -76,10 +76,6 @@ class Relation:
     replica_identity: str  # d default, n nothing, f full, i index
     columns: tuple[Column, ...]
 
-    @property
-    def key_columns(self) -> tuple[Column, ...]:
-        return tuple(c for c in self.columns if c.is_key)
-
 
 @dataclass(frozen=True)
 class TypeInfo:

@@ -35,10 +35,6 @@ class ChangeStreamer:
         self._begin: Begin | None = None
         self._last_commit_lsn: int | None = None
 
-    @property
-    def in_transaction(self) -> bool:
-        return self._tx is not None
-
     def on_payload(self, data_start: int, payload: bytes) -> None:
         """Handle one XLogData payload; ``data_start`` is its WAL position."""
         msg = decode(payload)

@@ -34,7 +34,7 @@ from typing import Awaitable, Callable, TypedDict, TypeVar
 
 import faust
 
-from services.fanout.jobs.rebuild import rebuilder
+from services.fanout.rebuild import rebuilder
 from services.shared.contracts.envelope import ChangeRecord, parse_change
 from services.shared.contracts.rank_moves import parse as parse_rank_move
 from services.shared.contracts.reader_events import parse as parse_reader_event

@@ -1,5 +1,9 @@
 """Cassandra copies the fan-out maintains: posts, author partitions, follows, blocks.
 
+The statements, columns and row types are their tables' owners' (services/shared/stores:
+posts.py, timelines.py, follows.py, blocks.py, counted_edges.py); this store decides how
+they run (coalesced writes and reads, batches) and tells the API's caches what changed.
+
 Every write of a CDC-derived row carries ``USING TIMESTAMP <lsn>`` (idempotent replay,
 deletes beat late creates), except the rank-key rows (``author_timeline`` and the copy's
 ``rank_key`` cells), which are in microseconds (0005_rank_keys.cql). A follow's state and
@@ -21,16 +25,18 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.domain import ids
 from services.shared.domain.rules import REMOVED
-from services.shared.stores.counted_edges import EdgeTable
+from services.shared.stores.blocks import FanoutBlocks, both_ways
+from services.shared.stores.counted_edges import FOLLOW_EDGES as FOLLOW_EDGES
+from services.shared.stores.counted_edges import CountReads, count_of
 from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.follows import FanoutFollows, SinceRow, WrittenRow
+from services.shared.stores.posts import CopyRow, FanoutPosts
 from services.shared.stores.read_coalescer import PartitionReads
+from services.shared.stores.timelines import FanoutTimelines
 from services.shared.stores.write_coalescer import Row, WriteCoalescer
 
 from .audience import Follower, PostCopy, PostFields
 
-# A follow and its author's follower count (0006_counted_edges.cql).
-FOLLOW_EDGES = EdgeTable("follow_edges", partition="followed_id", edge="follower_id",
-                         state="following", count="followers")
 
 # Post ids per multi-partition read: the backfill's candidates are a few posts; a bound
 # keeps one request from fanning out to hundreds of partitions on the coordinator.
@@ -48,46 +54,13 @@ class CopyStore:
         # Told after every write of a copy the read path caches (post states, follows,
         # blocks, author timelines): services/shared/contracts/serving_changes.py.
         self._notices = notices
-        p = session.prepare
-        self._session = session
-        self._write_post_variants: dict[tuple[bool, bool], PreparedStatement] = {}
-        self._mark_fanned_out = p("UPDATE posts USING TIMESTAMP ? SET fanned_out=? WHERE post_id=?")
-        copy_columns = ("author_id, created_at, visibility, deleted, WRITETIME(visibility) AS vis_ts, "
-                        "fanned_out, score, rank_key, rank_key_next, WRITETIME(rank_key) AS key_ts")
-        self._read_post = p(f"SELECT {copy_columns} FROM posts WHERE post_id=?")
-        self._read_posts = p(f"SELECT post_id, {copy_columns} FROM posts WHERE post_id IN ?")
-        self._set_rank_key = p("UPDATE posts USING TIMESTAMP ? SET rank_key=? WHERE post_id=?")
-        self._set_rank_key_next = p("UPDATE posts USING TIMESTAMP ? SET rank_key_next=? WHERE post_id=?")
-        self._add_author_post = p(
-            "INSERT INTO author_timeline (author_id, bucket, rank_key, post_id) VALUES (?,?,?,?) "
-            "USING TIMESTAMP ?")
-        self._del_author_post = p(
-            "DELETE FROM author_timeline USING TIMESTAMP ? "
-            "WHERE author_id=? AND bucket=? AND rank_key=? AND post_id=?")
-        # All day buckets of the window in one request (an IN on the last partition key
-        # column): one round trip instead of one per day. Rows are in rank order within a
-        # day, so the window's lower bound is applied here, not in the query.
-        self._author_posts_in = p(
-            "SELECT post_id FROM author_timeline WHERE author_id=? AND bucket IN ?")
-        self._author_posts_in.fetch_size = 5000
-        self._add_follower = p("INSERT INTO followers (followed_id, follower_id, following_since) "
-                               "VALUES (?,?,?) USING TIMESTAMP ?")
-        self._add_following = p("INSERT INTO following (follower_id, followed_id, following_since) "
-                                "VALUES (?,?,?) USING TIMESTAMP ?")
-        self._del_follower = p("DELETE FROM followers USING TIMESTAMP ? WHERE followed_id=? AND follower_id=?")
-        self._del_following = p("DELETE FROM following USING TIMESTAMP ? WHERE follower_id=? AND followed_id=?")
-        self._read_follower = p("SELECT following_since FROM followers WHERE followed_id=? AND follower_id=?")
-        self._follower_written = p("SELECT WRITETIME(following_since) FROM followers "
-                                   "WHERE followed_id=? AND follower_id=?")
-        t = FOLLOW_EDGES
-        self._read_count = p(f"SELECT {t.count} FROM {t.name} WHERE {t.partition}=? LIMIT 1")
-        self._page_followers = p("SELECT follower_id, following_since FROM followers WHERE followed_id=?")
-        self._page_followers.fetch_size = follower_page
-        self._add_block = p("INSERT INTO blocks (user_id, other_id, direction) VALUES (?,?,?) USING TIMESTAMP ?")
-        self._del_block = p("DELETE FROM blocks USING TIMESTAMP ? WHERE user_id=? AND other_id=? AND direction=?")
-        self._blocks_of = p("SELECT other_id FROM blocks WHERE user_id=?")
-        self._blocks_of.fetch_size = follower_page
-        self._blocks_between = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
+        # The owners' statements (services/shared/stores), with follower and block pages
+        # of ``follower_page`` rows.
+        self._posts = FanoutPosts(session)
+        self._timelines = FanoutTimelines(session)
+        self._follows = FanoutFollows(session, page=follower_page)
+        self._blocks = FanoutBlocks(session, page=follower_page)
+        self._counts = CountReads(session, FOLLOW_EDGES)
         # With a linger, concurrent posts' reads of these partitions leave as one IN read
         # each (read_coalescer.py); without, each is its own request.
         self._coalesced: tuple[PartitionReads, PartitionReads, PartitionReads] | None = None
@@ -96,17 +69,11 @@ class CopyStore:
         self._small_audiences: PartitionReads | None = None
         self._follower_page = follower_page
         if read_linger_s is not None:
-            blocks_in = p("SELECT user_id, other_id FROM blocks WHERE user_id IN ?")
-            blocks_in.fetch_size = follower_page
-            count_in = p(f"SELECT {FOLLOW_EDGES.partition}, {FOLLOW_EDGES.count} FROM {FOLLOW_EDGES.name} "
-                         f"WHERE {FOLLOW_EDGES.partition} IN ? PER PARTITION LIMIT 1")
-            self._coalesced = (PartitionReads(runner, self._read_posts, linger_s=read_linger_s),
-                               PartitionReads(runner, blocks_in, linger_s=read_linger_s),
-                               PartitionReads(runner, count_in, linger_s=read_linger_s))
-            followers_in = p("SELECT followed_id, follower_id, following_since FROM followers "
-                             "WHERE followed_id IN ?")
-            followers_in.fetch_size = 5000
-            self._small_audiences = PartitionReads(runner, followers_in, linger_s=read_linger_s)
+            self._coalesced = (PartitionReads(runner, self._posts.read_in, linger_s=read_linger_s),
+                               PartitionReads(runner, self._blocks.others_in, linger_s=read_linger_s),
+                               PartitionReads(runner, self._counts.counts_in, linger_s=read_linger_s))
+            self._small_audiences = PartitionReads(runner, self._follows.followers_in,
+                                                   linger_s=read_linger_s)
 
     async def _write(self, statement: PreparedStatement, params: Sequence[Any]) -> None:
         if self._writes is not None:
@@ -121,52 +88,42 @@ class CopyStore:
             await self._run.run_bounded(rows, len(rows))
 
     # -- posts ---------------------------------------------------------------------------
-    def _post_writer(self, with_text: bool, with_media: bool) -> PreparedStatement:
-        """UPDATE of the copy without the columns a change did not carry (TOAST)."""
-        key = (with_text, with_media)
-        if key not in self._write_post_variants:
-            cols = ["author_id=?", "created_at=?"] + (["text=?"] if with_text else []) \
-                + (["media=?"] if with_media else []) + ["visibility=?", "deleted=?"]
-            self._write_post_variants[key] = self._session.prepare(
-                f"UPDATE posts USING TIMESTAMP ? SET {', '.join(cols)} WHERE post_id=?")
-        return self._write_post_variants[key]
-
     async def write_post(self, post: PostFields, lsn: int) -> None:
         with_text, with_media = post.text is not None, post.media_ids is not None
         params: list[object] = [lsn, post.author_id, post.created_at]
         params += ([post.text] if with_text else []) + ([post.media_ids] if with_media else [])
         params += [post.visibility if not post.deleted else REMOVED, post.deleted, post.post_id]
-        await self._write(self._post_writer(with_text, with_media), params)
+        await self._write(self._posts.writer(with_text, with_media), params)
         await self._notices.changed(ServingChange(posts=(post.post_id,)))
 
     async def read_post(self, post_id: int) -> PostCopy | None:
         if self._coalesced is not None:
             rows = await self._coalesced[0].rows(post_id)
         else:
-            rows = await self._run.execute(self._read_post, (post_id,))
-        return _post_copy(post_id, rows[0]) if rows else None
+            rows = await self._run.execute(self._posts.read, (post_id,))
+        return _post_copy(CopyRow._make(rows[0])) if rows else None
 
     async def read_posts(self, post_ids: Sequence[int]) -> list[PostCopy]:
         """Copies of several posts (those that exist), ``READ_POSTS_PER_QUERY`` per request."""
         chunks = [post_ids[i:i + READ_POSTS_PER_QUERY] for i in range(0, len(post_ids), READ_POSTS_PER_QUERY)]
-        results = await asyncio.gather(*(self._run.execute(self._read_posts, (list(c),)) for c in chunks))
-        return [_post_copy(r.post_id, r) for rows in results for r in rows]
+        results = await asyncio.gather(*(self._run.execute(self._posts.read_in, (list(c),)) for c in chunks))
+        return [_post_copy(CopyRow._make(r)) for rows in results for r in rows]
 
     async def mark_fanned_out(self, post_id: int, fanned_out: bool, lsn: int) -> None:
-        await self._write(self._mark_fanned_out, (lsn, fanned_out, post_id))
+        await self._write(self._posts.mark_fanned_out, (lsn, fanned_out, post_id))
 
     async def set_rank_key(self, post_id: int, rank_key: float, key_ts: int) -> None:
         """The key the post's rows are clustered by, written at ``key_ts`` (µs)."""
-        await self._write(self._set_rank_key, (key_ts, rank_key, post_id))
+        await self._write(self._posts.set_rank_key, (key_ts, rank_key, post_id))
         await self._notices.changed(ServingChange(posts=(post_id,)))
 
     async def set_rank_key_next(self, post_id: int, rank_key: float, key_ts: int) -> None:
         """The key the post's rows are moving to (written before the first row moves)."""
-        await self._write(self._set_rank_key_next, (key_ts, rank_key, post_id))
+        await self._write(self._posts.set_rank_key_next, (key_ts, rank_key, post_id))
         await self._notices.changed(ServingChange(posts=(post_id,)))
 
     async def add_author_post(self, author_id: int, post_id: int, rank_key: float, key_ts: int) -> None:
-        await self._write(self._add_author_post,
+        await self._write(self._timelines.add,
                           (author_id, ids.day_bucket(post_id), rank_key, post_id, key_ts))
         await self._notices.changed(_timeline(author_id, post_id))
 
@@ -174,7 +131,7 @@ class CopyStore:
                                  ts: int) -> None:
         bucket = ids.day_bucket(post_id)
         await self._write_all(
-            [(self._del_author_post, (ts, author_id, bucket, k, post_id)) for k in dict.fromkeys(keys)])
+            [(self._timelines.delete, (ts, author_id, bucket, k, post_id)) for k in dict.fromkeys(keys)])
         await self._notices.changed(_timeline(author_id, post_id))
 
     async def move_author_post(self, author_id: int, post_id: int, old_keys: Sequence[float],
@@ -184,34 +141,34 @@ class CopyStore:
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for key in dict.fromkeys(old_keys):
             if key != new_key:
-                batch.add(self._del_author_post, (key_ts, author_id, bucket, key, post_id))
-        batch.add(self._add_author_post, (author_id, bucket, new_key, post_id, key_ts))
+                batch.add(self._timelines.delete, (key_ts, author_id, bucket, key, post_id))
+        batch.add(self._timelines.add, (author_id, bucket, new_key, post_id, key_ts))
         await self._run.execute(batch)
         await self._notices.changed(_timeline(author_id, post_id))
 
     async def author_posts_since(self, author_id: int, lowest_id: int, newest_id: int) -> list[int]:
         """Post ids of an author from ``lowest_id`` on, over the day buckets up to ``newest_id``."""
         buckets = list(range(ids.day_bucket(lowest_id), ids.day_bucket(newest_id) + 1))
-        rows = await self._run.execute(self._author_posts_in, (author_id, buckets))
-        return sorted((r.post_id for r in rows if r.post_id >= lowest_id), reverse=True)
+        rows = await self._run.execute(self._timelines.posts_in, (author_id, buckets))
+        return sorted((post_id for (post_id,) in rows if post_id >= lowest_id), reverse=True)
 
     # -- follows -------------------------------------------------------------------------
     async def write_following_copy(self, follower_id: int, followed_id: int,
                                    since: datetime | None, lsn: int) -> None:
         """The reader-side copy (``following``): a row, or its tombstone when ``since`` is None."""
         if since is None:
-            await self._write(self._del_following, (lsn, follower_id, followed_id))
+            await self._write(self._follows.delete_following, (lsn, follower_id, followed_id))
         else:
-            await self._write(self._add_following, (follower_id, followed_id, since, lsn))
+            await self._write(self._follows.add_following, (follower_id, followed_id, since, lsn))
         await self._notices.changed(ServingChange(graphs=(follower_id,)))
 
     async def write_follower_copy(self, follower_id: int, followed_id: int,
                                   since: datetime | None, lsn: int) -> None:
         """The author-side copy (``followers``): a row, or its tombstone when ``since`` is None."""
         if since is None:
-            await self._write(self._del_follower, (lsn, followed_id, follower_id))
+            await self._write(self._follows.delete_follower, (lsn, followed_id, follower_id))
         else:
-            await self._write(self._add_follower, (followed_id, follower_id, since, lsn))
+            await self._write(self._follows.add_follower, (followed_id, follower_id, since, lsn))
 
     async def apply_follow(self, follower_id: int, followed_id: int, since: datetime | None,
                            lsn: int) -> bool:
@@ -227,28 +184,20 @@ class CopyStore:
                              self.write_follower_copy(follower_id, followed_id, since, lsn))
         if since is None:
             return True
-        rows = await self._run.execute(self._follower_written, (followed_id, follower_id))
-        return bool(rows) and rows[0][0] == lsn
-
-    async def add_follow(self, follower_id: int, followed_id: int, since: datetime, lsn: int) -> None:
-        """Write both directions (the count is its owner's: not moved here)."""
-        await self.apply_follow(follower_id, followed_id, since, lsn)
-
-    async def remove_follow(self, follower_id: int, followed_id: int, lsn: int) -> None:
-        """Delete both directions (the count is its owner's: not moved here)."""
-        await self.apply_follow(follower_id, followed_id, None, lsn)
+        rows = await self._run.execute(self._follows.follower_written, (followed_id, follower_id))
+        return bool(rows) and WrittenRow._make(rows[0]).written == lsn
 
     async def following_since(self, follower_id: int, followed_id: int) -> datetime | None:
-        rows = await self._run.execute(self._read_follower, (followed_id, follower_id))
-        return _utc(rows[0].following_since) if rows else None
+        """The author-side copy's following_since (``followers``; None: no row)."""
+        rows = await self._run.execute(self._follows.follower_since, (followed_id, follower_id))
+        return _utc(SinceRow._make(rows[0]).following_since) if rows else None
 
     async def followers_count(self, author_id: int) -> int:
         """The author's follower count (what the tier decision weighs)."""
         if self._coalesced is not None:
             rows = await self._coalesced[2].rows(author_id)
             return int(rows[0][1] or 0) if rows else 0
-        rows = await self._run.execute(self._read_count, (author_id,))
-        return int(rows[0][0] or 0) if rows else 0
+        return count_of(await self._run.execute(self._counts.count, (author_id,)))
 
     async def follower_pages(self, author_id: int, expected: int | None = None,
                              ) -> AsyncIterator[list[Follower]]:
@@ -262,7 +211,7 @@ class CopyStore:
             for start in range(0, len(rows), self._follower_page):
                 yield list(map(_as_follower, map(_reader_and_since, rows[start:start + self._follower_page])))
             return
-        async for rows in self._run.pages(self._page_followers, (author_id,)):
+        async for rows in self._run.pages(self._follows.followers, (author_id,)):
             if rows:
                 # The driver's (follower_id, naive UTC time) rows as they are, made
                 # Followers without a call per row (audience.Follower).
@@ -270,28 +219,24 @@ class CopyStore:
 
     # -- blocks --------------------------------------------------------------------------
     async def add_block(self, blocker_id: int, blocked_id: int, lsn: int) -> None:
-        await self._write_all([
-            (self._add_block, (blocker_id, blocked_id, "out", lsn)),
-            (self._add_block, (blocked_id, blocker_id, "in", lsn)),
-        ])
+        await self._write_all([(self._blocks.add, (user, other, direction, lsn))
+                               for user, other, direction in both_ways(blocker_id, blocked_id)])
         await self._notices.changed(ServingChange(graphs=(blocker_id, blocked_id)))
 
     async def remove_block(self, blocker_id: int, blocked_id: int, lsn: int) -> None:
-        await self._write_all([
-            (self._del_block, (lsn, blocker_id, blocked_id, "out")),
-            (self._del_block, (lsn, blocked_id, blocker_id, "in")),
-        ])
+        await self._write_all([(self._blocks.delete, (lsn, user, other, direction))
+                               for user, other, direction in both_ways(blocker_id, blocked_id)])
         await self._notices.changed(ServingChange(graphs=(blocker_id, blocked_id)))
 
     async def blocked_either_way(self, user_id: int, other_id: int) -> bool:
-        return bool(await self._run.execute(self._blocks_between, (user_id, other_id)))
+        return bool(await self._run.execute(self._blocks.between, (user_id, other_id)))
 
     async def blocked_set(self, user_id: int) -> frozenset[int]:
         """Everyone ``user_id`` blocks or is blocked by (small for ordinary authors)."""
         if self._coalesced is not None:
             return frozenset(r[1] for r in await self._coalesced[1].rows(user_id))
         out: set[int] = set()
-        async for rows in self._run.pages(self._blocks_of, (user_id,)):
+        async for rows in self._run.pages(self._blocks.others, (user_id,)):
             out.update(r.other_id for r in rows)
         return frozenset(out)
 
@@ -305,9 +250,9 @@ def _timeline(author_id: int, post_id: int) -> ServingChange:
     return ServingChange(timelines=((author_id, ids.day_bucket(post_id)),))
 
 
-def _post_copy(post_id: int, r: Any) -> PostCopy:
+def _post_copy(r: CopyRow) -> PostCopy:
     """A ``posts`` row read by ``read_post`` / ``read_posts`` as the decisions' copy."""
-    return PostCopy(post_id, r.author_id, _utc(r.created_at), r.visibility, r.deleted,
+    return PostCopy(r.post_id, r.author_id, _utc(r.created_at), r.visibility, r.deleted,
                     r.vis_ts, r.fanned_out, r.score, r.rank_key, r.rank_key_next, r.key_ts)
 
 

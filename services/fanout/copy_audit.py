@@ -48,11 +48,14 @@ from services.shared.contracts.edge_counts import EdgeCounted
 from services.shared.contracts.topics import follow_counts_topic
 from services.shared.domain.ranking import rank_key
 from services.shared.domain.rules import VISIBLE
+from services.shared.stores.blocks import IN, OUT, BlockRow, DirectionRow, FanoutBlocks
+from services.shared.stores.counted_edges import FOLLOW_EDGES, CountReads
 from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.follows import FanoutFollows, FollowedAuthors, SinceRow, followed_by
 from services.shared.worker.event_publisher import EventPublisher, delivered
 
 from .audience import PostCopy, PostFields, backfill_window, key_write_ts
-from .copies import FOLLOW_EDGES, CopyStore
+from .copies import CopyStore
 
 POST, FOLLOW, BLOCK, TIMELINE = "post", "follow", "block", "timeline"
 # Parts of a follow's copies, each compared (and reported) on its own.
@@ -341,16 +344,11 @@ class CopyAudit:
         self._writers_wait_s = writers_wait_s
         self._now_us = now_us
         self._clock = clock
-        p = session.prepare
-        self._following = p("SELECT following_since FROM following WHERE follower_id=? AND followed_id=?")
-        self._followers = p("SELECT following_since FROM followers WHERE followed_id=? AND follower_id=?")
-        t = FOLLOW_EDGES
-        self._edge = p(f"SELECT {t.state} FROM {t.name} WHERE {t.partition}=? AND {t.edge}=?")
-        self._directions = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
-        self._following_of = p("SELECT followed_id FROM following WHERE follower_id=?")
-        self._following_of.fetch_size = 5000
-        self._blocks_of = p("SELECT other_id, direction FROM blocks WHERE user_id=?")
-        self._blocks_of.fetch_size = 5000
+        # The owners' statements (services/shared/stores), partitions read 5000 rows a page.
+        self._follows = FanoutFollows(session)
+        self._followed = FollowedAuthors(session, page=5000)
+        self._blocks = FanoutBlocks(session, page=5000)
+        self._counts = CountReads(session, FOLLOW_EDGES)
 
     # -- reading ---------------------------------------------------------------------------
     async def read_copies(self, keys: Iterable[Key]) -> Copies:
@@ -375,17 +373,17 @@ class CopyAudit:
 
     async def _follow_copies(self, follower: int, followed: int) -> FollowCopies:
         following, followers, edge = await asyncio.gather(
-            self._run.execute(self._following, (follower, followed)),
-            self._run.execute(self._followers, (followed, follower)),
-            self._run.execute(self._edge, (followed, follower)))
-        return FollowCopies(_utc(following[0][0]) if following else None,
-                            _utc(followers[0][0]) if followers else None,
+            self._run.execute(self._follows.following_since, (follower, followed)),
+            self._run.execute(self._follows.follower_since, (followed, follower)),
+            self._run.execute(self._counts.edge_state, (followed, follower)))
+        return FollowCopies(_since(following), _since(followers),
                             None if not edge or edge[0][0] is None else bool(edge[0][0]))
 
     async def _block_copies(self, blocker: int, blocked: int) -> BlockCopies:
-        out, inward = await asyncio.gather(self._run.execute(self._directions, (blocker, blocked)),
-                                           self._run.execute(self._directions, (blocked, blocker)))
-        return BlockCopies(any(r[0] == "out" for r in out), any(r[0] == "in" for r in inward))
+        out, inward = await asyncio.gather(self._run.execute(self._blocks.between, (blocker, blocked)),
+                                           self._run.execute(self._blocks.between, (blocked, blocker)))
+        return BlockCopies(any(DirectionRow._make(r).direction == OUT for r in out),
+                           any(DirectionRow._make(r).direction == IN for r in inward))
 
     def timeline_window(self) -> tuple[int, int]:
         """The post ids an author's timeline is compared over: what an inbox keeps."""
@@ -397,15 +395,13 @@ class CopyAudit:
 
     async def followed_in_copy(self, reader_id: int) -> list[int]:
         """Authors the reader's ``following`` copy lists."""
-        return [int(r[0]) async for rows in self._run.pages(self._following_of, (reader_id,))
-                for r in rows]
+        return await followed_by(self._run, self._followed, reader_id)
 
     async def blocks_in_copy(self, user_id: int) -> list[tuple[int, int]]:
         """(blocker, blocked) pairs the user's ``blocks`` partition holds, either way."""
-        pairs = []
-        async for rows in self._run.pages(self._blocks_of, (user_id,)):
-            for other, direction in ((int(r[0]), r[1]) for r in rows):
-                pairs.append((user_id, other) if direction == "out" else (other, user_id))
+        pairs: list[tuple[int, int]] = []
+        async for rows in self._run.pages(self._blocks.with_directions, (user_id,)):
+            pairs.extend(BlockRow._make(r).pair(user_id) for r in rows)
         return pairs
 
     async def compare(self, truth: Truth, keys: Iterable[Key]) -> dict[Key, tuple[Difference, ...]]:
@@ -492,6 +488,11 @@ class CopyAudit:
         key_ts = key_write_ts(copy.key_ts, copy.created_at, self._now_us())
         await self.copies.set_rank_key(key.subject_id, key_value, key_ts)
         await self.copies.add_author_post(key.object_id, key.subject_id, key_value, key_ts)
+
+
+def _since(rows: Sequence[Any]) -> datetime | None:
+    """following_since of a follow copy's row (UTC), None with no row."""
+    return _utc(SinceRow._make(rows[0]).following_since) if rows else None
 
 
 def _utc(ts: datetime | None) -> datetime | None:

@@ -1,5 +1,6 @@
 """Reader inboxes in Cassandra (``feed_inbox``, rows in rank-key order): push, move,
-unpush, purge an author, trim the tail.
+unpush, purge an author, trim the tail. The statements and row types are the table's
+owner's (services/shared/stores/inbox.py); this store batches and sends them.
 
 A row is ``(reader_id, rank_key, post_id) -> author_id``: the post's time-invariant rank
 key (services/shared/domain/ranking.rank_key) in the clustering order, so a first page reads
@@ -23,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
@@ -31,6 +32,8 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.domain.rules import INBOX_TTL_S
 from services.shared.stores.cql_async import CqlRunner, replica_group
+from services.shared.stores.inbox import FanoutInbox
+from services.shared.stores.inbox import InboxEntry as StoredRow
 from services.shared.stores.read_coalescer import PartitionReads
 from services.shared.stores.write_coalescer import WriteCoalescer
 
@@ -57,12 +60,6 @@ class InboxRow:
     rank_key: float
     key_ts: int
     ttl_s: int
-
-
-class StoredRow(NamedTuple):
-    rank_key: float
-    post_id: int
-    author_id: int
 
 
 class InboxPort(Protocol):
@@ -106,20 +103,12 @@ class InboxStore:
         self._push_permits: asyncio.Semaphore | None = None  # made on the worker's loop
         self._cap = cap
         self._trim_every = trim_every
-        p = session.prepare
-        self._push = p("INSERT INTO feed_inbox (reader_id, rank_key, post_id, author_id) "
-                       "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
-        self._unpush = p("DELETE FROM feed_inbox USING TIMESTAMP ? "
-                         "WHERE reader_id=? AND rank_key=? AND post_id=?")
-        self._head = p("SELECT rank_key FROM feed_inbox WHERE reader_id=? LIMIT ?")
-        self._rows = p("SELECT rank_key, post_id, author_id FROM feed_inbox WHERE reader_id=?")
-        self._rows.fetch_size = 1000
-        self._trim = p("DELETE FROM feed_inbox USING TIMESTAMP ? WHERE reader_id=? AND rank_key < ?")
+        # The owner's statements (services/shared/stores/inbox.py).
+        self._s = statements = FanoutInbox(session)
         # The sampled cap checks of concurrent posts read their heads as one IN read
         # (read_coalescer.py), with a linger.
         self._heads = None if read_linger_s is None else PartitionReads(
-            runner, p("SELECT reader_id, rank_key FROM feed_inbox WHERE reader_id IN ? PER PARTITION LIMIT ?"),
-            extra=(cap + 1,), linger_s=read_linger_s)
+            runner, statements.heads_in, extra=(cap + 1,), linger_s=read_linger_s)
 
     def _permits(self) -> asyncio.Semaphore:
         if self._push_permits is None:
@@ -167,7 +156,7 @@ class InboxStore:
         ``audience.inbox_ttl_s``); returns rows written."""
         if ttl_s <= 0:
             return 0  # too old for any inbox (and TTL 0 would mean "never expires")
-        push = self._push
+        push = self._s.push
         readers = list(reader_ids)
         if self._writes is not None:
             written = await self._writes.write_keyed(push, readers, (rank_key, post_id, author_id, ttl_s, key_ts))
@@ -187,7 +176,7 @@ class InboxStore:
         the tombstones and the new row in one single-partition batch, all at ``key_ts``,
         so a late write of an old key (older timestamp) stays shadowed. Returns readers."""
         old = [k for k in dict.fromkeys(old_keys) if k != new_key]
-        push, unpush = self._push, self._unpush
+        push, unpush = self._s.push, self._s.unpush
         readers = list(reader_ids)
         if ttl_s <= 0:  # past the inbox TTL: the rows have expired, only make sure
             moved = await self._send_grouped(
@@ -218,7 +207,7 @@ class InboxStore:
         for start in range(0, len(rows), self._batch_rows):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             for r in rows[start:start + self._batch_rows]:
-                batch.add(self._push, (reader_id, r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts))
+                batch.add(self._s.push, (reader_id, r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts))
             batches.append((batch, ()))
         await self._run.run_bounded(batches, self._max_in_flight)
         await self._changed([reader_id] if rows else [])
@@ -227,7 +216,7 @@ class InboxStore:
     async def unpush(self, reader_ids: Iterable[int], post_id: int, keys: Sequence[float],
                      ts: int) -> int:
         """Remove the post (stored under any of ``keys``) from each reader's inbox."""
-        unpush = self._unpush
+        unpush = self._s.unpush
         wanted = list(dict.fromkeys(keys))
         readers = list(reader_ids)
         removed = await self._send_grouped(
@@ -238,7 +227,7 @@ class InboxStore:
     async def rows(self, reader_id: int) -> list[StoredRow]:
         """Every row of one reader's inbox (bounded by the cap and the TTL)."""
         out: list[StoredRow] = []
-        async for page in self._run.pages(self._rows, (reader_id,)):
+        async for page in self._run.pages(self._s.rows, (reader_id,)):
             out += [StoredRow(r[0], r[1], r[2]) for r in page]
         return out
 
@@ -255,7 +244,7 @@ class InboxStore:
         for i in range(0, len(ordered), self._batch_rows):
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             for key, post_id in ordered[i:i + self._batch_rows]:
-                batch.add(self._unpush, (ts, reader_id, key, post_id))
+                batch.add(self._s.unpush, (ts, reader_id, key, post_id))
             statements.append((batch, ()))
         await self._run.run_bounded(statements, self._max_in_flight)
         await self._changed([reader_id] if ordered else [])
@@ -272,10 +261,10 @@ class InboxStore:
         if self._heads is not None:
             keys = [r[1] for r in await self._heads.rows(reader_id)]
         else:
-            keys = [r[0] for r in await self._run.execute(self._head, (reader_id, self._cap + 1))]
+            keys = [r[0] for r in await self._run.execute(self._s.head, (reader_id, self._cap + 1))]
         boundary = trim_boundary(keys, self._cap)
         if boundary is None:
             return 0
-        await self._run.execute(self._trim, (ts, reader_id, boundary))
+        await self._run.execute(self._s.trim, (ts, reader_id, boundary))
         await self._changed([reader_id])
         return 1

@@ -4,7 +4,7 @@ The API publishes ``reader_returned`` (contracts/reader_events.py) when a reader
 idle opens their feed, after writing the state ``regenerating``, and serves that page at
 once from the author partitions (services/api/feed/activity.py). Here, in order: the
 reader's flags deleted (their followed authors' posts are written to them again from
-here on), the inbox rebuilt from those authors' timelines (jobs/rebuild.py: whatever
+here on), the inbox rebuilt from those authors' timelines (rebuild.py: whatever
 was skipped before the flags went is there), then the state ``active``, which ends the
 API's fallback. The fan-out owns every inbox row; this is its rebuild, run on its
 workers and its store limits.

@@ -21,6 +21,7 @@ from cassandra.cluster import Session
 from services.shared.domain.rules import CELEBRITY_SHARD, DEMOTED_MERGE_S
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.read_coalescer import PartitionReads
+from services.shared.stores.tiers import FanoutTiers, SinceRow, TierRow
 
 from .metrics import TIER_CHANGES
 from .tiering import CapacityEstimate, Tier, TierDecision, TierPolicy, TierState, decide_tier
@@ -36,28 +37,23 @@ class TierStore:
         self._policy = policy
         self.capacity = capacity
         self._clock = clock
-        p = session.prepare
-        self._read = p("SELECT tier, changed_at FROM author_tiers WHERE author_id=?")
-        self._write = p("INSERT INTO author_tiers (author_id, tier, changed_at, followers) VALUES (?,?,?,?)")
-        self._promote = p("INSERT INTO celebrities (shard, author_id, since, until) VALUES (?,?,?,null)")
-        self._demote = p("INSERT INTO celebrities (shard, author_id, since, until) VALUES (?,?,?,?) USING TTL ?")
-        self._since = p("SELECT since FROM celebrities WHERE shard=? AND author_id=?")
+        self._s = statements = FanoutTiers(session)  # the owner's: shared/stores/tiers.py
         # Concurrent posts' tier reads as one IN read (read_coalescer.py), with a linger.
         self._states = None if read_linger_s is None else PartitionReads(
-            runner, p("SELECT author_id, tier, changed_at FROM author_tiers WHERE author_id IN ?"),
-            linger_s=read_linger_s)
+            runner, statements.tiers_in, linger_s=read_linger_s)
 
     async def state(self, author_id: int) -> TierState:
         if self._states is not None:
             rows = await self._states.rows(author_id)
         else:
-            rows = await self._run.execute(self._read, (author_id,))
-        if not rows or rows[0].tier is None:
+            rows = await self._run.execute(self._s.tier, (author_id,))
+        row = TierRow._make(rows[0]) if rows else None
+        if row is None or row.tier is None:
             return TierState()
-        changed = rows[0].changed_at
+        changed = row.changed_at
         if changed is not None and changed.tzinfo is None:
             changed = changed.replace(tzinfo=timezone.utc)
-        return TierState(Tier(rows[0].tier), changed)
+        return TierState(Tier(row.tier), changed)
 
     async def tier_for_post(self, author_id: int, followers: int) -> TierDecision:
         """Decide the author's tier now; persist and count a change."""
@@ -74,12 +70,12 @@ class TierStore:
 
     async def _persist(self, author_id: int, tier: Tier, followers: int, now: datetime) -> None:
         if tier is Tier.CELEBRITY:
-            await self._run.execute(self._promote, (CELEBRITY_SHARD, author_id, now))
+            await self._run.execute(self._s.promote, (CELEBRITY_SHARD, author_id, now))
         else:
-            rows = await self._run.execute(self._since, (CELEBRITY_SHARD, author_id))
-            since = rows[0].since if rows else now
+            rows = await self._run.execute(self._s.since, (CELEBRITY_SHARD, author_id))
+            since = SinceRow._make(rows[0]).since if rows else now
             # The demoted author's row lives rules.DEMOTED_MERGE: readers merge the
             # partition until every post skipped while a celebrity has left the inbox window.
-            await self._run.execute(self._demote, (CELEBRITY_SHARD, author_id, since, now,
+            await self._run.execute(self._s.demote, (CELEBRITY_SHARD, author_id, since, now,
                                                    DEMOTED_MERGE_S))
-        await self._run.execute(self._write, (author_id, tier.value, now, followers))
+        await self._run.execute(self._s.write, (author_id, tier.value, now, followers))

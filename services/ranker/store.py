@@ -1,5 +1,9 @@
 """The ranker's Cassandra rows: like copies, like counts, and the post copy's rank key.
 
+The statements and row types are their tables' owners' (services/shared/stores:
+likes.py, counted_edges.py, posts.py); rows come back as plain tuples (the ranker's
+profile, cql_async.use_plain_tuples) and are named with the owners' row types.
+
 Statements go out through the shared ``CqlRunner`` (services/shared/stores/cql_async.py: the
 driver's async API bridged to asyncio, no thread per call), at most ``max_in_flight`` at
 once across every key of a batch. A like's state and its post's like count live in
@@ -11,35 +15,16 @@ the likes of one post in flight share a batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, NamedTuple
 
 from cassandra.cluster import Session
 
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.domain.rules import VISIBLE
-from services.shared.stores.counted_edges import EdgeTable
+from services.shared.stores.counted_edges import LIKE_EDGES as LIKE_EDGES
+from services.shared.stores.counted_edges import CountReads, count_of
 from services.shared.stores.cql_async import DEFAULT_MAX_IN_FLIGHT, CqlRunner
-
-# A like and its post's like count (0006_counted_edges.cql).
-LIKE_EDGES = EdgeTable("like_edges", partition="post_id", edge="user_id", state="liked", count="likes")
-
-
-class FeaturesRow(NamedTuple):
-    """A ``posts`` row as ``features`` selects it."""
-
-    features: Mapping[str, float] | None
-
-
-class KeyStateRow(NamedTuple):
-    """A ``posts`` row as ``key_state`` selects it, in the statement's column order."""
-
-    author_id: int | None
-    created_at_ms: int | None      # toUnixTimestamp(created_at)
-    visibility: int | None
-    deleted: bool | None
-    rank_key: float | None
-    rank_key_next: float | None
-    key_ts: int | None             # WRITETIME(rank_key), µs
+from services.shared.stores.likes import RankerLikes
+from services.shared.stores.posts import FeaturesRow, KeyStateRow, RankerPosts
 
 
 @dataclass(frozen=True)
@@ -63,45 +48,37 @@ class RankStore:
                  runner: CqlRunner | None = None, notices: ChangeSink = NO_NOTICES) -> None:
         self._run = runner or CqlRunner(session, max_in_flight)
         self._notices = notices  # told after rank_key_next changes (serving_changes.py)
-        p = session.prepare
-        self._like = p("INSERT INTO post_likes (post_id, user_id) VALUES (?,?) USING TIMESTAMP ?")
-        self._unlike = p("DELETE FROM post_likes USING TIMESTAMP ? WHERE post_id=? AND user_id=?")
-        t = LIKE_EDGES
-        self._likes = p(f"SELECT {t.count} FROM {t.name} WHERE {t.partition}=? LIMIT 1")
-        self._features = p("SELECT features FROM posts WHERE post_id=?")
-        self._set_features = p("UPDATE posts USING TIMESTAMP ? SET features = features + ? WHERE post_id=?")
-        self._set_score = p("UPDATE posts SET score=? WHERE post_id=?")
-        self._key_state = p("SELECT author_id, toUnixTimestamp(created_at), visibility, deleted, "
-                            "rank_key, rank_key_next, WRITETIME(rank_key) FROM posts WHERE post_id=?")
-        self._set_key_next = p("UPDATE posts USING TIMESTAMP ? SET rank_key_next=? WHERE post_id=?")
+        # The owners' statements (services/shared/stores: likes.py, counted_edges.py, posts.py).
+        self._likes = RankerLikes(session)
+        self._counts = CountReads(session, LIKE_EDGES)
+        self._posts = RankerPosts(session)
 
     async def write_like_copy(self, post_id: int, user_id: int, liked: bool, lsn: int) -> None:
         """The like copy (``post_likes``): a row, or its tombstone; by LSN write time."""
         if liked:
-            await self._run.execute(self._like, (post_id, user_id, lsn))
+            await self._run.execute(self._likes.add, (post_id, user_id, lsn))
         else:
-            await self._run.execute(self._unlike, (lsn, post_id, user_id))
+            await self._run.execute(self._likes.delete, (lsn, post_id, user_id))
 
     async def likes(self, post_id: int) -> int:
         """The post's like count."""
-        rows = await self._run.execute(self._likes, (post_id,))
-        return int(rows[0][0] or 0) if rows else 0
+        return count_of(await self._run.execute(self._counts.count, (post_id,)))
 
     async def features(self, post_id: int) -> dict[str, float]:
-        rows = await self._run.execute(self._features, (post_id,))
+        rows = await self._run.execute(self._posts.features, (post_id,))
         if not rows:
             return {}
         return dict(FeaturesRow._make(rows[0]).features or {})
 
     async def merge_features(self, post_id: int, features: dict[str, float], timestamp_us: int) -> None:
-        await self._run.execute(self._set_features, (timestamp_us, features, post_id))
+        await self._run.execute(self._posts.merge_features, (timestamp_us, features, post_id))
 
     async def set_score(self, post_id: int, score: float) -> None:
-        await self._run.execute(self._set_score, (score, post_id))
+        await self._run.execute(self._posts.set_score, (score, post_id))
 
     async def key_state(self, post_id: int) -> KeyState | None:
         """What a rank move needs of the copy; None when the post has no rows yet."""
-        rows = await self._run.execute(self._key_state, (post_id,))
+        rows = await self._run.execute(self._posts.key_state, (post_id,))
         if not rows:
             return None
         row = KeyStateRow._make(rows[0])
@@ -112,5 +89,5 @@ class RankStore:
                         row.rank_key, row.rank_key_next, row.key_ts or 0)
 
     async def set_rank_key_next(self, post_id: int, key: float, key_ts: int) -> None:
-        await self._run.execute(self._set_key_next, (key_ts, key, post_id))
+        await self._run.execute(self._posts.set_rank_key_next, (key_ts, key, post_id))
         await self._notices.changed(ServingChange(posts=(post_id,)))

@@ -29,8 +29,9 @@ from services.shared.stores.cql_async import CqlRunner, Executable
 from services.shared.worker.batch_consumer import apply_batch
 from services.shared.worker.count_owner import CountOwner
 from services.shared.worker.faust_app import RawMessage
-from tests.support.cdc_events import CdcEvents, CdcMessage
-from tests.support.worker_env import follower_counts, group_caught_up, like_counts, wait_for_workers
+from bench.harness.cdc_events import CdcEvents, CdcMessage
+from bench.harness.pipeline import group_caught_up
+from tests.support.worker_env import follower_counts, like_counts, wait_for_workers
 
 
 def _now() -> datetime:

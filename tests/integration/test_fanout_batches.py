@@ -6,9 +6,10 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from services.shared.contracts.topics import cdc_topic, dlq_topic
-from tests.support.cdc_events import CdcMessage, post_id_at
+from bench.harness.cdc_events import CdcMessage, post_id_at
+from bench.harness.pipeline import group_caught_up
 from tests.support.kafka_topics import read_topic
-from tests.support.worker_env import (follower_counts, group_caught_up, like_counts, serving_state,
+from tests.support.worker_env import (follower_counts, like_counts, serving_state,
                                       wait_for_workers)
 
 FANOUT_TOPICS = ("posts", "follows", "blocks")

@@ -8,10 +8,11 @@ from datetime import datetime, timedelta, timezone
 from services.shared.contracts.feed_events import parse_author
 from services.shared.contracts.topics import author_events_topic, cdc_topic, dlq_topic
 from services.shared.domain.rules import CELEBRITY_SHARD
-from tests.support.cdc_events import CdcMessage, post_id_at
+from bench.harness.cdc_events import CdcMessage, post_id_at
+from bench.harness.pipeline import group_caught_up
 from tests.support.kafka_topics import read_topic
-from tests.support.worker_env import (follower_count, follower_counts, group_caught_up,
-                                      serving_state, wait_for_workers)
+from tests.support.worker_env import (follower_count, follower_counts, serving_state,
+                                      wait_for_workers)
 
 FANOUT_TOPICS = ("posts", "follows", "blocks")
 

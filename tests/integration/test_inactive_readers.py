@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from services.fanout.inactive import InactiveSweeper
-from services.fanout.jobs.rebuild import rebuild_inbox
+from services.fanout.rebuild import rebuild_inbox
 from services.fanout.metrics import INACTIVE_ROWS_SKIPPED
 from services.fanout.post_events import PostFanout
 from services.fanout.returning import ReturningReaders

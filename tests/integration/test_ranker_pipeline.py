@@ -9,10 +9,11 @@ import pytest
 from services.shared.contracts.topics import (cdc_topic, dlq_topic, rank_features_topic,
                                               rank_moves_topic)
 from services.shared.domain.ranking import engagement_score, rank_key
-from tests.support.cdc_events import CdcMessage, post_id_at
+from bench.harness.cdc_events import CdcMessage, post_id_at
+from bench.harness.pipeline import group_caught_up
 from tests.support.kafka_topics import read_topic
 from tests.support.schemas import examples_for
-from tests.support.worker_env import group_caught_up, serving_state, wait_for_workers
+from tests.support.worker_env import serving_state, wait_for_workers
 
 
 def _features(topic: str, post_id: int, when: datetime, **features: float) -> CdcMessage:

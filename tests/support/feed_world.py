@@ -125,11 +125,11 @@ class FeedWorld:
     # -- graph ----------------------------------------------------------------------------------
     def follow(self, reader: int, author: int, since: datetime | None = None) -> None:
         since = since or utc_now() - timedelta(days=3)
-        self.run(self.copies.add_follow(reader, author, since, next(_TS)))
+        self.run(self.copies.apply_follow(reader, author, since, next(_TS)))
         self._settled()
 
     def unfollow(self, reader: int, author: int) -> None:
-        self.run(self.copies.remove_follow(reader, author, next(_TS)))
+        self.run(self.copies.apply_follow(reader, author, None, next(_TS)))
         self._settled()
 
     def block(self, blocker: int, blocked: int) -> None:

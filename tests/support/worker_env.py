@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.shared.contracts.topics import cdc_topic, follow_counts_topic, like_counts_topic
 from services.shared.settings import Settings
 from services.shared.clients import cql
+from bench.harness.cdc_events import CdcEvents, CdcMessage, send
 
-from .cdc_events import CdcEvents, CdcMessage, send
 from .waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
@@ -113,36 +112,6 @@ def open_worker_env(settings: Settings, tmp_path: Path) -> Iterator[WorkerEnv]:
             session.execute(f"DROP KEYSPACE IF EXISTS {name}", timeout=60)
         finally:
             cluster.shutdown()
-
-
-def group_caught_up(settings: Settings, group: str, topics: list[str]) -> bool:
-    """True when ``group`` has committed the end offset of every partition of ``topics``.
-
-    A follow or a like is done only when its count's owner, in the same worker and group,
-    has applied it from the repartition topic (docs/fanout.md, "Counts"): with the follows
-    or likes CDC topic, its count topic is waited for too. Otherwise a test could read a
-    count the owner has not written yet (CI found three such races)."""
-    from confluent_kafka import TopicPartition
-
-    from services.shared.clients import kafka
-
-    prefix = settings.topic_prefix
-    topics = list(topics)
-    for table, counts in (("follows", follow_counts_topic(prefix)), ("likes", like_counts_topic(prefix))):
-        if cdc_topic(table, prefix) in topics and counts not in topics:
-            topics.append(counts)
-    consumer = kafka.consumer(settings, {"group.id": group, "enable.auto.commit": False})
-    try:
-        meta = consumer.list_topics(timeout=10)
-        tps = [TopicPartition(t, p) for t in topics for p in meta.topics[t].partitions]
-        committed = consumer.committed(tps, timeout=10)
-        for tp in committed:
-            _, high = consumer.get_watermark_offsets(tp, timeout=10)
-            if high > 0 and tp.offset < high:
-                return False
-        return True
-    finally:
-        consumer.close()
 
 
 SERVING_TABLES = ("posts", "author_timeline", "feed_inbox", "following", "followers", "blocks",

@@ -5,21 +5,21 @@ from __future__ import annotations
 import struct
 from types import SimpleNamespace
 
-from bench.run import report
-from bench.fanout.raw_writer import _requests, history_pairs, history_posts
+from bench.harness.verdicts import all_of, verdict
+from bench.fanout.raw_writer import _requests, history_posts, pairs_of
 from bench.run.main import write_window
 
 
 def test_a_verdict_is_computed_from_the_value_and_its_target() -> None:
-    assert report.verdict(1.2, "<=", 1.5) == "met"
-    assert report.verdict(1.6, "<=", 1.5) == "**missed**"
-    assert report.verdict(0.85, ">=", 0.8) == "met"
-    assert report.verdict(0.7, ">=", 0.8) == "**missed**"
-    assert report.verdict(None, "<=", 1.5) == "n/a"
-    assert report.verdict(float("nan"), "<=", 1.5) == "n/a"
-    assert report.all_of("met", "**missed**") == "**missed**"
-    assert report.all_of("met", "n/a") == "n/a"
-    assert report.all_of("met", "met") == "met"
+    assert verdict(1.2, "<=", 1.5) == "met"
+    assert verdict(1.6, "<=", 1.5) == "**missed**"
+    assert verdict(0.85, ">=", 0.8) == "met"
+    assert verdict(0.7, ">=", 0.8) == "**missed**"
+    assert verdict(None, "<=", 1.5) == "n/a"
+    assert verdict(float("nan"), "<=", 1.5) == "n/a"
+    assert all_of("met", "**missed**") == "**missed**"
+    assert all_of("met", "n/a") == "n/a"
+    assert all_of("met", "met") == "met"
 
 
 def sample(t: float, rows: float) -> SimpleNamespace:
@@ -35,6 +35,13 @@ def test_the_write_window_runs_from_the_last_idle_sample_to_the_first_complete_o
     assert write_window(samples, since=2.5, rows_before=100, rows=200) == 6 - 2
     # Never complete: no window, rather than a made-up one.
     assert write_window(samples, since=0, rows_before=100, rows=500) is None
+
+
+def history_pairs(follower: list[int], followed: list[int], posts: list[tuple[int, int, None, str]],
+                  skip_authors: set[int], limit: int) -> list[tuple[int, int]]:
+    """The (reader, post) rows a fan-out of ``posts`` writes, as bench/run/main.py takes them."""
+    chosen, fans = history_posts(follower, followed, posts, skip_authors, limit)
+    return pairs_of(chosen, fans, limit)
 
 
 def test_history_pairs_are_the_followers_of_each_ordinary_authors_posts() -> None:

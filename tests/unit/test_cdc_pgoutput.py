@@ -48,7 +48,6 @@ def test_relation_lists_columns_with_type_oid_typmod_and_key_flag() -> None:
                                                                           "posts", "f")
     assert [(c.name, c.type_oid, c.is_key) for c in rel.columns] == [("post_id", 20, True),
                                                                      ("text", 25, False)]
-    assert rel.key_columns == rel.columns[:1]
 
 
 def test_insert_tuple_with_null_text_and_unicode() -> None:

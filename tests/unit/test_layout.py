@@ -2,13 +2,15 @@
 
 Every import in the project's Python folders (``services/``, ``deploy/``, ``bench/``,
 ``tests/``; module level and inside functions, relative ones resolved) is read from the
-source, so a new upward or sideways import fails here, not in review. So is every call:
-only the client factories (``services/shared/clients``) build a Kafka, Cassandra or
-Postgres client, so no client misses the settings' TLS, SASL or credentials.
+source, so a new upward or sideways import, or two folders importing each other, fails
+here, not in review. So is every call: only the client factories
+(``services/shared/clients``) build a Kafka, Cassandra or Postgres client, so no client
+misses the settings' TLS, SASL or credentials.
 """
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,9 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("services.api", "services.cdc", "services.fanout", "services.ranker")
 # Every top-level folder holding Python, in the order of the arrows between them: each may
-# import those before it, never those after (tests and benchmarks may import each
-# other's helpers: bench/ drives workers with tests/support's CDC events, tests/ check
-# bench/'s harness).
+# import those before it, never those after (tests/ import bench/'s harness: its
+# hand-built CDC events, its wait for a consumer group; bench/ never imports tests/).
 FOLDERS = ("services", "deploy", "bench", "tests")
 
 # package (or module) prefix -> prefixes it must never import (the importer's own package
@@ -30,6 +31,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "services": ("deploy", "bench", "tests"),
     # Running the product (make run) needs neither the benchmarks nor the tests.
     "deploy": ("bench", "tests"),
+    # The benchmarks run without the tests: what both use lives in bench/harness/.
+    "bench": ("tests",),
     # Shared code serves every service and knows none of them.
     "services.shared": SERVICES,
     # The rules are pure and stand on nothing else.
@@ -196,10 +199,48 @@ def test_a_circle_is_reported() -> None:
     assert cycles(forged) == [["services.a", "services.b"]]
 
 
+def folder_imports(found: list[tuple[str, str, int]], folders: dict[str, str]) -> list[tuple[str, str, int]]:
+    """``found`` between folders: (importing module's folder, imported module's folder,
+    line), an import inside one folder left out. ``folders``: every module -> its folder
+    (a package's ``__init__`` is its folder)."""
+    out = []
+    for importer, target, line in found:
+        while target and target not in folders:
+            target = target.rpartition(".")[0]
+        if target and folders[importer] != folders[target]:
+            out.append((folders[importer], folders[target], line))
+    return out
+
+
+def test_no_folders_import_each_other() -> None:
+    """No circle between folders either (services/, deploy/, bench/, tests/ and every
+    folder in them): a folder and one below it, or two side by side, point one way; what
+    both need lives in the lower one."""
+    folders = dict(_module(p) for p in sources())
+    assert cycles(folder_imports(imports(), folders), set(folders.values())) == []
+
+
+def test_a_circle_between_folders_is_reported() -> None:
+    folders = {"services.fanout": "services.fanout", "services.fanout.app": "services.fanout",
+               "services.fanout.jobs.rebuild": "services.fanout.jobs",
+               "services.fanout.jobs.repair": "services.fanout.jobs",
+               "bench.cdc.debezium": "bench.cdc", "bench.run.report": "bench.run"}
+    forged = [("services.fanout.app", "services.fanout.jobs.rebuild.rebuilder", 37),
+              ("services.fanout.jobs.repair", "services.fanout.app", 40),
+              ("services.fanout.jobs.repair", "services.fanout.jobs.rebuild", 55),
+              ("bench.cdc.debezium", "bench.run.report", 38)]
+    assert folder_imports(forged, folders) == [("services.fanout", "services.fanout.jobs", 37),
+                                               ("services.fanout.jobs", "services.fanout", 40),
+                                               ("bench.cdc", "bench.run", 38)]
+    assert cycles(folder_imports(forged, folders)) == [["services.fanout", "services.fanout.jobs"]]
+
+
 def test_an_arrow_back_up_is_reported() -> None:
     forged = [("deploy.demo", "bench.workload", 18), ("services.api.app", "deploy.lag", 3),
-              ("bench.run", "deploy.workload", 33), ("tests.unit.test_x", "bench.run.capacity", 5)]
+              ("bench.run", "deploy.workload", 33), ("tests.unit.test_x", "bench.run.capacity", 5),
+              ("bench.fanout.rows", "tests.support.cdc_events", 66)]
     assert violations(forged) == [
+        "bench.fanout.rows:66 imports tests.support.cdc_events (bench must not import tests)",
         "deploy.demo:18 imports bench.workload (deploy must not import bench)",
         "services.api.app:3 imports deploy.lag (services must not import deploy)"]
 
@@ -310,6 +351,126 @@ def f(settings):
         (16, "aiokafka.AIOKafkaProducer"), (17, "cassandra.cluster.Cluster"), (18, "faust.App"),
         (19, "psycopg.connect"), (20, "psycopg2.connect"), (21, "psycopg.AsyncConnection.connect"),
         (22, "psycopg.AsyncConnection.connect"), (23, "psycopg_pool.ConnectionPool")]
+
+
+# One owner per Cassandra table: the module of services/shared/stores holding its
+# statements, their columns and row types. A CQL statement naming the table (a string
+# literal, an f-string's text) stands there and nowhere else in services/ and deploy/
+# (tests/ and bench/ keep their own, as do the migrations). Services make the owner's
+# statements (services/shared/stores/statements.py) and run them their own way.
+CQL_OWNERS = {
+    "posts": "services/shared/stores/posts.py",
+    "following": "services/shared/stores/follows.py",
+    "followers": "services/shared/stores/follows.py",
+    "blocks": "services/shared/stores/blocks.py",
+    "post_likes": "services/shared/stores/likes.py",
+    "author_tiers": "services/shared/stores/tiers.py",
+    "celebrities": "services/shared/stores/tiers.py",
+    "feed_inbox": "services/shared/stores/inbox.py",
+    "author_timeline": "services/shared/stores/timelines.py",
+    "follow_edges": "services/shared/stores/counted_edges.py",
+    "like_edges": "services/shared/stores/counted_edges.py",
+    "reader_preferences": "services/shared/stores/preferences.py",
+    "reader_activity": "services/shared/stores/activity.py",
+    "readers_by_period": "services/shared/stores/activity.py",
+    "inactive_followers": "services/shared/stores/activity.py",
+    "activity_sweeps": "services/shared/stores/activity.py",
+    "feed_snapshot_slots": "services/shared/stores/snapshot_slots.py",
+    "stream_leases": "services/shared/stores/stream_leases.py",
+}
+CQL_CHECKED = ("services", "deploy")
+
+
+def _tables(folder: str, pattern: str) -> list[str]:
+    """Tables the migrations of ``folder`` create and do not drop later, in file order."""
+    tables: dict[str, None] = {}
+    for path in sorted((ROOT / "deploy" / "migrations" / folder).glob(pattern)):
+        text = path.read_text()
+        for match in re.finditer(r"\b(CREATE|DROP) TABLE (?:IF (?:NOT )?EXISTS )?(\w+)", text, re.IGNORECASE):
+            if match.group(1).upper() == "CREATE":
+                tables[match.group(2)] = None
+            else:
+                tables.pop(match.group(2), None)
+    return list(tables)
+
+
+def cassandra_tables() -> list[str]:
+    return _tables("cassandra", "*.cql")
+
+
+def _literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, text) of every string literal of ``tree`` but docstrings (an f-string as
+    its text with ``{}`` for each value)."""
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    inside_fstrings = {id(part) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)
+                       for part in node.values}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            out.append((node.lineno, "".join(p.value if isinstance(p, ast.Constant) else "{}"
+                                             for p in node.values)))
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and id(node) not in docstrings and id(node) not in inside_fstrings):
+            out.append((node.lineno, node.value))
+    return out
+
+
+def cql_tables(text: str, tables: list[str], shared: frozenset[str]) -> list[str]:
+    """The Cassandra tables a literal's statement names. A name Postgres has too (posts,
+    blocks) counts only in CQL: a literal with a bind marker ``?`` (every statement the
+    product sends to Cassandra is prepared; psycopg's markers are ``%s``)."""
+    return [t for t in tables
+            if re.search(rf"\b(?:FROM|INTO|UPDATE|TRUNCATE)\s+{t}\b", text)
+            and (t not in shared or "?" in text)]
+
+
+def cql_offenders(path: str, tree: ast.AST, tables: list[str], shared: frozenset[str]) -> list[str]:
+    return [f"{path}:{line} names {table} (its statements live in {CQL_OWNERS.get(table, '?')})"
+            for line, text in _literals(tree) for table in cql_tables(text, tables, shared)
+            if CQL_OWNERS.get(table) != path]
+
+
+def test_every_cassandra_table_has_one_owner() -> None:
+    """A new table gets its owner module in CQL_OWNERS (and a dropped one leaves it)."""
+    assert sorted(cassandra_tables()) == sorted(CQL_OWNERS)
+    missing = sorted({p for p in CQL_OWNERS.values() if not (ROOT / p).is_file()})
+    assert not missing, missing
+
+
+def test_cql_names_a_table_only_in_its_owner() -> None:
+    tables = cassandra_tables()
+    shared = frozenset(tables) & frozenset(_tables("postgres", "*.sql"))
+    offenders = [o for path in sources() if path.relative_to(ROOT).parts[0] in CQL_CHECKED
+                 for o in cql_offenders(str(path.relative_to(ROOT)), ast.parse(path.read_text(), str(path)),
+                                        tables, shared)]
+    assert not offenders, ("write CQL in the table's owner (services/shared/stores) and use its "
+                           "statements:\n" + "\n".join(offenders))
+
+
+def test_the_cql_check_sees_every_form() -> None:
+    code = '''
+"""A docstring may say SELECT x FROM following."""
+A = "SELECT followed_id FROM following WHERE follower_id=?"
+B = ("SELECT direction FROM blocks "
+     "WHERE user_id=? AND other_id=?")
+C = f"SELECT {cols} FROM posts WHERE post_id IN ?"
+D = "SELECT post_id FROM posts WHERE post_id = ANY(%s)"      # Postgres's posts
+E = "INSERT INTO blocks (blocker_id, blocked_id) VALUES (3, 2)"  # Postgres's blocks
+F = "DELETE FROM feed_inbox USING TIMESTAMP ? WHERE reader_id=?"
+G = "SELECT * FROM follows WHERE follower_id = %s"             # no Cassandra table
+H = "read from following"                                       # prose
+'''
+    tables = ["posts", "following", "blocks", "feed_inbox"]
+    found = cql_offenders("services/x.py", ast.parse(code), tables, frozenset({"posts", "blocks"}))
+    assert sorted(o.split(" (")[0] for o in found) == [
+        "services/x.py:3 names following", "services/x.py:4 names blocks",
+        "services/x.py:6 names posts", "services/x.py:9 names feed_inbox"]
+    # In its owner, a statement is where it belongs.
+    assert not [o for o in cql_offenders("services/shared/stores/inbox.py", ast.parse(code), tables,
+                                         frozenset({"posts", "blocks"})) if "feed_inbox" in o]
 
 
 def test_every_python_folder_is_on_the_map() -> None:

@@ -195,10 +195,10 @@ def test_pg_conninfo_from_the_settings_with_tls(pki: dict[str, str]) -> None:
                     "connect_timeout": "10"}
 
 
-def test_pg_dsn_is_the_factorys_conninfo() -> None:
+def test_the_factorys_conninfo_is_the_settings() -> None:
     settings = Settings(pg_sslmode="require")
-    assert settings.pg_dsn == pg.conninfo(settings)
-    assert conninfo_to_dict(settings.pg_dsn)["sslmode"] == "require"
+    assert pg.conninfo(settings) == settings.libpq_conninfo()
+    assert conninfo_to_dict(pg.conninfo(settings))["sslmode"] == "require"
 
 
 def test_pg_conninfo_base_and_the_settings_given_explicitly() -> None:
@@ -232,7 +232,7 @@ def test_secrets_are_read_from_files(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert settings.pg_password.get_secret_value() == "pg-secret"
     assert settings.kafka_sasl_password.get_secret_value() == "kafka-secret"
     assert settings.cassandra_password.get_secret_value() == "cql-secret"
-    assert conninfo_to_dict(settings.pg_dsn)["password"] == "pg-secret"
+    assert conninfo_to_dict(pg.conninfo(settings))["password"] == "pg-secret"
 
 
 def test_the_variable_wins_over_its_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The read path's Cassandra calls: prepared statements, each with a timeout. Thin I/O.
+"""The read path's Cassandra calls: the tables' owners' statements, each with a timeout. Thin I/O.
 
 Statements run through the driver's own event loop (``execute_async``) and resolve an
 asyncio future, so a request never blocks the API's loop or a thread pool. Rows come
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal, Protocol, Sequence, TypeAlias, overload
+from typing import Any, Callable, Literal, Protocol, Sequence, overload
 
 from cassandra.cluster import ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
@@ -23,7 +23,19 @@ from cassandra.query import PreparedStatement, tuple_factory
 
 from services.shared.domain.rules import CELEBRITY_SHARD
 from services.shared.clients.cql import CONSISTENCY, SERIAL_CONSISTENCY
+from services.shared.stores.blocks import ReadPathBlocks
 from services.shared.stores.cql_async import release
+from services.shared.stores.follows import ReadPathFollows
+from services.shared.stores.inbox import ReadPathInbox
+from services.shared.stores.inbox import SourceRow as SourceRow
+from services.shared.stores.posts import PostRow as PostRow
+from services.shared.stores.posts import PostTextRow as PostTextRow
+from services.shared.stores.posts import ReadPathPosts
+from services.shared.stores.preferences import FeedOrderRow, PreferenceStatements
+from services.shared.stores.snapshot_slots import PayloadRow, SnapshotSlotStatements
+from services.shared.stores.tiers import CelebrityRow as CelebrityRow
+from services.shared.stores.tiers import ReadPathCelebrities
+from services.shared.stores.timelines import ReadPathTimelines
 
 from ..snapshots import snapshot
 from ..snapshots.snapshot_writer import SlotRow
@@ -34,19 +46,10 @@ log = logging.getLogger(__name__)
 # bulk and merged, sorted and packed as they are (tuple order is the feed order), so they
 # stay tuples. A NamedTuple per row is a Python-level call each: 1.3 µs a row on the
 # 2-core machine, more for a 500-row inbox than pooling and sorting it. Their shapes are
-# named here, next to the statements that select them, and the modules that read them
-# use these names.
-# A feed_inbox or author_timeline row: (rank_key, post_id, author_id).
-SourceRow: TypeAlias = tuple[float, int, int]
-# A post copy's state: (post_id, author_id, created_at_ms, visibility, deleted, rank_key,
-# rank_key_next, key_ts), key_ts = WRITETIME(rank_key) in µs.
-PostRow: TypeAlias = tuple[int, int | None, int | None, int | None, bool | None,
-                           float | None, float | None, int | None]
-# A PostRow with the post's text after it (``posts(..., with_text=True)``).
-PostTextRow: TypeAlias = tuple[int, int | None, int | None, int | None, bool | None,
-                               float | None, float | None, int | None, str | None]
-# A celebrities row: (author_id, until in Unix ms), until None while the author is current.
-CelebrityRow: TypeAlias = tuple[int, int | None]
+# named by the tables' owners (services/shared/stores), next to the statements that
+# select them, and the modules that read them use these names: SourceRow (a feed_inbox
+# or author_timeline row), PostRow and PostTextRow (a post copy's state, with its text),
+# CelebrityRow.
 
 PROFILE = "feed_read"
 # Hedged reads (FeedStore._rows): the extra reads are at most this share of all reads,
@@ -72,13 +75,6 @@ def install_profile(session: Session, timeout: float) -> None:
     if PROFILE not in session.cluster.profile_manager.profiles:
         session.cluster.add_execution_profile(PROFILE, profile)
 
-
-def to_ms(ts: datetime | None) -> int | None:
-    if ts is None:
-        return None
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=timezone.utc)
-    return int(ts.timestamp() * 1000)
 
 
 class FeedPort(Protocol):
@@ -151,48 +147,18 @@ class FeedStore:
         # node) hedging every read would double the load that made it slow; the budget caps
         # the extra reads at HEDGE_SHARE of all reads ("The Tail at Scale").
         self._hedge_tokens = HEDGE_BURST
-        p = session.prepare
-        self._following = p("SELECT followed_id, toUnixTimestamp(following_since) FROM following "
-                            "WHERE follower_id=? LIMIT ?")
-        self._following.fetch_size = max_following
-        self._following_from = p("SELECT followed_id, toUnixTimestamp(following_since) FROM following "
-                                 "WHERE follower_id=? AND followed_id >= ? LIMIT ?")
-        self._following_among = p("SELECT followed_id, toUnixTimestamp(following_since) "
-                                  "FROM following WHERE follower_id=? AND followed_id IN ?")
-        self._following_one = p("SELECT toUnixTimestamp(following_since) FROM following "
-                                "WHERE follower_id=? AND followed_id=?")
-        # A reader's blocks in slices of max_following rows (one page each), each slice
-        # after the last id of the one before: the whole set, however large.
+        # The owners' statements (services/shared/stores): a reader's follows and blocks
+        # in slices of max_following rows (one page each), each slice of blocks after the
+        # last id of the one before: the whole set, however large.
+        self._follows = ReadPathFollows(session, page=max_following)
         self._blocks_page = max_following
-        self._blocks = p("SELECT other_id FROM blocks WHERE user_id=? LIMIT ?")
-        self._blocks.fetch_size = max_following
-        self._blocks_after = p("SELECT other_id FROM blocks WHERE user_id=? AND other_id > ? LIMIT ?")
-        self._blocks_after.fetch_size = max_following
-        self._blocks_between = p("SELECT direction FROM blocks WHERE user_id=? AND other_id=?")
-        self._celebrities = p("SELECT author_id, toUnixTimestamp(until) FROM celebrities "
-                              "WHERE shard=?")
-        self._celebrities.fetch_size = 100_000
-        self._inbox_top = p("SELECT rank_key, post_id, author_id FROM feed_inbox "
-                            "WHERE reader_id=? LIMIT ?")
-        self._inbox_after = p("SELECT rank_key, post_id, author_id FROM feed_inbox "
-                              "WHERE reader_id=? AND (rank_key, post_id) < (?, ?) LIMIT ?")
-        self._authors_top = p("SELECT rank_key, post_id, author_id FROM author_timeline "
-                              "WHERE author_id IN ? AND bucket IN ? PER PARTITION LIMIT ?")
-        self._authors_top.fetch_size = 5000
-        self._authors_after = p("SELECT rank_key, post_id, author_id FROM author_timeline "
-                                "WHERE author_id IN ? AND bucket IN ? AND (rank_key, post_id) < (?, ?) "
-                                "PER PARTITION LIMIT ?")
-        self._authors_after.fetch_size = 5000
-        state = ("post_id, author_id, toUnixTimestamp(created_at), visibility, deleted, "
-                 "rank_key, rank_key_next, WRITETIME(rank_key)")
-        self._posts_full = p(f"SELECT {state}, text FROM posts WHERE post_id IN ?")
-        self._posts_state = p(f"SELECT {state} FROM posts WHERE post_id IN ?")
-        self._preferences = p("SELECT feed_order FROM reader_preferences WHERE reader_id=?")
-        self._save_preferences = p("INSERT INTO reader_preferences (reader_id, feed_order, "
-                                   "updated_at) VALUES (?,?,toTimestamp(now()))")
-        self._save_slot = p("INSERT INTO feed_snapshot_slots (slot, part, payload) VALUES (?,?,?) "
-                            "USING TTL ?")
-        self._load_slot = p("SELECT payload FROM feed_snapshot_slots WHERE slot=?")
+        self._blocks = ReadPathBlocks(session, page=max_following)
+        self._celebrities = ReadPathCelebrities(session)
+        self._inbox = ReadPathInbox(session)
+        self._timelines = ReadPathTimelines(session)
+        self._posts = ReadPathPosts(session)
+        self._preferences = PreferenceStatements(session)
+        self._slots = SnapshotSlotStatements(session)
 
     @property
     def from_memory(self) -> bool:
@@ -288,7 +254,7 @@ class FeedStore:
     # -- the reader's graph -----------------------------------------------------------------
     async def following(self, reader_id: int, limit: int) -> dict[int, int]:
         """Followed author -> following_since (Unix ms)."""
-        rows = await self._rows(self._following, (reader_id, limit))
+        rows = await self._rows(self._follows.following, (reader_id, limit))
         return {author: since or 0 for author, since in rows}
 
     async def following_among(self, reader_id: int, authors: Sequence[int]) -> dict[int, int]:
@@ -296,35 +262,35 @@ class FeedStore:
         one single-partition read, for a page that only needs its own items' authors."""
         if not authors:
             return {}
-        rows = await self._rows(self._following_among, (reader_id, list(authors)))
+        rows = await self._rows(self._follows.following_among, (reader_id, list(authors)))
         return {author: since or 0 for author, since in rows}
 
     async def following_since(self, reader_id: int, author_id: int) -> int | None:
-        rows = await self._rows(self._following_one, (reader_id, author_id))
+        rows = await self._rows(self._follows.following_one, (reader_id, author_id))
         return (rows[0][0] or 0) if rows else None
 
     async def blocked(self, reader_id: int) -> frozenset[int]:
         """Everyone the reader blocks or is blocked by (both directions share the partition),
         read slice by slice: a set cut at a page would let the posts of the rest through."""
         limit = self._blocks_page
-        rows = await self._rows(self._blocks, (reader_id, limit))
+        rows = await self._rows(self._blocks.blocks, (reader_id, limit))
         out = {r[0] for r in rows}
         while len(rows) == limit:  # a full slice: the partition may go on
-            rows = await self._rows(self._blocks_after, (reader_id, rows[-1][0], limit))
+            rows = await self._rows(self._blocks.blocks_after, (reader_id, rows[-1][0], limit))
             out.update(r[0] for r in rows)
         return frozenset(out)
 
     async def blocked_between(self, reader_id: int, other_id: int) -> bool:
-        return bool(await self._rows(self._blocks_between, (reader_id, other_id)))
+        return bool(await self._rows(self._blocks.between, (reader_id, other_id)))
 
     async def following_from(self, reader_id: int, start: int, limit: int) -> dict[int, int]:
         """Up to ``limit`` follows from ``followed_id >= start`` on (a slice of the list)."""
-        rows = await self._rows(self._following_from, (reader_id, start, limit))
+        rows = await self._rows(self._follows.following_from, (reader_id, start, limit))
         return {author: since or 0 for author, since in rows}
 
     async def celebrities(self) -> list[CelebrityRow]:
         """``(author_id, until ms or None)``: current (None) and recently demoted authors."""
-        return await self._rows(self._celebrities, (CELEBRITY_SHARD,))
+        return await self._rows(self._celebrities.celebrities, (CELEBRITY_SHARD,))
 
     # -- sources, in rank-key order -------------------------------------------------------------
     async def inbox_top(self, reader_id: int, limit: int,
@@ -332,8 +298,8 @@ class FeedStore:
         """The reader's ``limit`` highest inbox rows (strictly after ``after``), as
         ``(rank_key, post_id, author_id)`` in feed order."""
         if after is None:
-            return await self._rows(self._inbox_top, (reader_id, limit))
-        return await self._rows(self._inbox_after, (reader_id, after[0], after[1], limit))
+            return await self._rows(self._inbox.top, (reader_id, limit))
+        return await self._rows(self._inbox.after, (reader_id, after[0], after[1], limit))
 
     async def authors_top(self, authors: Sequence[int], buckets: Sequence[int], per_partition: int,
                           after: tuple[float, int] | None = None) -> list[SourceRow]:
@@ -341,8 +307,8 @@ class FeedStore:
         partition (strictly after ``after``), as ``(rank_key, post_id, author_id)``: one
         multi-partition read instead of one per partition. Ordered per partition only."""
         if after is None:
-            return await self._rows(self._authors_top, (list(authors), list(buckets), per_partition))
-        return await self._rows(self._authors_after, (list(authors), list(buckets), after[0],
+            return await self._rows(self._timelines.top_in, (list(authors), list(buckets), per_partition))
+        return await self._rows(self._timelines.after_in, (list(authors), list(buckets), after[0],
                                                       after[1], per_partition))
 
     # -- post copies ------------------------------------------------------------------------
@@ -358,23 +324,23 @@ class FeedStore:
                     with_text: bool) -> list[PostRow] | list[PostTextRow]:
         """Copies of ``post_ids`` (one IN query; the caller chunks): ``PostRow``s, or
         ``PostTextRow``s ``with_text``."""
-        statement = self._posts_full if with_text else self._posts_state
+        statement = self._posts.texts if with_text else self._posts.states
         return await self._rows(statement, (list(post_ids),))
 
     # -- preferences ------------------------------------------------------------------------
     async def feed_order(self, reader_id: int) -> str | None:
         """The reader's stored feed order, or None when none is stored."""
-        rows = await self._rows(self._preferences, (reader_id,))
-        return rows[0][0] if rows else None
+        rows = await self._rows(self._preferences.feed_order, (reader_id,))
+        return FeedOrderRow._make(rows[0]).feed_order if rows else None
 
     async def save_feed_order(self, reader_id: int, order: str) -> None:
-        await self._rows(self._save_preferences, (reader_id, order), hedge=False)
+        await self._rows(self._preferences.save_feed_order, (reader_id, order), hedge=False)
 
     # -- snapshots ----------------------------------------------------------------------------
     async def save_snapshot_slot(self, row: SlotRow, timeout_s: float) -> None:
         """One slot row of snapshots (snapshots/snapshot_writer.py), given ``timeout_s`` (written
         behind the page: not held to the read path's timeout)."""
-        await self._rows(self._save_slot, (row.slot, row.part, row.payload, row.ttl_s),
+        await self._rows(self._slots.save, (row.slot, row.part, row.payload, row.ttl_s),
                          hedge=False, timeout=timeout_s)
 
     async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None:
@@ -383,10 +349,10 @@ class FeedStore:
         slot = snapshot.slot_of(feed_version)
         if slot is None:
             return None
-        rows = await self._rows(self._load_slot, (slot,))
+        rows = await self._rows(self._slots.load, (slot,))
         try:
-            found = snapshot.find_in_slot((r[0] for r in rows if r[0] is not None), reader_id,
-                                          feed_version)
+            parts = (row.payload for row in map(PayloadRow._make, rows) if row.payload is not None)
+            found = snapshot.find_in_slot(parts, reader_id, feed_version)
         except ValueError:  # a damaged row: the walk restarts (snapshot_expired), not a 503
             log.warning("snapshot slot %s is damaged", slot)
             return None

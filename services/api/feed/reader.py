@@ -151,7 +151,7 @@ class FeedReader:
     async def first_page(self, reader_id: int, limit: int, *, order: str | None = RANKED,
                          reason: str = "first_page", warnings: tuple[str, ...] = ()) -> FeedPage:
         """A new snapshot's first page in ``order`` (None: the reader's stored preference)."""
-        fenced = self._fence_read()
+        fence_ticket = self._fence_read()
         if order is None:
             try:
                 order = await self.preferences.feed_order(reader_id)
@@ -181,7 +181,7 @@ class FeedReader:
             if reuse is not None:
                 held = reuse.recall(reader_id, order, now, now_ms, celebrities)
                 if held is not None:
-                    return await self._again(held, reader_id, limit, order, warnings, fenced)
+                    return await self._again(held, reader_id, limit, order, warnings, fence_ticket)
             inbox = self._store.inbox_top(reader_id, self._settings.inbox_cap if latest else self._depth)
             blocks = self._store.blocked(reader_id)
         try:
@@ -207,13 +207,13 @@ class FeedReader:
         if reuse is not None:
             reuse.remember(reader_id, order, epoch, sources, celebrities, now_ms, walk.version,
                            walk.blob, now, kept)
-        page = await self._fill(walk, 0, limit, graph, fenced)
+        page = await self._fill(walk, 0, limit, graph, fence_ticket)
         degraded = ["incomplete_candidates"] if failed else []
         page.warnings = list(warnings) + degraded + page.warnings
         return page
 
     async def _again(self, held: Reused, reader_id: int, limit: int, order: str,
-                     warnings: tuple[str, ...], fenced: int | None) -> FeedPage:
+                     warnings: tuple[str, ...], fence_ticket: int | None) -> FeedPage:
         """The first page of the reader's last snapshot, whose sources are unchanged
         (reuse.py); the window is checked as on any page."""
         self._metrics.snapshots_reused.inc()
@@ -227,7 +227,7 @@ class FeedReader:
             elif entries.more or len(entries) > limit:  # a smaller page than the first one
                 self._keep(walk)
                 held.kept = True
-        page = await self._fill(walk, 0, limit, PageGraph(self._store, reader_id), fenced)
+        page = await self._fill(walk, 0, limit, PageGraph(self._store, reader_id), fence_ticket)
         page.warnings = list(warnings) + page.warnings
         return page
 
@@ -280,7 +280,7 @@ class FeedReader:
         cursor = decode_cursor(token, self._keys, reader_id)
         if order is not None and order != cursor.order:
             raise CursorRejected(f"cursor pages the {cursor.order} order, not {order}")
-        fenced = self._fence_read()
+        fence_ticket = self._fence_read()
         cached = self._snapshots.get(reader_id, cursor.feed_version, self._clock())
         if cached is not None:
             blob, generated_at = cached.blob, cached.generated_at
@@ -301,7 +301,7 @@ class FeedReader:
             raise CursorRejected("cursor does not match its snapshot's order")
         start = paging.start_after(entries, (cursor.rank, cursor.post_id))
         walk = _Walk(reader_id, cursor.feed_version, blob, generated_at, cursor.order)
-        page = await self._fill(walk, start, limit, PageGraph(self._store, reader_id), fenced)
+        page = await self._fill(walk, start, limit, PageGraph(self._store, reader_id), fence_ticket)
         if await self._regenerating(reader_id):
             page.warnings.insert(0, "regenerating")
         return page
@@ -333,12 +333,12 @@ class FeedReader:
         return snapshot.PackedEntries(walk.blob) if rows else None
 
     async def _fill(self, walk: _Walk, start: int, limit: int, graph: PageGraph,
-                    fenced: int | None) -> FeedPage:
+                    fence_ticket: int | None) -> FeedPage:
         recent: ReaderChanges | None = NOTHING  # None: window mode, Postgres per window
         fence = self._fence
-        if fence is not None and fenced is not None:
+        if fence is not None and fence_ticket is not None:
             try:
-                recent = (await fence.wait(fenced)).for_reader(walk.reader_id)
+                recent = (await fence.wait(fence_ticket)).for_reader(walk.reader_id)
             except FenceUnavailable as exc:
                 raise FeedUnavailable(str(exc)) from exc
         entries: Sequence[Ranked] = snapshot.PackedEntries(walk.blob)

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from services.shared.domain import ids
+from services.shared.stores.posts import PostStateRow
 
 from ..copies.store import FeedPort
 from ..visibility.eligibility import PostState, ReaderGraph, Verdict, judge
@@ -64,8 +65,8 @@ class EligibilityGate:
         rows = await self._store.posts([post_id], with_text=False)
         if not rows:
             return None
-        pid, author_id, created_at_ms, visibility, deleted, *_keys = rows[0]
-        return PostState(pid, author_id, created_at_ms, visibility, deleted)
+        row = PostStateRow._make(rows[0])  # one row an event: named, not unpacked
+        return PostState(row.post_id, row.author_id, row.created_at_ms, row.visibility, row.deleted)
 
     async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
         """Whether ``reader_id`` may be told about ``post_id`` now. Raises

@@ -213,9 +213,6 @@ class StreamHub:
         channel = self._channels.get(reader_id)
         return channel is not None and queue in channel.queues
 
-    def open_streams(self) -> int:
-        return sum(len(c.queues) for c in self._channels.values())
-
     def resync_all(self) -> int:
         """Events may have been lost for anyone: tell every open stream to resync.
 

@@ -1,4 +1,5 @@
-"""Per-user cap on open streams, shared by every API process (Cassandra ``stream_leases``).
+"""Per-user cap on open streams, shared by every API process (Cassandra ``stream_leases``,
+its statements from their owner: services/shared/stores/stream_leases.py).
 
 A stream takes a lease row (TTL ``ttl_s``) when it opens, refreshes it on every
 heartbeat and deletes it when it closes; a process that dies leaves rows that expire.
@@ -24,6 +25,8 @@ from typing import Any, Callable, Coroutine
 
 from cassandra.cluster import Session
 
+from services.shared.stores.stream_leases import CountRow, LeaseStatements
+
 from ..copies.store import StatementRunner
 
 log = logging.getLogger(__name__)
@@ -36,11 +39,7 @@ class StreamLeases:
         self._store = store
         self._ttl_s = ttl_s
         self._check_timeout_s = check_timeout_s
-        p = session.prepare
-        self._count = p("SELECT COUNT(*) FROM stream_leases WHERE user_id=?")
-        self._put = p("INSERT INTO stream_leases (user_id, stream_id, opened_at) VALUES (?,?,?) "
-                      "USING TTL ?")
-        self._drop = p("DELETE FROM stream_leases WHERE user_id=? AND stream_id=?")
+        self._leases = LeaseStatements(session)
         self._here: dict[int, int] = {}     # user -> streams open in this process
         self._writes: set[asyncio.Future[None]] = set()
         self.unchecked = 0                  # admitted without the shared count
@@ -52,7 +51,7 @@ class StreamLeases:
         if here >= cap:
             return None
         try:
-            rows = await asyncio.wait_for(self._store.run(self._count, (user_id,), hedge=True),
+            rows = await asyncio.wait_for(self._store.run(self._leases.count, (user_id,), hedge=True),
                                           self._check_timeout_s)
         except Exception:  # noqa: BLE001 - a soft cap: this process's count holds it
             self.unchecked += 1
@@ -60,7 +59,7 @@ class StreamLeases:
             log.warning("stream cap of user %d not read; admitted on this process's count",
                         user_id, exc_info=True)
             rows = None
-        if rows and int(rows[0][0]) >= cap:
+        if rows and CountRow._make(rows[0]).streams >= cap:
             return None
         lease = secrets.token_hex(8)
         self._here[user_id] = here + 1
@@ -69,7 +68,7 @@ class StreamLeases:
 
     async def refresh(self, user_id: int, lease: str) -> None:
         # Safe to send twice (the same cells; FeedStore hedges a slow one to another node).
-        await self._store.run(self._put, (user_id, lease, datetime.now(timezone.utc), self._ttl_s),
+        await self._store.run(self._leases.put, (user_id, lease, datetime.now(timezone.utc), self._ttl_s),
                               hedge=True)
 
     def release(self, user_id: int, lease: str) -> None:
@@ -83,7 +82,7 @@ class StreamLeases:
             self._here[user_id] = here
         else:
             self._here.pop(user_id, None)
-        await self._store.run(self._drop, (user_id, lease), hedge=True)
+        await self._store.run(self._leases.drop, (user_id, lease), hedge=True)
 
     def _background(self, write: Coroutine[Any, Any, None]) -> None:
         async def logged() -> None:

@@ -1,6 +1,6 @@
 """``python -m services.fanout.jobs.rebuild_inbox <reader_id> [...]``: refill readers' inboxes.
 
-An operator's command over ``services.fanout.jobs.rebuild.rebuild_inbox`` (what it writes and
+An operator's command over ``services.fanout.rebuild.rebuild_inbox`` (what it writes and
 why it is safe to run any number of times is explained there). Running API processes
 drop their cached inbox tops of the rebuilt readers (serving-changes notices).
 """
@@ -14,14 +14,14 @@ from datetime import datetime, timezone
 
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
+from services.fanout.rebuild import RebuildReport, rebuild_inbox
 from services.shared.contracts.topics import serving_changes_topic
 from services.shared.settings import Settings, get_settings
 from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.follows import FollowedAuthors
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.notices import Notices
-
-from .rebuild import RebuildReport, rebuild_inbox
 
 
 async def _main(reader_ids: list[int], settings: Settings) -> list[RebuildReport]:
@@ -35,7 +35,7 @@ async def _main(reader_ids: list[int], settings: Settings) -> list[RebuildReport
         inbox = InboxStore(session, runner, max_in_flight=settings.fanout_max_in_flight,
                            cap=settings.inbox_cap, trim_every=settings.inbox_trim_every,
                            notices=Notices(publisher, serving_changes_topic(settings.topic_prefix)))
-        following = session.prepare("SELECT followed_id FROM following WHERE follower_id=?")
+        following = FollowedAuthors(session).followed
         reports = []
         for reader_id in reader_ids:
             authors = [r.followed_id for r in session.execute(following, (reader_id,))]

@@ -50,9 +50,8 @@ def stored_counts(settings: Settings) -> dict[int, int]:
     try:
         session = cluster.connect(settings.cassandra_keyspace)
         session.default_fetch_size = PAGE_SIZE
-        t = FOLLOW_EDGES  # one row per author: the partition key and its static count
-        return {int(r[0]): int(r[1] or 0)
-                for r in session.execute(f"SELECT DISTINCT {t.partition}, {t.count} FROM {t.name}")}
+        # One row per author: the partition key and its static count.
+        return {int(r[0]): int(r[1] or 0) for r in session.execute(FOLLOW_EDGES.all_counts_cql())}
     finally:
         cluster.shutdown()
 

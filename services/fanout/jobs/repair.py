@@ -4,8 +4,8 @@ repair what differs (anti-entropy), for chosen readers and authors.
 - ``--reader ID`` (repeatable): the reader's follows (the ``following`` copy and Postgres's
   ``follows`` of the reader, both ways: a copy Postgres lacks, a row the copy lacks; with
   the ``followers`` rows and the edge's state in ``follow_edges``), their blocks (both
-  directions), then their inbox: ``rebuild_inbox`` (jobs/rebuild.py) picks the eligible
-  posts and the rows it finds missing are written.
+  directions), then their inbox: ``rebuild_inbox`` (services/fanout/rebuild.py) picks the
+  eligible posts and the rows it finds missing are written.
 - ``--author ID`` (repeatable): the author's posts made within an inbox's age (Postgres's
   ``posts`` against the ``posts`` copies: deleted, removed, missing) and the
   ``author_timeline`` rows of the visible ones.
@@ -42,6 +42,7 @@ from services.fanout.copy_audit import (BLOCK, BLOCK_IN, BLOCK_OUT, FOLLOW, FOLL
                                         Difference, Key, WritersStillOpen, count_sink)
 from services.fanout.inbox import InboxRow, InboxStore
 from services.fanout.metrics import COPY_AUDIT_CHECKED, COPY_AUDIT_DIFFERING, COPY_AUDIT_REPAIRED
+from services.fanout.rebuild import rebuild_inbox
 from services.shared.clients import cql, pg
 from services.shared.contracts.edge_counts import EdgeCounted
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink
@@ -51,8 +52,6 @@ from services.shared.settings import Settings, get_settings
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.notices import Notices
-
-from .rebuild import rebuild_inbox
 
 log = logging.getLogger(__name__)
 

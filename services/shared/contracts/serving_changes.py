@@ -3,7 +3,7 @@
 Contract: ``schemas/serving-changes.{key,value}.v1.json``. The read path keeps the
 copies a page needs (post states, readers' follows and blocks, author-timeline tops, inbox
 tops, readers' stored preferences) in
-an in-process cache (services/api/feed/serving_cache.py); a notice tells every API
+an in-process cache (services/api/copies/serving_cache.py); a notice tells every API
 process which entries to drop. The writer publishes a notice only after Cassandra
 acknowledged the write, and waits for the broker's acknowledgement before the source
 message counts as handled (so a crash in between replays both), which is what lets the

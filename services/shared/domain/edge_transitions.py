@@ -78,11 +78,6 @@ class CountedRound:
     count: int | None             # the stored count the batch expects (None: never written)
     new_count: int
 
-    @property
-    def moves_count(self) -> bool:
-        """Whether the batch writes the count (and so expects ``count``)."""
-        return self.new_count != (self.count or 0)
-
 
 def plan_round(stored: Mapping[int, EdgeState], count: int | None,
                changes: Sequence[EdgeChange]) -> CountedRound:

@@ -56,10 +56,6 @@ class PostgresSettings(FeedSettings):
         params.update(overrides)
         return make_conninfo(base, **params)
 
-    @property
-    def pg_dsn(self) -> str:
-        return self.libpq_conninfo()
-
 
 class KafkaSettings(FeedSettings):
     """Kafka (``FEED_KAFKA_*``) and the topics' names."""

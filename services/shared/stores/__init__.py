@@ -1,1 +1,1 @@
-"""Store clients more than one service uses: Cassandra and Postgres sessions, reader activity, counted edges, node health."""
+"""Store clients more than one service uses: Cassandra and Postgres sessions, reader activity, counted edges, node health; and the one owner of each Cassandra table (its statements, columns and row types: statements.py says how a service uses them)."""

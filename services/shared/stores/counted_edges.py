@@ -21,11 +21,16 @@ with the same one.
 
 Every write of these tables carries an owned write time (above any wall clock): a
 write without one would lose to them all, silently.
+
+This module owns both tables (``FOLLOW_EDGES``, ``LIKE_EDGES``): their statements are
+built here from an ``EdgeTable``. ``CountedEdges`` is the count's owner (the only
+writer); ``CountReads`` is what everyone else reads (a count, counts as one coalesced
+``IN`` read, one edge's state).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from cassandra.cluster import Session
 from cassandra.query import BatchStatement, BatchType
@@ -63,6 +68,45 @@ class EdgeTable:
     state: str       # the edge's boolean state: following, liked
     count: str       # the partition's static count: followers, likes
 
+    def count_cql(self) -> str:
+        """partition -> (count,): the count row's static column, one row."""
+        return f"SELECT {self.count} FROM {self.name} WHERE {self.partition}=? LIMIT 1"
+
+    def counts_in_cql(self) -> str:
+        """[partition] -> (partition, count) (services/shared/stores/read_coalescer.py)."""
+        return (f"SELECT {self.partition}, {self.count} FROM {self.name} "
+                f"WHERE {self.partition} IN ? PER PARTITION LIMIT 1")
+
+    def edge_state_cql(self) -> str:
+        """(partition, edge) -> (state,): None, or whether the edge counts."""
+        return f"SELECT {self.state} FROM {self.name} WHERE {self.partition}=? AND {self.edge}=?"
+
+    def all_counts_cql(self) -> str:
+        """Every partition's (partition, count): a scan, for an operator's check."""
+        return f"SELECT DISTINCT {self.partition}, {self.count} FROM {self.name}"
+
+
+# A follow and its author's follower count; a like and its post's like count.
+FOLLOW_EDGES = EdgeTable("follow_edges", partition="followed_id", edge="follower_id",
+                         state="following", count="followers")
+LIKE_EDGES = EdgeTable("like_edges", partition="post_id", edge="user_id", state="liked", count="likes")
+
+
+def count_of(rows: Sequence[Any]) -> int:
+    """The count a ``CountReads.count`` read returned (0 when nothing was ever counted)."""
+    return int(rows[0][0] or 0) if rows else 0
+
+
+class CountReads:
+    """Reads of one table's counts and edges for everyone but its owner (the fan-out's
+    tier decisions, the ranker, the copy audit)."""
+
+    def __init__(self, session: Session, table: EdgeTable) -> None:
+        self.table = table
+        self.count = session.prepare(table.count_cql())
+        self.counts_in = session.prepare(table.counts_in_cql())
+        self.edge_state = session.prepare(table.edge_state_cql())
+
 
 @dataclass(frozen=True)
 class OwnedChange:
@@ -88,7 +132,7 @@ class CountedEdges:
         p = session.prepare
         self._read_edges = p(f"SELECT {t.edge}, {t.state}, lsn, {t.count} FROM {t.name} "
                              f"WHERE {t.partition}=? AND {t.edge} IN ?")
-        self._read_count = p(f"SELECT {t.count} FROM {t.name} WHERE {t.partition}=? LIMIT 1")
+        self._read_count = p(t.count_cql())
         self._write_edge = p(f"UPDATE {t.name} USING TIMESTAMP ? SET {t.state}=?, lsn=? "
                              f"WHERE {t.partition}=? AND {t.edge}=?")
         # The count (static) and the count row's one cell (lsn 0: it is no edge).
@@ -105,8 +149,7 @@ class CountedEdges:
 
     async def count(self, partition: int) -> int:
         """The partition's count (0 when nothing was ever counted)."""
-        rows = await self._run.execute(self._read_count, (partition,))
-        return int(rows[0][0] or 0) if rows else 0
+        return count_of(await self._run.execute(self._read_count, (partition,)))
 
     async def _apply_batch(self, partition: int, changes: Sequence[OwnedChange]) -> int:
         t = self.table

@@ -1,4 +1,5 @@
-"""Debezium-format CDC events for tests: what the relay would produce, built by hand.
+"""Debezium-format CDC events built by hand: what the relay would produce, for driving a
+worker without Postgres or the relay (the fan-out benchmarks, and the tests' workers).
 
 ``CdcEvents`` hands out increasing LSNs (the write timestamps of every effect), renders
 rows like Debezium 3.6's JSON converter without schemas (bigint as numbers, timestamptz
@@ -75,10 +76,6 @@ class CdcEvents:
     def post_created(self, row: dict, *, op: str = "c") -> list[CdcMessage]:
         return self._envelope("posts", op, None, row, {"post_id": row["post_id"]})
 
-    def post_updated(self, before: dict, **changes: Any) -> tuple[list[CdcMessage], dict]:
-        after = {**before, **changes}
-        return self._envelope("posts", "u", before, after, {"post_id": before["post_id"]}), after
-
     def post_deleted(self, row: dict) -> list[CdcMessage]:
         return self._envelope("posts", "d", row, None, {"post_id": row["post_id"]})
 
@@ -103,10 +100,6 @@ class CdcEvents:
         row = {"blocker_id": blocker, "blocked_id": blocked, "created_at": iso(at)}
         return self._edge("blocks", "c", row, "blocker_id", "blocked_id")
 
-    def unblocked(self, blocker: int, blocked: int, at: datetime) -> list[CdcMessage]:
-        row = {"blocker_id": blocker, "blocked_id": blocked, "created_at": iso(at)}
-        return self._edge("blocks", "d", row, "blocker_id", "blocked_id")
-
     def liked(self, post_id: int, user_id: int, at: datetime) -> list[CdcMessage]:
         row = {"post_id": post_id, "user_id": user_id, "created_at": iso(at)}
         return self._edge("likes", "c", row, "post_id", "user_id")
@@ -127,5 +120,5 @@ def send(settings: KafkaSettings, messages: Iterable[CdcMessage]) -> int:
         if n % 1000 == 0:
             producer.poll(0)
     remaining = producer.flush(30)
-    assert remaining == 0, f"{remaining} CDC test messages not delivered"
+    assert remaining == 0, f"{remaining} CDC messages not delivered"
     return n

@@ -1,0 +1,80 @@
+"""Owner of the block copies: ``blocks``.
+
+Table (0001_serving.cql): ``blocks (user_id, other_id, direction)``, both directions of
+a block in the two users' partitions: ``(blocker, blocked, 'out')`` and ``(blocked,
+blocker, 'in')`` (``both_ways``), written by the fan-out ``USING TIMESTAMP <lsn>``. A
+reader hides every ``other_id`` of its partition, whichever way the block goes.
+
+- ``ReadPathBlocks``: the API's read path, a reader's partition in slices of ``page``
+  rows (each slice after the last id of the one before) and one pair's rows.
+- ``FanoutBlocks``: the fan-out's writes, its reads of an author's partition (alone, or
+  with other posts' authors as one ``IN`` read), and the copy audit's reads.
+
+Deliberate: a partition's ids are read from the driver's rows as they come (a set of
+``other_id``), no row object made per block.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .statements import Cql, Statements
+
+OUT, IN = "out", "in"
+
+
+class OtherRow(NamedTuple):
+    """``others`` / ``blocks`` reads: one user the partition's user blocks or is blocked by."""
+
+    other_id: int
+
+
+class DirectionRow(NamedTuple):
+    """``between``: one direction of a pair's block (``OUT`` or ``IN``)."""
+
+    direction: str
+
+
+class BlockRow(NamedTuple):
+    """``with_directions``: a row of a user's partition."""
+
+    other_id: int
+    direction: str
+
+    def pair(self, user_id: int) -> tuple[int, int]:
+        """(blocker, blocked) of this row of ``user_id``'s partition."""
+        return (user_id, self.other_id) if self.direction == OUT else (self.other_id, user_id)
+
+
+class UserBlockRow(NamedTuple):
+    """``others_in``: a row with its partition's user first (the coalesced read's key)."""
+
+    user_id: int
+    other_id: int
+
+
+def both_ways(blocker_id: int, blocked_id: int) -> tuple[tuple[int, int, str], tuple[int, int, str]]:
+    """The two rows one block is: ``(user_id, other_id, direction)`` of each partition."""
+    return (blocker_id, blocked_id, OUT), (blocked_id, blocker_id, IN)
+
+
+_BETWEEN = "SELECT direction FROM blocks WHERE user_id=? AND other_id=?"
+
+
+class ReadPathBlocks(Statements):
+    """A reader's blocks for the read path; ``page``: rows per slice."""
+
+    blocks = Cql("SELECT other_id FROM blocks WHERE user_id=? LIMIT ?", paged=True)
+    blocks_after = Cql("SELECT other_id FROM blocks WHERE user_id=? AND other_id > ? LIMIT ?", paged=True)
+    between = Cql(_BETWEEN)
+
+
+class FanoutBlocks(Statements):
+    """The fan-out's statements on ``blocks``; ``page``: rows per page."""
+
+    # (user_id, other_id, direction, lsn) and (lsn, user_id, other_id, direction)
+    add = Cql("INSERT INTO blocks (user_id, other_id, direction) VALUES (?,?,?) USING TIMESTAMP ?")
+    delete = Cql("DELETE FROM blocks USING TIMESTAMP ? WHERE user_id=? AND other_id=? AND direction=?")
+    between = Cql(_BETWEEN)
+    others = Cql("SELECT other_id FROM blocks WHERE user_id=?", paged=True)
+    others_in = Cql("SELECT user_id, other_id FROM blocks WHERE user_id IN ?", paged=True)
+    with_directions = Cql("SELECT other_id, direction FROM blocks WHERE user_id=?", paged=True)
