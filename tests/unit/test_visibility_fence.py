@@ -174,6 +174,7 @@ class _Log:
         self.head: int | None = None
         self.upto = 0
         self.limits: list[int] = []
+        self.marks: list[bool] = []
         self.sent: list[int] = []
         self.fail = False
         self.closed = False
@@ -184,9 +185,10 @@ class _Log:
     def fileno(self) -> int:
         return self._ours.fileno()
 
-    def send(self, seq: int, limit: int) -> bool:
+    def send(self, seq: int, limit: int, marks: bool = False) -> bool:
         self.sent.append(seq)
         self.limits.append(limit)
+        self.marks.append(marks)
         self._asked = seq
         return True
 
@@ -206,7 +208,7 @@ class _Log:
         assert self._asked is not None
         head = self.head if self.head is not None else max((c.seq for c in self.log), default=0)
         entries = [c for c in self.log if c.seq > self._asked][:self.limits[-1]]
-        return LogRead(head, self.upto, entries)
+        return LogRead(head, self.upto, entries) if self.marks[-1] else LogRead(-1, -1, entries)
 
     async def close(self) -> None:
         self.closed = True
@@ -219,7 +221,7 @@ def _fence_on(source: _Log, timeout_s: float = 1.0) -> VisibilityFence:
     async def connect() -> _Log:
         return source
 
-    return VisibilityFence("", timeout_s, open_source=connect)  # type: ignore[arg-type]
+    return VisibilityFence("", timeout_s, open_source=connect, marks_every_s=0)  # type: ignore[arg-type]
 
 
 async def _turns(n: int = 12) -> None:
@@ -352,9 +354,9 @@ class _SlowLog(_Log):
         super().__init__([change(1, POST, 10, AUTHOR, True)])
         self.delay_s = delay_s
 
-    def send(self, seq: int, limit: int) -> bool:
+    def send(self, seq: int, limit: int, marks: bool = False) -> bool:
         asyncio.get_running_loop().call_later(self.delay_s, self.answer)
-        return super().send(seq, limit)
+        return super().send(seq, limit, marks)
 
 
 def _gate(delay_s: float, fresh_s: float | None) -> tuple[object, _SlowLog]:
@@ -398,9 +400,9 @@ def test_commit_wait_outlasts_the_stream_bound_by_the_write_margin() -> None:
 class _AutoLog(_Log):
     """Answers every read as soon as it is sent."""
 
-    def send(self, seq: int, limit: int) -> bool:
+    def send(self, seq: int, limit: int, marks: bool = False) -> bool:
         asyncio.get_running_loop().call_soon(self.answer)
-        return super().send(seq, limit)
+        return super().send(seq, limit, marks)
 
 
 def test_entries_below_the_verifiers_mark_are_forgotten_on_the_next_read() -> None:
@@ -460,9 +462,9 @@ def test_each_chunk_of_a_long_read_has_its_own_deadline() -> None:
     class _Chunked(_Log):
         """Each chunk answered 30 ms after it went out: 10 chunks, 0.3 s in all."""
 
-        def send(self, seq: int, limit: int) -> bool:
+        def send(self, seq: int, limit: int, marks: bool = False) -> bool:
             asyncio.get_running_loop().call_later(0.03, self.answer)
-            return super().send(seq, limit)
+            return super().send(seq, limit, marks)
 
     async def scenario() -> None:
         source = _Chunked([change(i, POST, 100 + i, AUTHOR, True) for i in range(1, 100)])
@@ -523,5 +525,17 @@ def test_in_window_mode_a_stream_event_is_judged_by_postgres_for_its_post() -> N
         gate = EligibilityGate(store=None, fence=fence, fresh_s=0.2)  # type: ignore[arg-type]
         assert not await gate.still_allows(READER, 10, AUTHOR)
         assert await gate.still_allows(READER, 11, AUTHOR)
+
+    asyncio.run(scenario())
+
+
+def test_the_head_and_mark_are_asked_for_on_a_new_connection_and_then_at_most_every_interval() -> None:
+    async def scenario() -> None:
+        source = _AutoLog([change(1, POST, 10, AUTHOR, True)])
+        fence = VisibilityFence("", 1.0, open_source=_connect(source), marks_every_s=3600)  # type: ignore[arg-type]
+        for _ in range(3):
+            await fence.sync()
+        assert source.marks == [True, False, False]
+        assert fence.head == 1
 
     asyncio.run(scenario())

@@ -55,6 +55,10 @@ log = logging.getLogger(__name__)
 
 # Entries per read: a process starting after a busy day reads its backlog in chunks.
 READ_CHUNK = 10_000
+# Seconds between reads that also ask for the log's head and the verifier's mark (and
+# every read on a new connection, and every read in window mode): forgetting and a
+# restore's detection wait at most this long; most reads skip their cost.
+MARKS_EVERY_S = 0.25
 
 
 class FenceUnavailable(RuntimeError):
@@ -100,7 +104,7 @@ class LogSource(Protocol):
 
     def fileno(self) -> int: ...
 
-    def send(self, seq: int, limit: int) -> bool: ...
+    def send(self, seq: int, limit: int, marks: bool = False) -> bool: ...
 
     def flush(self) -> bool: ...
 
@@ -113,7 +117,7 @@ class VisibilityFence:
     def __init__(self, settings: PostgresSettings, timeout_s: float, metrics: FenceMetrics | None = None,
                  open_source: Callable[[], Awaitable[LogSource]] | None = None,
                  max_entries: int = 500_000, window_check: WindowCheck | None = None,
-                 chunk: int = READ_CHUNK) -> None:
+                 chunk: int = READ_CHUNK, marks_every_s: float = MARKS_EVERY_S) -> None:
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._open_source = open_source or (lambda: LogReader.open(settings, timeout_s))
@@ -125,6 +129,8 @@ class VisibilityFence:
         self._chunk = chunk
         self._windowed = False   # window mode: the fold was dropped, pages ask Postgres
         self._refilling = False  # ... and the log is being read again to leave it
+        self._marks_at: float | None = None  # when the head and mark were last read
+        self._marks_every_s = marks_every_s
         self.ready = False       # a whole read has reached the log's head
         self.head = 0            # the log's head at the last answer
         self.upto = 0            # the verifier's mark at the last answer
@@ -198,7 +204,7 @@ class VisibilityFence:
         self._sent_at = time.perf_counter()
         loop = asyncio.get_running_loop()
         try:
-            flushed = source.send(self.changes.last_seq, self._limit())
+            flushed = source.send(self.changes.last_seq, self._limit(), self._marks_due())
             fd = source.fileno()
         except Exception as exc:  # noqa: BLE001 - a broken connection: this read failed
             self._fail(exc)
@@ -209,6 +215,10 @@ class VisibilityFence:
         if not flushed:
             loop.add_writer(fd, self._flush)
         self._arm_timer()
+
+    def _marks_due(self) -> bool:
+        return (self._windowed or self._marks_at is None
+                or time.perf_counter() - self._marks_at >= self._marks_every_s)
 
     def _limit(self) -> int:
         """Entries asked for: none in window mode (only the head and the mark)."""
@@ -258,23 +268,27 @@ class VisibilityFence:
     def _take(self, read: LogRead) -> bool:
         """Folds one answer; True when the read must go on (a full chunk, a restore,
         a refill)."""
-        # A mark above the head belongs to a log that went back without it (a sequence
-        # reset alone): it releases nothing of the new log.
-        upto = read.upto if read.upto <= read.head else 0
-        self.head, self.upto = read.head, upto
         changes = self.changes
-        if read.head < changes.last_seq:
-            # The log went back (restore, reset sequence): numbers at or below our last
-            # entry are new entries now. Forget everything and read it all again.
-            log.warning("the visibility log's head %d is below the last entry held %d "
-                        "(a restore?): reading the whole log again", read.head, changes.last_seq)
-            if self._metrics is not None:
-                self._metrics.resets.inc()
-            self._refold(0)
-            return True
+        marked = read.head >= 0
+        upto = 0
+        if marked:
+            self._marks_at = time.perf_counter()
+            # A mark above the head belongs to a log that went back without it (a
+            # sequence reset alone): it releases nothing of the new log.
+            upto = read.upto if read.upto <= read.head else 0
+            self.head, self.upto = read.head, upto
+            if read.head < changes.last_seq:
+                # The log went back (restore, reset sequence): numbers at or below our
+                # last entry are new entries now. Forget everything and read it all again.
+                log.warning("the visibility log's head %d is below the last entry held %d "
+                            "(a restore?): reading the whole log again", read.head, changes.last_seq)
+                if self._metrics is not None:
+                    self._metrics.resets.inc()
+                self._refold(0)
+                return True
         if self._windowed and not self._refilling:
-            if read.head - upto > self._max_entries // 2:
-                changes.last_seq = read.head   # a restore is still seen
+            if not marked or read.head - upto > self._max_entries // 2:
+                changes.last_seq = max(changes.last_seq, self.head)   # a restore is still seen
                 return False
             log.warning("the visibility log is back under half its bound (%d entries at most): "
                         "reading it again; pages ask Postgres until that read is done",
@@ -282,16 +296,18 @@ class VisibilityFence:
             self._refilling = True
             self._refold(upto)
             return True
-        changes.apply(read.entries)
-        if upto > changes.last_seq:
-            changes.last_seq = upto   # what lies below the mark left the log
-        changes.forget_through(upto)
+        if read.entries:
+            changes.apply(read.entries)
+        if marked:
+            if upto > changes.last_seq:
+                changes.last_seq = upto   # what lies below the mark left the log
+            changes.forget_through(upto)
         if len(changes) > self._max_entries and self._window_check is not None:
             log.warning("%d visibility-log entries held, past FEED_VISIBILITY_MAX_ENTRIES=%d: "
                         "window mode (each page asks Postgres for its window)",
                         len(changes), self._max_entries)
             self._windowed, self._refilling = True, False
-            self._refold(read.head)
+            self._refold(max(self.head, changes.last_seq))
             if self._metrics is not None:
                 self._metrics.window_mode.set(1)
             return False
@@ -300,7 +316,7 @@ class VisibilityFence:
             log.warning("the visibility log was read again (%d entries): window mode left",
                         len(changes))
             self._windowed = self._refilling = False
-        if self._metrics is not None:
+        if self._metrics is not None and (marked or read.entries):
             self._metrics.entries.set(len(changes))
             self._metrics.window_mode.set(1 if self._windowed else 0)
         return more
@@ -375,6 +391,7 @@ class VisibilityFence:
             self._fail(exc)
         else:
             self._source = source
+            self._marks_at = None   # a new connection (Postgres restarted, restored?): ask
             if self._more:
                 self._schedule_send()
         finally:

@@ -20,24 +20,31 @@ from services.shared.settings import PostgresSettings
 
 from .recent_changes import VisibilityChange
 
-# Prepared once per connection (SQL PREPARE), executed by name. Every answer has at
-# least one row, each carrying the log's head (the sequence's last number: below a
-# process's last entry only after a restore or a reset) and the verifier's ``upto``
-# (entries at or below it have left the log: migration 0004); then the entries after
-# ``$1``, if any, in seq order.
+# Prepared once per connection (SQL PREPARE), executed by name. ``visibility_read``: the
+# entries after ``$1``, in seq order (what every read needs). ``visibility_marks``: the
+# same, and on every row (one row even when no entry is new) the log's head (the
+# sequence's last number: below a process's last entry only after a restore or a reset)
+# and the verifier's ``upto`` (entries at or below it have left the log: migration 0004).
+# The marks are read every ``MARKS_EVERY_S`` and on a new connection (fence.py): the join
+# on the sequence and the marks' row cost Postgres CPU that most reads need not pay.
+_ENTRIES = ("SELECT seq, kind, subject_id, object_id, hidden,"
+            " floor(extract(epoch FROM since) * 1000)::bigint AS since_ms"
+            " FROM visibility_changes WHERE seq > $1 ORDER BY seq LIMIT $2")
 _PREPARE = ("PREPARE visibility_read(bigint, int) AS"
+            " SELECT NULL::bigint, NULL::bigint, v.* FROM (" + _ENTRIES + ") v",
+            "PREPARE visibility_marks(bigint, int) AS"
             " SELECT h.head, w.upto, v.seq, v.kind, v.subject_id, v.object_id, v.hidden, v.since_ms"
             " FROM (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS head"
             "       FROM visibility_changes_seq) h"
             " CROSS JOIN visibility_verified w"
-            " LEFT JOIN LATERAL (SELECT seq, kind, subject_id, object_id, hidden,"
-            "   floor(extract(epoch FROM since) * 1000)::bigint AS since_ms"
-            "   FROM visibility_changes WHERE seq > $1 ORDER BY seq LIMIT $2) v ON true")
+            " LEFT JOIN LATERAL (" + _ENTRIES + ") v ON true")
+_STATEMENTS = {False: b"visibility_read", True: b"visibility_marks"}
 
 
 @dataclass(frozen=True, slots=True)
 class LogRead:
-    """One answer: the log's head and ``upto`` when it was read, and the entries."""
+    """One answer: the entries, and the log's head and ``upto`` when they were asked for
+    (else -1)."""
 
     head: int
     upto: int
@@ -54,16 +61,18 @@ class LogReader:
     async def open(cls, settings: PostgresSettings, timeout_s: float) -> LogReader:
         conn = await pg.async_connect(settings, autocommit=True,
                                       connect_timeout=max(1, int(timeout_s)))
-        await conn.execute(_PREPARE)
+        for statement in _PREPARE:
+            await conn.execute(statement)
         return cls(conn)
 
     def fileno(self) -> int:
         return int(self._pg.socket)
 
-    def send(self, seq: int, limit: int) -> bool:
-        """Puts the read of the entries after ``seq`` on the wire; False when part of it
-        is still to be written (the caller waits for the socket to be writable)."""
-        self._pg.send_query_prepared(b"visibility_read", [b"%d" % seq, b"%d" % limit])
+    def send(self, seq: int, limit: int, marks: bool = False) -> bool:
+        """Puts the read of the entries after ``seq`` (with the head and ``upto`` when
+        ``marks``) on the wire; False when part of it is still to be written (the caller
+        waits for the socket to be writable)."""
+        self._pg.send_query_prepared(_STATEMENTS[marks], [b"%d" % seq, b"%d" % limit])
         return self._pg.flush() == 0
 
     def flush(self) -> bool:
@@ -83,17 +92,14 @@ class LogReader:
                 raise psycopg.OperationalError(res.error_message.decode(errors="replace"))
             get = res.get_value
             for i in range(res.ntuples):
-                if i == 0:
-                    head, upto = int(get(0, 0) or 0), int(get(0, 1) or 0)
+                if i == 0 and (marked := get(0, 0)) is not None:
+                    head, upto = int(marked), int(get(0, 1) or 0)
                 seq = get(i, 2)  # text format; NULL: None (an answer with no entries)
                 if seq is None:
                     continue
                 v: list[Any] = [get(i, j) for j in range(3, 8)]  # the entry's columns, not NULL
                 out.append(VisibilityChange(int(seq), v[0].decode(), int(v[1]), int(v[2]),
                                             v[3] == b"t", None if v[4] is None else int(v[4])))
-        if head < 0:
-            raise psycopg.OperationalError("the visibility log read returned no row "
-                                           "(migration 0004 not applied?)")
         return LogRead(head, upto, out)
 
     async def close(self) -> None:
