@@ -1,7 +1,7 @@
 """``VisibilityFence``: each page reads the visibility log's new entries before judging.
 
-The guarantee (shared/DESIGN.md, "Eligibility"): once the API has answered 2xx to a post
-delete, a moderation removal, a block or an unfollow, no request that starts after that
+The guarantee (docs/read-path.md, "Eligibility against the truth"): once the API has
+answered 2xx to a post delete, a moderation removal, a block or an unfollow, no request that starts after that
 answer, in any API process, shows the item. The write's transaction appended an entry to
 ``visibility_changes`` (migration 0003) before it committed, so a read of that log that
 *goes out after the request arrived* sees it. ``arrive()`` and ``wait()`` give every
@@ -286,6 +286,11 @@ class VisibilityFence:
                     self._metrics.resets.inc()
                 self._refold(0)
                 return True
+        if (marked and not self._windowed and self._window_check is not None
+                and read.head - upto > self._max_entries):
+            # More entries than the bound may be in the log (head - upto counts them at
+            # most): window mode at once, without reading (or holding) them first.
+            return self._to_window(read.head - upto)
         if self._windowed and not self._refilling:
             if not marked or read.head - upto > self._max_entries // 2:
                 changes.last_seq = max(changes.last_seq, self.head)   # a restore is still seen
@@ -303,14 +308,7 @@ class VisibilityFence:
                 changes.last_seq = upto   # what lies below the mark left the log
             changes.forget_through(upto)
         if len(changes) > self._max_entries and self._window_check is not None:
-            log.warning("%d visibility-log entries held, past FEED_VISIBILITY_MAX_ENTRIES=%d: "
-                        "window mode (each page asks Postgres for its window)",
-                        len(changes), self._max_entries)
-            self._windowed, self._refilling = True, False
-            self._refold(max(self.head, changes.last_seq))
-            if self._metrics is not None:
-                self._metrics.window_mode.set(1)
-            return False
+            return self._to_window(len(changes))
         more = len(read.entries) >= self._chunk
         if not more and self._refilling:
             log.warning("the visibility log was read again (%d entries): window mode left",
@@ -320,6 +318,16 @@ class VisibilityFence:
             self._metrics.entries.set(len(changes))
             self._metrics.window_mode.set(1 if self._windowed else 0)
         return more
+
+    def _to_window(self, entries: int) -> bool:
+        """Window mode: the fold dropped; False (this read is done)."""
+        log.warning("%d visibility-log entries (at most), past FEED_VISIBILITY_MAX_ENTRIES=%d: "
+                    "window mode (each page asks Postgres for its window)", entries, self._max_entries)
+        self._windowed, self._refilling = True, False
+        self._refold(max(self.head, self.changes.last_seq))
+        if self._metrics is not None:
+            self._metrics.window_mode.set(1)
+        return False
 
     def _refold(self, from_seq: int) -> None:
         """A new, empty fold whose next read starts after ``from_seq``."""
