@@ -8,8 +8,9 @@ import sys
 INDEX: dict[str, list[tuple[str, str]]] = {
     "the whole pipeline": [
         ("make bench | make bench-full  (bench.run)",
-         "Does the pipeline meet DESIGN.md's targets against its baselines (reads vs a pull "
-         "service, fan-out vs the raw writer and the floor, freshness, streams at scale)?"),
+         "Does the pipeline meet its targets (docs/architecture.md) against its baselines "
+         "(reads vs a pull service, fan-out vs the raw writer and the floor, freshness, "
+         "streams at scale)?"),
         ("python -m bench.run.capacity RESULT.json",
          "What cores, processes, nodes and partitions does a stated load need, from a run's costs?"),
         ("python -m bench.run.drain  (beside make run)",

@@ -5,7 +5,7 @@ events applied (committed offsets, summed) and the events arrived (log ends, sum
 Progress is either moving: workers committing, or the CDC relay still delivering the
 backlog into Kafka. The wait gives up only after ``stall_s`` without any of it, instead
 of after a fixed time: on three nodes the demo's backlog takes minutes longer than on
-one, and a fixed deadline failed a pipeline that was draining (issue 37).
+one, and a fixed deadline failed a pipeline that was draining.
 
 ``PipelineOffsets`` reads those sums for the fan-out's and the ranker's groups with
 plain consumers of each group that never subscribe: ``committed()`` asks the group's

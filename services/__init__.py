@@ -1,2 +1,8 @@
-"""The product: the feed API (`api/`), the CDC relay (`cdc/`), the fan-out (`fanout/`) and
-the ranker (`ranker/`), and what they share (`shared/`). No service imports another."""
+"""The product; no service imports another.
+
+* ``api/``: the feed API: writes, feed pages and their SSE stream
+* ``cdc/``: the CDC relay: Postgres WAL to Kafka, Debezium envelopes
+* ``fanout/``: the fan-out worker: posts into inboxes, follows and blocks into copies
+* ``ranker/``: the ranker worker: likes and features into rank keys
+* ``shared/``: what more than one service needs, knowing none of them
+"""

@@ -1,2 +1,6 @@
-"""CDC: the relay against raw decode and produce (``python -m bench.cdc``), and against real
-Debezium 3.6 on the same changes."""
+"""CDC benchmarks (``python -m bench.cdc``).
+
+* ``relay``: the relay's throughput and lag against raw decode and raw produce
+* ``debezium``: the relay against real Debezium 3.6 on the same changes
+* ``__main__``: runs ``relay``
+"""

@@ -1,6 +1,6 @@
 """The relay against real Debezium 3.6 (Kafka Connect standalone, as ``make
 debezium-check`` runs it), one after the other on the same backlog and the same steady
-insert rate, with a client-side decode ceiling (issue 14).
+insert rate, with a client-side decode ceiling.
 
     .venv/bin/python -m bench.cdc.debezium [--backlog 100000] [--rate 200] [--seconds 15]
         [--out DIR]

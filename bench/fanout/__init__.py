@@ -1,3 +1,11 @@
-"""The fan-out: rows/s against the best raw Cassandra writer and the contract's floor
-(``python -m bench.fanout``), a month of history drained, follows and likes applied, and
-what counting costs."""
+"""Fan-out benchmarks (``python -m bench.fanout``).
+
+* ``rows``: sustained fan-out rows/s against the best raw writer and the floor
+* ``raw_writer``: the best raw Cassandra writer of the fan-out's rows
+* ``floor``: the contract's floor: the least work any fan-out must do, cheapest client
+* ``history_drain``: a month of bulk-loaded posts, timed to lag 0
+* ``follows``: follows and likes applied by one real worker
+* ``counted_changes``: what counting follows and likes costs one worker
+* ``counted_step``: the counting step alone, against the stores
+* ``__main__``: runs ``rows``
+"""

@@ -1,14 +1,14 @@
 """The fan-out contract's floor: the least work any fan-out on this data model must do for
 a post, done by the cheapest client we can write, so that the fan-out's rows/s can be read
-against what its contract allows here, beside the best raw writer (issue 14).
+against what its contract allows here, beside the best raw writer.
 
-The contract (../shared/DESIGN.md, docs/fanout.md) asks, per post of an ordinary author:
+The contract (docs/fanout.md) asks, per post of an ordinary author:
 - **read** its audience: the author's follower rows (``followers``, the table the fan-out
   pages), every page;
 - **write** one inbox row per follower, with the inbox TTL and a write time;
 - **announce** the post once, after its rows are written: one ``AuthorPosted`` record on
   ``<prefix>.author-events`` (the API's streams read it), keyed by author, the bytes
-  ``feed_events.encode`` builds. (Until issue 38 it was one ``inbox-events`` record per
+  ``feed_events.encode`` builds. (Until 2026-12-04 it was one ``inbox-events`` record per
   follower; the floor's results from before then announced per row.)
 
 The floor client does only that, for posts in the order given, ``in_flight`` posts at

@@ -1,5 +1,5 @@
 """A month of history bulk-loaded, as a new user would: how long the fan-out takes to
-reach lag 0 (issue 38's backlog drain).
+reach lag 0.
 
     .venv/bin/python -m bench.fanout.history_drain [--authors 500] [--followers 100]
         [--posts-per-day 5] [--days 30] [--worker-root DIR] [--with-api] [--profile FILE] [--out FILE.json]
@@ -18,8 +18,8 @@ the start), against the running stack (``make up``):
 
 ``--worker-root`` runs the fan-out from another checkout (a baseline commit, as
 ``bench/fanout/rows.py``). ``--with-api`` also runs the API (one process per core, from
-the same checkout), as ``make run`` does and as the issue first measured it: before
-issue 38 every API process read one ``inbox-events`` record per inbox row. ``--profile``
+the same checkout), as ``make run`` does and as the drain was first measured: before
+2026-12-04 every API process read one ``inbox-events`` record per inbox row. ``--profile``
 samples the fan-out worker with py-spy over the drain (bench/harness/profiling.py). Prints and writes the drain time, the rows written, rows/s and
 posts/s over it, each component's CPU (bench/harness/costs.py), and a timeline of
 one sample a second: the relay's WAL backlog, the fan-out's lag, the rows so far.
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                     "api running": args.with_api}
     try:
         if args.worker_root.resolve() != REPO:
-            # The baseline worker's own topics too (before issue 38 it also wrote
+            # The baseline worker's own topics too (before 2026-12-04 it also wrote
             # inbox-events, which this tree's migration no longer creates).
             subprocess.run([sys.executable, "-c", "from deploy.migrate import migrate_kafka; "
                             "from services.shared.settings import Settings; "

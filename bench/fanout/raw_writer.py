@@ -1,5 +1,5 @@
 """The best raw Cassandra writer we can build here, for the fan-out's rows/s to be a ratio
-to (issue 14): the fan-out's own rows, written as fast as a client that knows them all in
+to: the fan-out's own rows, written as fast as a client that knows them all in
 advance can.
 
     .venv/bin/python -m bench.fanout.raw_writer [--rows 20000] [--readers 2000]   # standalone

@@ -113,7 +113,7 @@ def announcements(settings: KafkaSettings, topic: str) -> Consumer:
 def until_announced(consumer: Consumer, post_ids: set[int], timeout: float) -> None:
     """Consume author events until every one of ``post_ids`` was announced. The fan-out's
     end is read from Kafka rather than by polling the worker's /metrics, which cost it CPU
-    (5 % of its samples at 0.05 s, bench/results/2026-12-02-fanout-profile-s15); it is
+    (5 % of its samples at 0.05 s, bench/results/2026-12-02-fanout-profile); it is
     late by the consumer's fetch at most, which only lowers the measured rate."""
     left = set(post_ids)
     deadline = time.monotonic() + timeout

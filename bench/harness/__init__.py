@@ -1,5 +1,11 @@
-"""What every benchmark shares: the pipeline as a bench runs it (its own database, keyspace
-and topics, the services as processes, lag sampling, a consumer group caught up),
-hand-built CDC events (cdc_events.py), CPU meters and per-unit costs, the servers under
-test, HTTP load (wrk, and a Python closed loop) and targets' verdicts. The tests use the
-CDC events and the group wait too; nothing here imports the tests."""
+"""What every benchmark shares; the tests use parts of it, and nothing here imports them.
+
+* ``pipeline``: the pipeline as a bench runs it: own stores and topics, services, lag
+* ``cdc_events``: Debezium-format CDC events built by hand
+* ``costs``: CPU meters and the per-unit costs of a window
+* ``servers``: the two HTTP services under test, as subprocesses
+* ``wrk_load``: HTTP load from wrk with a generated Lua script
+* ``http_load``: closed-loop HTTP load in Python
+* ``profiling``: py-spy over a worker for a measured window
+* ``verdicts``: a target's verdict, computed from the measured value
+"""

@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple
 from deploy.workload import Graph as DemoGraph
 from services.shared.domain import ids
 
-# The seed's posting rate for an active author.
+# The specified posting rate for an active author (docs/architecture.md).
 POSTS_PER_DAY = 5
 # Celebrities per pool: a few very-followed accounts, so our read path pays its
 # read-time merge and the pull query sees the same authors as everyone else.

@@ -54,7 +54,7 @@ from services.shared.contracts.topics import all_topics
 from services.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE_LIMIT = 20       # the seed's page size, both services
+PAGE_LIMIT = 20       # the specified page size, both services
 CONNECTIONS = (1, 16)
 # A page fetched to check it or to get a cursor is retried this often when shed (503).
 FETCH_ATTEMPTS = 5

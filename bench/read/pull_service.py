@@ -3,8 +3,8 @@
     FEED_PG_DATABASE=<db> .venv/bin/python -m bench.read.pull_service --port 8090
         [--query lateral|join] [--workers 1]
 
-``GET /v1/feed?limit&cursor`` answered by one prepared query per page (seed 003: posts
-JOIN follows, with text, blocks both ways, ``following_since``, ``deleted_at IS NULL``
+``GET /v1/feed?limit&cursor`` answered by one prepared query per page (the specified
+pull query: posts JOIN follows, with text, blocks both ways, ``following_since``, ``deleted_at IS NULL``
 and ``visibility = 1``, ``ORDER BY created_at DESC, post_id DESC``, keyset cursor) on the
 same stack as ours: FastAPI + uvicorn (uvloop, httptools, 1 worker by default), orjson
 bodies, a psycopg async pool of ``Settings.api_pg_pool_max`` connections, and the same
@@ -13,8 +13,8 @@ empty endpoint. Nothing is cached: every page is one query, as a pull service is
 
 It is the baseline, so it gets every advantage a real one would have:
 
-* two shapes of the same query (same rows, same order): ``join`` is seed 003 as written
-  (the planner walks every followed author's whole history and sorts it); ``lateral``
+* two shapes of the same query (same rows, same order): ``join`` is the specified query
+  as written (the planner walks every followed author's whole history and sorts it); ``lateral``
   reads at most ``limit`` rows per followed author from the covering index and merges
   them (cost bounded by follows x limit, flat in history length);
 * ``BASELINE_INDEXES``: a partial covering index for the visible posts of an author in
@@ -168,7 +168,7 @@ class FastFeed:
             return
         authorization = next((v.decode("latin-1") for k, v in scope["headers"]
                               if k == b"authorization"), None)
-        limit, cursor, _order = query  # one order only: newest first (the seed's query)
+        limit, cursor, _order = query  # one order only: newest first (the specified query)
         status, body, media_type, headers = await self.answer(authorization, limit, cursor)
         raw = [(b"content-length", str(len(body)).encode()), (b"content-type", media_type.encode())]
         raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]

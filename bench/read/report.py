@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-# DESIGN.md "Performance targets".
+# The read targets (docs/architecture.md, "What the specification fixes").
 EMPTY_ENDPOINT_SHARE = 0.25      # feed pages/s at c16 >= 25 % of /healthz at c16
 FIRST_P95_MS, NEXT_P95_MS = 30.0, 15.0   # small graph, c16
 SMALL_GRAPH_RATIO, MONTH_RATIO = 1.0, 5.0  # ours / pull pages/s

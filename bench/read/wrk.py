@@ -5,8 +5,8 @@ bench's own database, for the same readers.
 * **Ours**: the running API (``bench.harness.pipeline.Services``: as many uvicorn workers as the
   machine has cores). First pages (each reader's ranked walk), then next pages from the
   cursors of first pages fetched just before.
-* **Pull**: ``bench.read.pull_service`` (FastAPI + psycopg on the same Postgres, seed 003's
-  query as a LATERAL over covering indexes: the read grid's faster pull shape,
+* **Pull**: ``bench.read.pull_service`` (FastAPI + psycopg on the same Postgres, the
+  specified query as a LATERAL over covering indexes: the read grid's faster pull shape,
   docs/read-path.md), with the same number of workers, the same JWTs and page size,
   signed keyset cursors for its next pages.
 * **/healthz** on our API: the empty endpoint, the HTTP stack's own ceiling.
@@ -99,7 +99,7 @@ def reads(settings: Settings, api_url: str, api_pid: int, groups: dict[str, list
                         if theirs:
                             r = warm_and_run(pull.url, theirs, level, seconds, WARMUP_S,
                                              pull.pid, stores)
-                            base_rows.append(row(r, name=f"pull from Postgres (seed 003, "
+                            base_rows.append(row(r, name=f"pull from Postgres (the specified query, "
                                                          f"{PULL_SHAPE}, {workers} workers), "
                                                          f"large readers, {kind} pages",
                                                  page=kind))

@@ -43,7 +43,7 @@ DAY_S = 86_400
 class Load:
     readers: float             # daily readers
     pages_per_reader: float    # pages each reads a day (assumption)
-    reads_per_post: float      # the seed's ratio: 1,000 feed reads per post written
+    reads_per_post: float      # the target's: 1,000 feed reads per post written
     next_share: float          # share of pages that are next pages (assumption)
     peak: float                # peak hour / daily average (assumption)
 
@@ -76,7 +76,7 @@ class Costs:
     def of(cls, result: dict[str, Any]) -> "Costs":
         costs = result.get("costs")
         if not costs:
-            raise SystemExit("capacity: this result has no 'costs' (a bench run before issue 38)")
+            raise SystemExit("capacity: this result has no 'costs' (a bench run before 2026-12-04)")
         h, r = costs["history"], costs["reads"]
 
         def pick(d: dict[str, Any], prefix: str) -> float:

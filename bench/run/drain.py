@@ -13,11 +13,11 @@ one line per window and a summary:
 * drain: seconds from the first window with a backlog to lag 0;
 * goodput: events whose last step is done (``LAST_STEPS``: a follow or a like once its
   count is written), per window; the peak window, and the longest stretch below 30 % of
-  the peak while a backlog remained (issue 37: never more than 30 s); every topic's
+  the peak while a backlog remained (the target: never more than 30 s); every topic's
   messages handled per window too;
 * follows/s: follows applied over the seconds the follows topic took to drain, the figure
   compared between one node and three (same demo, same machine, one after the other);
-* the streams' side (issue 38): records added to the topics every API process reads in
+* the streams' side: records added to the topics every API process reads in
   full (``author-events``, and ``inbox-events`` where a stack still has it) over the run,
   and the API service's CPU-seconds (its process tree, from /proc).
 """

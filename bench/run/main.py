@@ -3,7 +3,8 @@ one run, reported as JSON, Markdown and PNG plots.
 
     python -m bench.run [--mode short|full] [--out DIR]
 
-short (~11 min): 6,000 users, 1 and 16 connections, 20 s of steady posts, 30 s of the seed mix.
+short (~11 min): 6,000 users, 1 and 16 connections, 20 s of steady posts, 30 s of the
+target read/write mix.
 Reads are driven by wrk against our API and the pull service (bench/read/wrk.py).
 full (40-70 min, 24-46 of them taking the follows in): 120,000 users with 5 authors over 100,000 followers,
 concurrency 1/4/16.
@@ -167,20 +168,8 @@ def history_costs(cpu: dict, *, rows: float, posts: int, announced: float, cdc_e
 
 def fanout_ceilings(history: dict, floor_step: dict, cores: int) -> dict[str, float | None]:
     """The history fan-out's rows/s if the machine's ``cores`` did nothing but the window's
-    other work, every core busy (computed, upper bounds, not measurements):
-
-    - **a worker that cost nothing**: the window's CPU of every component but the
-      fan-out worker, spread over the cores;
-    - **and a node at the floor's cost**: the same, with Cassandra charged only the
-      floor's CPU per row (``floor_step``'s, measured in a short burst with the services
-      idle) for each inbox row, and nothing for the ranker's writes, the copies or
-      compaction.
-
-    The fan-out shares the machine with the relay, the ranker, the API and the stores,
-    while the floor and the raw writer run alone; these say how far any fan-out worker
-    could get in this bench on this machine. The CPU window is the whole ingest (the COPY
-    and the feature events too), a few seconds longer than the fan-out's write window, so
-    the other work it charges includes those seconds' (3 % of the s26 run's window)."""
+    other work (computed upper bounds): with a worker that cost nothing, and with that and
+    Cassandra at the floor's CPU per row (docs/fanout.md, "Benchmark": "Ceilings")."""
     cpu, rows = history["window"], history["inbox rows"]
     others = sum(v for k, v in cpu.items() if k.endswith(" CPU-s") and k != "fanout CPU-s")
     node_floor_us = floor_step.get("Cassandra CPU µs per row (computed)")
@@ -194,8 +183,8 @@ def fanout_ceilings(history: dict, floor_step: dict, cores: int) -> dict[str, fl
 
 
 def cores_of(meta: dict) -> int | None:
-    """The machine's cores, as the run recorded them (runs before session 27 only in the
-    ``machine`` line); None when it did not: not this machine's, which may be another."""
+    """The machine's cores, as the run recorded them (older runs only in the ``machine``
+    line); None when it did not: not this machine's, which may be another."""
     if "cores" in meta:
         return int(meta["cores"])
     found = re.search(r"(\d+) cores", meta.get("machine", ""))
@@ -351,7 +340,7 @@ def main() -> int:
             log(f"reads {r.get('group', r.get('name'))} {r['page']} c{r['concurrency']}: "
                 f"{r['per_s']} pages/s, p95 {r['p95_ms']} ms")
 
-        log("the seed's mix, open loop: posts at a fixed rate, wrk paging at ~1,000 pages per post")
+        log("the target mix, open loop: posts at a fixed rate, wrk paging at ~1,000 pages per post")
         everyone = [u for g in ("small", "large", "celebs") for u in groups[g]]
         result["mix"] = asyncio.run(mix.seed_mix_open(base_url, settings, graph, everyone, connections=4,
                                                       seconds=cfg["mix_seconds"],
@@ -392,7 +381,7 @@ def main() -> int:
     log(f"report: {path}")
     print(path.read_text())
     if mix.missed(result["mix"]):
-        raise mix.MissedPosts(f"bench: FAILED: posts never shown under the seed's mix: "
+        raise mix.MissedPosts(f"bench: FAILED: posts never shown under the target mix: "
                               f"{result['mix']['missed']} (report: {path})")
     return 0
 
@@ -411,7 +400,8 @@ def headline(r: dict) -> list[dict]:
                      and x["concurrency"] == level), None)
 
     rows = []
-    # DESIGN.md's read targets, at every measured connection count (they are set at 16).
+    # The read targets (docs/architecture.md), at every measured connection count (they
+    # are set at 16).
     for level in sorted({x["concurrency"] for x in r["reads"]}):
         noop = base("noop", "healthz", level)
         for page, p95_target in (("first", 30), ("next", 15)):
@@ -433,7 +423,7 @@ def headline(r: dict) -> list[dict]:
     if m:
         stream, page = m["announced on the stream"], m["on the follower's first page"]
         lost = mix.missed(m)
-        rows.append({"figure": f"seed mix, open loop ({m['pages per post (computed)']} pages per post, "
+        rows.append({"figure": f"target mix, open loop ({m['pages per post (computed)']} pages per post, "
                                f"{m['post rate (/s, set from the probe)']} posts/s, wrk c{m['reads']['connections']}): "
                                f"page p95 / new post announced p95 / on the first page p95",
                      "ours": f"{m['reads']['p95_ms']} ms / {stream['p95_s']} s / {page['p95_s']} s "
@@ -442,7 +432,7 @@ def headline(r: dict) -> list[dict]:
                      "verdict": all_of(v(m["reads"]["p95_ms"], "<=", 30), v(stream["p95_s"], "<=", 1.5),
                                               v(page["p95_s"], "<=", 1.5), v(lost, "<=", 0))})
     f = r["freshness"]
-    rows.append({"figure": "freshness p95 (commit → visible)", "ours": f"{f['p95_s']} s", "baseline": "seed 30 s",
+    rows.append({"figure": "freshness p95 (commit → visible)", "ours": f"{f['p95_s']} s", "baseline": "specified 30 s",
                  "ratio": report._ratio(f["p95_s"], 30), "target": "≤ 1.5 s", "verdict": v(f["p95_s"], "<=", 1.5)})
     for h, p in zip(r.get("largest_authors", {}).get("hybrid", []),
                     r.get("largest_authors", {}).get("push", [])):

@@ -1,10 +1,10 @@
-"""Freshness under the seed's read mix (issue 14): posts at a fixed rate (open loop) while
-wrk (C) pages feeds at about ``reads_per_post`` pages per post, and for every post both
-its announcement on a follower's stream and its first appearance on that follower's first
+"""Freshness under the target's read mix: posts at a fixed rate (open loop) while wrk (C)
+pages feeds at about ``reads_per_post`` pages per post, and for every post both its
+announcement on a follower's stream and its first appearance on that follower's first
 page are timed. A post that never arrives by either path is a failure of the run.
 
 The post rate is set from a short unrecorded run of the same mix, so that pages per post
-come out near ``reads_per_post`` (the seed: ~1,000) on whatever machine runs it; the
+come out near ``reads_per_post`` (1,000 by default) on whatever machine runs it; the
 report gives the rate and the pages per post actually achieved.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Reader groups (chosen from the generated graph):
 - ``small``: follows few ordinary authors;
-- ``large``: follows hundreds of authors (the seed's case for the pull baseline);
+- ``large``: follows hundreds of authors (the hard case of a pull feed);
 - ``celebs``: follows every celebrity (their posts are merged at read time).
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from services.shared.clients import pg
 from services.shared.domain.rules import VISIBLE
 from services.shared.settings import Settings
 
-# The seed-003 "pure fan-out on read" query, on the source of truth.
+# The specified "pure fan-out on read" query, on the source of truth.
 PULL_QUERY = f"""
 SELECT p.post_id, p.created_at FROM posts p
 JOIN follows f ON f.followed_id = p.author_id

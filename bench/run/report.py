@@ -49,11 +49,11 @@ def markdown(r: dict[str, Any]) -> str:
     lines += ["", "## Freshness (commit → `new_item` on a follower's open stream, via the API)", "",
               f"{f['posts']} posts at {r['meta']['post_rate']}/s; observed {f['observed']}, "
               f"missed within 30 s: {f['missed_30s']}. p50 {f['p50_s']} s, p95 {f['p95_s']} s, "
-              f"p99 {f['p99_s']} s (target p95 ≤ 1.5 s; the seed asks 30 s)."]
+              f"p99 {f['p99_s']} s (target p95 ≤ 1.5 s; the specification allows 30 s)."]
     mix = r.get("mix")
     if mix:
         rd = mix["reads"]
-        lines += ["", "## The seed's mix, open loop: ~1,000 feed pages per post", "",
+        lines += ["", "## The target mix, open loop: ~1,000 feed pages per post", "",
                   f"wrk (C) pages first pages of {rd['connections']} connections' readers for the whole "
                   f"phase; posts by ordinary authors at a fixed {mix['post rate (/s, set from the probe)']}/s "
                   f"(set from {mix['calibration pages/s (the whole mix)']} pages/s in an unrecorded run of the "

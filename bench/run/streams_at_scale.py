@@ -1,4 +1,4 @@
-"""Streams at scale (issue 38): N readers who follow one author open their SSE streams at
+"""Streams at scale: N readers who follow one author open their SSE streams at
 once; the author posts; how many opens were refused, and how fast the post reached them.
 
     .venv/bin/python -m bench.run.streams_at_scale [--readers 1000] [--out FILE.json]
@@ -17,7 +17,7 @@ through the API over HTTP only, as a new user would:
 Delivery is timed from the post's 201 to the event's ``: sent`` stamp (when the API
 passed its last check and wrote it; same machine, same clock) and to its receipt here
 (this client parses N streams on the same cores, so receipt includes its own lag).
-Targets (issue 38): at most 1 % of opens refused, delivery p95 ≤ 0.5 s.
+Targets (docs/architecture.md): at most 1 % of opens refused, delivery p95 ≤ 0.5 s.
 """
 from __future__ import annotations
 

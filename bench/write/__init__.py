@@ -1,2 +1,5 @@
-"""Writes and ids: POST /v1/posts throughput, Snowflake ids per second, and what the id's
-type costs an index."""
+"""Write benchmarks.
+
+* ``api``: POST /v1/posts throughput and p95; Snowflake ids per second
+* ``ids``: the id generator against its layout's ceiling; what the key type costs an index
+"""

@@ -1,7 +1,7 @@
 """Ids: the generator's rate against the layout's ceiling, and what the key type costs
-the Postgres primary-key index (seed 002).
+the Postgres primary-key index.
 
-Seed 002 claims random keys (UUIDv4) leave B-tree pages ~69 % full (Yao), i.e. an index
+The specification claims random keys (UUIDv4) leave B-tree pages ~69 % full (Yao), i.e. an index
 about 1.44x the size of one built from time-ordered keys. This loads the same number of
 rows keyed by Snowflake ids (bigint), UUIDv7 and UUIDv4, in arrival order, and reports
 the measured index sizes and their ratios.

@@ -1,7 +1,16 @@
-"""CDC relay: Postgres WAL (pgoutput over publication feed_cdc) -> Kafka, Debezium envelopes.
+"""CDC relay: Postgres WAL (pgoutput, publication ``feed_cdc``) -> Kafka, Debezium envelopes.
 
-Layout: ``pgoutput`` decodes the protocol, ``column_rendering`` and ``envelope`` map a row
-change to Kafka records (pure), ``ack_frontier`` decides what may be confirmed (pure);
-``snapshot``, ``stream``, ``catalog``, ``slot`` and ``publisher`` are the I/O around them,
-and ``relay`` runs it all. See docs/cdc.md.
+See docs/cdc.md. Pure: ``pgoutput``, ``column_rendering``, ``envelope``, ``ack_frontier``.
+
+* ``relay``: the process: slot set-up, first snapshot, streaming, reconnection
+* ``pgoutput``: decodes the pgoutput protocol
+* ``column_rendering``: a column's text as Debezium would render it
+* ``envelope``: a row change as Kafka records with Debezium's envelope
+* ``ack_frontier``: which WAL position may be confirmed, from Kafka's acks
+* ``stream``: streamed messages to records, acks tracked per transaction
+* ``snapshot``: the first snapshot of the captured tables
+* ``catalog``: captured tables and their keys, from the catalog
+* ``slot``: the replication slot and the snapshot's durable state
+* ``publisher``: the idempotent Kafka producer
+* ``metrics``: the relay's metrics; ``__main__``: runs the relay
 """

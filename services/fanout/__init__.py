@@ -1,4 +1,19 @@
-"""The fan-out worker: posts into per-reader inboxes (hybrid tiers, inactive readers
-skipped, returning ones rebuilt), follows and blocks into copies and backfills, rank-key
-moves into inbox rows; one author event per post. `jobs/` holds its offline jobs
-(rebuild, reconcile)."""
+"""The fan-out worker (docs/fanout.md).
+
+* ``app``: the faust agents and their wiring; ``__main__``: runs the worker
+* ``post_events``: a post's changes: its copy, then push to inboxes or unpush
+* ``relation_events``: follows and blocks: copies, follower counts, backfill, clean-up
+* ``rank_moves``: moves a post's rows when the ranker moves its key
+* ``audience``: who gets a post, where its rows sort (pure)
+* ``tiering``: which authors are pushed, which merged at read time (pure)
+* ``tier_store``: the tiers' state in Cassandra
+* ``inbox``: reader inboxes: push, move, unpush, purge, trim
+* ``copies``: the Cassandra copies of posts, timelines, follows and blocks
+* ``cleanup``: which inbox rows must go (pure)
+* ``inactive``: the sweeper that flags readers who stopped reading
+* ``returning``: brings a returning reader's inbox back
+* ``rebuild``: refills a reader's inbox from their authors' timelines
+* ``verifier``: the visibility verifier; ``copy_audit``: copies against Postgres, and repair
+* ``metrics``: the worker's metrics
+* ``jobs/``: operator commands over the fan-out's data
+"""

@@ -3,8 +3,8 @@ unpush, purge an author, trim the tail. The statements and row types are the tab
 owner's (services/shared/stores/inbox.py); this store batches and sends them.
 
 A row is ``(reader_id, rank_key, post_id) -> author_id``: the post's time-invariant rank
-key (services/shared/domain/ranking.rank_key) in the clustering order, so a first page reads
-the top of the partition. Writes carry ``USING TIMESTAMP`` in microseconds (0005_rank_keys.cql):
+key (``rank_key`` of services/shared/domain/ranking.py) in the clustering order, so a
+first page reads the top of the partition. Writes carry ``USING TIMESTAMP`` in microseconds (0005_rank_keys.cql):
 a post's rows the write time of its key, removals the time they are decided. Trimming
 deletes everything below the cap boundary with ONE range tombstone at the tail (the
 lowest keys), so a first page, read from the head, never walks it.

@@ -13,7 +13,7 @@ Round trips of a follow change, each step's statements concurrent:
 3. only when there are such posts: the block check and the posts' copies, then pushes.
    Pushed rows are not announced: the posts' own ``author-events`` records went out when
    they were fanned out, and announcing each backfilled row again would bring back one
-   record per row (a bulk load of follows backfills most of its rows; issue 38).
+   record per row (a bulk load of follows backfills most of its rows).
 The change is also published to ``<prefix>.follow-counts`` keyed by the author: the
 follower count's one owner (the ``follow_counts`` agent) moves it, without a Paxos round
 (services/shared/domain/owned_counts.py). The batch is acked once that record is in its

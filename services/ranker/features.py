@@ -1,4 +1,4 @@
-"""Rank-feature events (``<prefix>.rank-features``, schemas/rank-features.v1.json). Pure.
+"""Rank-feature events (``<prefix>.rank-features``; schemas/rank-features.*.v1.json). Pure.
 
 Other services publish ``{"post_id": "<id>", "features": {"<name>": <number>},
 "event_time": "<ISO-8601>"}`` keyed by post_id. Each feature is stored in the post

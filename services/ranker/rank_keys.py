@@ -5,7 +5,7 @@ incremented, so it converges whatever the order of events. Each change marks its
 ``rescore_pending`` recomputes every marked post once, after the batch's changes are
 applied and before the batch is acked (a post liked 200 times in a batch is scored
 once, not 200 times). It may lag by one batch when the likes and the features agents
-rescore the same post at the same time (ranking scores may be stale for seconds, seed 003).
+rescore the same post at the same time (the specification allows scores stale for seconds).
 
 When the rescored post's exact rank key (``ranking.rank_key``) is ``MOVE_THRESHOLD`` or
 more away from the key its rows are stored under, its rows move: the copy's

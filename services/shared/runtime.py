@@ -1,44 +1,10 @@
 """How a service process runs Python: the garbage collector, the GIL's switch interval,
-and the collector's pauses as metrics. The API and the stream workers (fan-out, ranker)
-call ``tune`` once their stores are open; the benchmark's baselines in the same run
-(the raw Cassandra writer, the fan-out's floor) run under ``collector_tuned``, the same
-collector settings, so no comparison credits one side with a tuning the other lacks.
+and the collector's pauses as metrics.
 
-An API process is one event-loop thread doing nearly all the work, beside the Cassandra
-driver's I/O thread, which reads and writes every request's bytes. Measured under the
-read benchmark (``bench/read/ab.py``, 2026-12-01, demo graph, 16 connections, one worker):
-
-* **Full collections paused the loop 55-115 ms**, three to five times in 40 s, and gen1
-  collections over 3 ms about once a second: every request in flight waited (first-page
-  p95 of single runs 60-430 ms against a median of 30 ms). What they freed was the
-  driver's finished futures (``cql_async.release`` now frees those by reference
-  counting); what they walked was mostly made at start-up (modules, routes, models, the
-  driver's metadata: ~105,000 objects) and lives as long as the process. ``tune``
-  freezes that (``gc.freeze``: collections skip it) and raises the first generation's
-  threshold to 20,000, so requests that allocate and free without cycles rarely trigger
-  a collection at all. Together: one gen0 collection (6 ms) in 6 runs of 8 s, and no
-  full collection after start-up (``python_gc_pause_seconds``).
-* **The driver's I/O thread waited for the GIL.** The loop thread holds it; a thread
-  that wants it gets it after the switch interval (5 ms by default), once per socket
-  event. Snapshot batches written behind the page took a median 250 ms and up to 1 s.
-  At 0.5 ms every batch took under 250 ms, 80 % under 100 ms
-  (``feed_snapshot_write_seconds``), with no measurable cost in pages per second.
-
-Measured with ``bench/read/ab.py`` (2026-12-01, demo graph and 30 days x 500 follows,
-16 connections, one worker, medians of 3 runs each against the code before): first-page
-p95 37 -> 27 ms and 35 -> 28 ms, pages/s 0.93x and 1.01x (the code before lost a third
-of its snapshot writes, which this one stores: docs/read-path.md).
-
-A fan-out worker allocates a follower row, a key and a batch entry for every inbox row
-it writes (tuples and lists: objects the collector tracks), so at the default threshold
-(700) it ran a collection every few posts, each walking faust's, aiokafka's and the
-driver's start-up objects. The same two settings (``worker_gc_*``), in single runs of
-``python -m bench.fanout --authors 200 --followers 100 --posts 10`` (2026-12-04), took its
-CPU per inbox row from 19.6-21.6 µs to 12.6-14.0 µs and its rows/s from 33-35k to 46-48k;
-with that session's other two changes, alternated with the worker before them, 21-28 ->
-15 µs a row and 25-31k -> 41-43k rows/s (``bench/results/2026-12-04-fanout-s25/``). The
-switch interval made no measurable difference there and is left at Python's default
-for workers. The ranker gets the same settings; it was not measured on its own.
+The API and the stream workers (fan-out, ranker) call ``tune`` once their stores are open;
+the benchmarks' baselines run under ``collector_tuned``, so no comparison credits one side
+with a tuning the other lacks. Why, and what it bought: docs/read-path.md, "The process"
+(the API), and docs/fanout.md, "Benchmark" (the workers).
 """
 from __future__ import annotations
 

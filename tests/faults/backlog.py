@@ -1,4 +1,4 @@
-"""The ``backlog`` scenario's parts (issue 37): a demo-sized backlog loaded through
+"""The ``backlog`` scenario's parts (docs/reliability.md): a demo-sized backlog loaded through
 Postgres, as ``make run``'s demo does but with users of its own, and the pipeline's
 goodput sampled every 5 s: events whose last step is done, from the workers' own
 per-message counters (``bench/run/drain.py``: a follow or a like once its count is written),

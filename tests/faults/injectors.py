@@ -160,7 +160,7 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
         elif name == "backlog":
             # The demo's backlog through Postgres (15k follows, 2,000 posts, 5k likes, with
             # users of its own), then a Cassandra node killed while it drains, back after
-            # hold_s (issue 37: no collapse, nothing lost, no drift).
+            # hold_s (the target: no collapse, nothing lost, no drift).
             from .backlog import load_backlog
             started = time.monotonic()
             w.backlog = await asyncio.to_thread(load_backlog, w.settings)

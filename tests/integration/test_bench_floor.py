@@ -1,7 +1,7 @@
 """The contract's floor (bench/fanout/floor.py) on the session's Cassandra and Kafka: each
 step writes every follower's row once, the steps that read take the audience from
 ``followers``, and the steps that announce put one author event per post on the topic
-(as the fan-out does since issue 38), keyed by the author, readable by the author-events
+(as the fan-out does since 2026-12-04), keyed by the author, readable by the author-events
 parser."""
 from __future__ import annotations
 

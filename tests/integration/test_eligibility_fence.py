@@ -1,5 +1,6 @@
 """A 2xx delete, removal, block or unfollow is honoured by the very next request, with
-no pipeline running at all (shared/DESIGN.md, "Eligibility"; services/api/visibility/fence.py).
+no pipeline running at all (docs/read-path.md, "Eligibility against the truth";
+services/api/visibility/fence.py).
 
 Every test writes through the real API (Postgres) and writes the serving copies the
 fan-out would have written BEFORE the change, then never updates them: the copies stay
@@ -34,7 +35,7 @@ def scene(api_server: RunningApi, world: FeedWorld) -> Iterator[Scene]:
     s.close()
 
 
-# Tries of "delete the post a walk is about to reach, then page on at once" (issue 36's
+# Tries of "delete the post a walk is about to reach, then page on at once" (the
 # target: 0 shown in 100 tries). Each try uses up one post.
 DELETE_TRIES = 100
 

@@ -13,7 +13,8 @@ from .api_server import RunningApi, serve_in_thread, stop_server
 from .feed_world import SseReader
 from .waiting import wait_until
 
-# Freshness target (DESIGN.md): commit to visible p95 <= 1.5 s; the event leg is a part.
+# Freshness target (docs/architecture.md, "What the specification fixes"): commit to
+# visible p95 <= 1.5 s; the event leg is a part.
 DELIVERY_DEADLINE_S = 5.0
 
 

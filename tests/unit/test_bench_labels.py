@@ -1,5 +1,5 @@
 """The benchmark's computed parts: verdicts from measured values, the fan-out's write
-window from its sampled row counter, and the raw writer's rows (issue 14)."""
+window from its sampled row counter, and the raw writer's rows."""
 from __future__ import annotations
 
 import struct
@@ -110,9 +110,9 @@ def test_read_headline_rows_are_verdicts_against_pull_and_healthz_at_each_level(
         return {**labels, "concurrency": 16, "per_s": per_s, "p95_ms": p95}
 
     r = {"reads": [wrk(900, 12, group="large", page="first"), wrk(500, 20, group="large", page="next")],
-         "baselines": [wrk(800, 30, name="pull from Postgres (seed 003, lateral, 2 workers), "
+         "baselines": [wrk(800, 30, name="pull from Postgres (the specified query, lateral, 2 workers), "
                                         "large readers, first pages", page="first"),
-                       wrk(400, 25, name="pull from Postgres (seed 003, lateral, 2 workers), "
+                       wrk(400, 25, name="pull from Postgres (the specified query, lateral, 2 workers), "
                                         "large readers, next pages", page="next"),
                        wrk(3000, 2, name="noop HTTP endpoint (/healthz, ours)", page="healthz")],
          "freshness": {"p95_s": 1.0},

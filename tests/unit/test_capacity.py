@@ -12,7 +12,7 @@ COSTS = Costs(api_first_us=250.0, api_next_us=500.0, cassandra_read_us=10.0, wor
               cdc_events_per_post=4.0, kafka_record_us=5.0, records_per_post=6.0)
 
 
-def test_load_follows_the_seed_ratio() -> None:
+def test_load_follows_the_target_ratio() -> None:
     load = Load(readers=86_400_000, pages_per_reader=10, reads_per_post=1000, next_share=0.25, peak=2)
     assert load.pages_per_s == pytest.approx(20_000)   # 86.4M x 10 / 86,400 s x 2
     assert load.posts_per_s == pytest.approx(20)

@@ -110,7 +110,7 @@ def test_a_timed_out_page_is_retried_alone_and_lowers_the_capacity_estimate():
     assert copies.pages_read == PAGES                  # followers were read once, not again
     assert len(inbox.pushes) == PAGES + 2              # only the failing page was redone
     assert tiers.capacity.rows_per_s == 4_000          # halved twice: 16,000 -> 4,000
-    # One announcement for the post, after every row (not one per row, issue 38).
+    # One announcement for the post, after every row (not one per row, as before 2026-12-04).
     assert [(topic, key) for topic, key, _v, _h in publisher.sent] == [("t.author-events",
                                                                         f'"{AUTHOR}"'.encode())]
 

@@ -31,7 +31,7 @@ def _generator(clock: FakeClock, node: int = 7, **kwargs) -> SnowflakeGenerator:
     return SnowflakeGenerator(node, clock=clock, sleep=clock.sleep, **kwargs)
 
 
-def test_compose_and_parse_round_trip_the_seed_layout() -> None:
+def test_compose_and_parse_round_trip_the_specified_layout() -> None:
     snowflake = ids.compose(START_MS, 1023, 4095)
     parsed = ids.parse(snowflake)
     assert (parsed.timestamp_ms, parsed.node, parsed.sequence) == (START_MS, 1023, 4095)

@@ -491,6 +491,33 @@ def test_every_folder_says_what_it_holds(folder: Path) -> None:
     assert ast.get_docstring(ast.parse(init.read_text())), f"{init} has no docstring"
 
 
+def mapped_packages() -> list[Path]:
+    """The packages whose docstring lists what they hold: the product's, deploy's, the
+    benchmarks' and the tests' helpers (a test folder's modules name themselves)."""
+    return [p for p in packages() if p.relative_to(ROOT).parts[0] != "tests"
+            or p.relative_to(ROOT).parts[:2] == ("tests", "support")]
+
+
+@pytest.mark.parametrize("folder", mapped_packages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_package_names_each_module(folder: Path) -> None:
+    """Each module and subpackage is named in its package's docstring, so the list stays
+    what the folder holds now."""
+    tree = ast.parse((folder / "__init__.py").read_text())
+    doc = ast.get_docstring(tree) or ""
+    held = [p.stem for p in folder.glob("*.py") if not p.name.startswith("__")]
+    held += [p.name for p in folder.iterdir() if (p / "__init__.py").exists()]
+    unnamed = [name for name in held if not re.search(rf"(?<!\w){re.escape(name)}(?!\w)", doc)]
+    assert not unnamed, f"{folder / '__init__.py'} does not name {sorted(unnamed)}"
+    # ...and every name a line of the list starts with ("* ``name``: ...") is there: a
+    # module, a folder, a file, or something the package itself defines.
+    defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    listed = [name for line in doc.splitlines() if line.startswith("* ")
+              for name in re.findall(r"``([\w.-]+?)/?``", line.split(": ")[0])]
+    gone = [name for name in listed if name not in defined
+            and not ((folder / f"{name}.py").exists() or (folder / name).exists())]
+    assert not gone, f"{folder / '__init__.py'} lists what is not there: {sorted(gone)}"
+
+
 def test_make_run_needs_no_benchmark() -> None:
     """The demo (and everything else ``make run`` starts) imports with ``bench`` and
     ``tests`` unimportable, as from a tree without them."""

@@ -1,7 +1,7 @@
 """The serving cache: the copies a page reads, kept in the API process, dropped on notice.
 
 A feed page reads, besides the reader's inbox top, copies that change rarely compared
-with how often they are read (seed: ~1,000 reads per post): post states and bodies, the
+with how often they are read (~1,000 reads per post written): post states and bodies, the
 reader's follows and blocks, the top rows of author-timeline partitions (followed
 celebrities, the fan-out-behind fallback), the top of the reader's inbox, and the
 reader's stored preferences (which a first page without ``order`` reads).
@@ -12,11 +12,11 @@ snapshots/snapshot_writer.py), instead of six to ten requests.
 Correctness rests on three rules:
 
 * **Dropped on notice.** Every worker write of a cached copy is followed, after
-  Cassandra acknowledged it, by a ``serving-changes`` notice (services/shared/
-  serving_changes.py) that this process's consumer applies: the entry is dropped, and
-  the next read sees the new state. A change therefore reaches pages as soon as its
-  notice arrives (milliseconds after the copy is written; the copy itself lags the
-  Postgres commit by the pipeline's freshness, as before).
+  Cassandra acknowledged it, by a ``serving-changes`` notice
+  (services/shared/contracts/serving_changes.py) that this process's consumer applies:
+  the entry is dropped, and the next read sees the new state. A change therefore reaches
+  pages as soon as its notice arrives (milliseconds after the copy is written; the copy
+  itself lags the Postgres commit by the pipeline's freshness, as before).
 * **No stale fill.** A read that started before a notice naming its key (or a clear)
   is not stored: every fill carries the ``epoch`` it started in, and the cache remembers
   what the last ``RECENT_NOTICES`` notices named.

@@ -6,9 +6,9 @@ Sources (all clustered by the time-invariant rank key, 0005_rank_keys.cql):
 * every followed author in ``celebrities`` (current, or demoted less than
   ``rules.DEMOTED_MERGE`` ago: their celebrity-period posts were never fanned out): the top
   ``per_celebrity`` rows of today's and yesterday's ``author_timeline`` partitions;
-* the fan-out-behind fallback (seed section 7): today's top ``per_fallback_author`` rows
-  of a slice of ``fallback_authors`` followed ordinary authors, the slice starting at a
-  point of the follow list that rotates every second (a reader following at most that
+* the fan-out-behind fallback (docs/read-path.md, "Failures"): today's top
+  ``per_fallback_author`` rows of a slice of ``fallback_authors`` followed ordinary
+  authors, the slice starting at a point of the follow list that rotates every second (a reader following at most that
   many authors is fully covered on every first page), so a post whose fan-out is late
   still reaches the feed.
 

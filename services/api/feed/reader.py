@@ -19,7 +19,7 @@ An entry is shown only if the post is eligible now (``eligibility.judge``) and t
 is the post's live row (``PostView.holds_row``: its key is the copy's, or the copy moved
 after the snapshot was made); so a row left behind by a racing move is never shown.
 
-Failure rules (seed section 7): a source that cannot be read is skipped (logged,
+Failure rules (docs/read-path.md, "Failures"): a source that cannot be read is skipped (logged,
 counted, and the page says ``incomplete_candidates``); the graph is a correctness input
 (blocks, unfollows), so without it the request fails with 503 instead of showing what
 may be hidden; a post whose current state cannot be read ends the page before it

@@ -1,9 +1,10 @@
 """A first page that reuses the reader's last snapshot while its sources are unchanged.
 
-Fan-out on write exists so that a read does the least work (seed: ~1,000 reads per
-post). A first page's snapshot is a function of what it read, all of it held by the
-serving cache (copies/serving_cache.py): the reader's inbox top and graph (follows, blocks)
-and the timeline partitions merged (followed celebrities, the fallback's slice); and of
+Fan-out on write exists so that a read does the least work (a post is read ~1,000 times
+for each write). A first page's snapshot is a function of what it read, all of it held
+by the serving cache (copies/serving_cache.py): the reader's inbox top and graph
+(follows, blocks) and the timeline partitions merged (followed celebrities, the
+fallback's slice); and of
 the celebrity list, the day (which buckets are read) and the fallback slice's start.
 While the cache still holds the very entries a snapshot was built from (none dropped
 by a notice, evicted, refilled or expired: ``ServingCache.still``) and those other

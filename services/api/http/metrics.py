@@ -8,7 +8,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import Scope
 
-# Buckets around the targets of DESIGN.md (15 ms / 30 ms page p95) and slow writes.
+# Buckets around the page targets (p95 15 ms next, 30 ms first: docs/architecture.md,
+# "What the specification fixes") and slow writes.
 LATENCY_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.025, 0.03, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 

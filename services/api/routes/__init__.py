@@ -1,1 +1,12 @@
-"""HTTP routers, one module per resource; ``services.api.app`` includes them."""
+"""HTTP routers, one module per resource; ``services.api.app`` includes them.
+
+* ``feed``: ``GET /v1/feed``; ``feed_fast``: the same, for well-formed requests, without
+  FastAPI's layers
+* ``stream``: ``GET /v1/feed/stream`` (SSE)
+* ``posts``: create, read and delete posts
+* ``social``: follow, block and like
+* ``moderation``: remove or restore a post (moderators)
+* ``preferences``: ``GET|PUT /v1/me/preferences``
+* ``health``: liveness, readiness and metrics
+* ``web``: the feed page at ``/``
+"""

@@ -30,7 +30,7 @@ router = APIRouter(tags=["feed"])
 
 FEED_PATH = "/v1/feed"
 INVALID_CURSOR = ProblemKind("invalid-cursor", 400, "Cursor is not valid")
-# The seed's page size and its hard cap.
+# The specified page size and its hard cap (docs/architecture.md).
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
 

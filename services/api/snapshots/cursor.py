@@ -1,4 +1,4 @@
-"""Opaque, signed feed cursors (DESIGN.md "Feed paging"). Pure: no I/O, no clock.
+"""Opaque, signed feed cursors (docs/read-path.md, "Cursor"). Pure: no I/O, no clock.
 
 A cursor carries the reader it was issued to, the snapshot's ``feed_version``, the
 feed order it pages (``ranked`` or ``latest``: a cursor is bound to its order) and the

@@ -1,1 +1,7 @@
-"""Postgres statements of the write path, one module per aggregate. Thin: no decisions."""
+"""Postgres statements of the write path, one module per aggregate. Thin: no decisions.
+
+* ``posts``: the ``posts`` table
+* ``social``: ``follows``, ``blocks`` and ``likes``
+* ``moderation``: ``posts.visibility`` and ``moderation_actions``, changed together
+* ``idempotency``: the ``idempotency_keys`` table
+"""

@@ -1,27 +1,8 @@
 """Commit wait: a write that hides something is answered a fixed time after it commits.
 
-The visibility fence (``services/api/visibility/fence.py``) gives each page a read of the log
-that goes out after the page arrived, so a page that starts after an acknowledgement
-sees it. A stream event has no such start: it is judged on a read of the log and written
-to the wire a moment later, and a delete, removal, block or unfollow that committed in
-between (after the read's snapshot) could be acknowledged by another API process before
-the event is written: the reader would get the item after the acknowledgement.
-
-Commit wait closes that window, as Spanner's commit wait does for its timestamps:
-
-- a hiding write is answered no sooner than ``wait_s`` after its commit returned;
-- a stream event is judged only on a log read that went out less than
-  ``stream_bound(wait_s)`` ago (``services/api/stream/gate.py``), and written at most
-  ``WRITE_MARGIN_S`` after that check, or not at all (``services/api/stream/write_deadline.py``
-  holds it where the bytes are written, after any wait for the socket: later, the
-  stream gets ``resync`` instead).
-
-A write the read missed committed after the read went out, so its answer leaves after
-``read sent + wait_s``, later than the event's write (``read sent + wait_s - margin``).
-Only real-time order and durations on each process's own monotonic clock are used, no
-clock shared between hosts. The price is ``wait_s`` of latency on deletes, removals,
-blocks and unfollows (no database connection is held while it passes) and a re-read of
-the log for an event whose last read is older than the bound.
+A stream event is judged on a log read and written a moment later; answering hiding writes
+``wait_s`` late and writing events within ``stream_bound(wait_s)`` of their read puts every
+event before any answer its read missed (docs/read-path.md, "Streams: commit wait").
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Whether a reader may see a post, now. Pure: every input is passed in.
 
 The read path is the correctness path for deletes, removals, blocks and unfollows
-(seed section 7): materialized inbox rows are cleaned up asynchronously, so every
-candidate is checked against the current copies on every page, not only when the
-snapshot is built.
+(docs/read-path.md, "Eligibility against the truth"): materialized inbox rows are
+cleaned up asynchronously, so every candidate is checked against the current copies on
+every page, not only when the snapshot is built.
 """
 from __future__ import annotations
 

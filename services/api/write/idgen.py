@@ -1,4 +1,4 @@
-"""Snowflake id generation (seed 002) with node ids leased in Postgres.
+"""Snowflake id generation with node ids leased in Postgres.
 
 ``SnowflakeGenerator`` issues ids for one node id: 4,096 per millisecond, then it waits
 for the next millisecond; backwards clock steps are handled by the three levels of

@@ -1,3 +1,6 @@
-"""Operator commands over the fan-out's data: refill inboxes (``rebuild_inbox``, over the
-fan-out's own ``rebuild.py``), report count drift (``reconcile``) and compare and repair
-copies (``repair``). They import the fan-out's code; the fan-out imports none of them."""
+"""Operator commands over the fan-out's data; the fan-out imports none of them.
+
+* ``rebuild_inbox``: refill readers' inboxes (over the fan-out's ``rebuild.py``)
+* ``reconcile``: follower counts against Postgres: report drift
+* ``repair``: the Cassandra copies against Postgres: compare and repair
+"""

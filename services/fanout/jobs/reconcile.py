@@ -1,8 +1,8 @@
 """``python -m services.fanout.jobs.reconcile``: compare follower counts with Postgres; report drift.
 
 The follower counts (``follow_edges.followers``, moved with each follow's state by the
-count's one owner, the fan-out's ``follow_counts`` agent, seed 003) are denormalised. This job recounts ``follows``
-in Postgres (run it against a replica in production), compares,
+count's one owner, the fan-out's ``follow_counts`` agent) are denormalised. This job
+recounts ``follows`` in Postgres (run it against a replica in production), compares,
 prints every author whose stored count differs, and exports the number of drifting
 authors (gauge ``feed_reconcile_follower_drift_authors``, to a Prometheus textfile when
 ``--metrics-file`` is given). It never repairs: drift means a consumer bug to find, or

@@ -15,7 +15,7 @@ from services.shared.settings import CassandraSettings
 # Every store call has a timeout: a slow node must not hold a request or a worker.
 DEFAULT_TIMEOUT_S = 2.0
 # Native protocol v4, not v5: v5 wraps every frame in checksummed segments, and
-# cassandra-driver 3.30 codes them in pure Python (cassandra/segment.py is not compiled;
+# cassandra-driver 3.30 codes them in pure Python (its cassandra.segment is not compiled;
 # its CRC24 header check is a bit loop, CRC32 is zlib). Measured on the bench machine:
 # ~40 us of CPU per statement in the segment codec, ~7% of the driver's CPU for a point
 # read, spent on the reactor thread every read waits on. Nothing here uses a v5-only

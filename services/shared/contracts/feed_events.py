@@ -1,36 +1,11 @@
 """``<prefix>.author-events``: what the fan-out tells the API's streams, one record per post.
 
-Contract: ``schemas/author-events.{key,value}.v1.json``. The fan-out (services/fanout)
-builds it, the API's stream consumer (services/api/stream/consumer.py) parses it; parse
-and build live here, together, so they cannot drift.
-
-``author-events`` (key = author_id): a post of the author can now be read by the
-author's followers (``AuthorPosted``). The fan-out publishes it once per post it fans
-out, after the post's inbox rows are written, and once per celebrity post, whose rows
-are only the author partition (merged at read time). The API's stream fans the event
-out to its connected readers who follow the author. Ids are decimal strings, times
-ISO-8601 UTC to the millisecond, like every JSON body of the project; the key is the id
-as a JSON string (``"123"`` with the quotes), so JSON-decoding consumers get a string, as
-everywhere else.
-
-``inbox-events`` (one record per inbox row, key = reader_id) is retired (issue 38): it
-cost the fan-out a quarter of its CPU, and every API process read every inbox row of the
-system. Its schema stays in ``schemas/`` marked deprecated; nothing publishes it.
-
-Event ids. Delivery is at-least-once: a worker that crashes before its batch is
-acknowledged replays it, and a replay publishes the same event again. Every event
-carries ``event_id`` = ``author:<author_id>:<post_id>``, a function of what the event is
-about and nothing else, so a consumer deduplicates by it without knowing the rule. A
-readable string rather than a UUIDv5 of the same parts: it reads in a log or a dead
-letter without a lookup. No time, offset or LSN is part of it, since those differ
-between a first delivery and its replay (a restore that re-pushes a post is the same
-news to a reader: same id).
-
-Records written before ``event_id`` existed may still be in the topic (24 h retention):
-``parse_author`` derives the id the same way when it is absent. Fields this version does
-not know are ignored (a producer may add one first). The API's stream hub keeps one
-event per post in each reader's resume buffer (services/api/stream/hub.py), which covers
-what a dedupe by event id would.
+Contract: ``schemas/author-events.{key,value}.v1.json`` (schemas/README.md: what a record
+carries, its ``event_id``, and what replaced the retired ``inbox-events``). The fan-out
+builds it and the API's stream consumer parses it; both live here, so they cannot drift.
+Delivery is at-least-once: a replay carries the same ``event_id``, and ``parse_author``
+derives it for records written before the field. Fields this version does not know are
+ignored.
 """
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """How many statements a worker keeps in flight to the store: an AIMD limit. Pure.
 
-A fixed cap (the 256 statements the workers used to keep in flight whatever the
-latencies) is right for one cluster speed only. On three replicas sharing two cores the
-cluster answered far fewer statements a second than one node, so the same 256 waited in
-the nodes' queues past their timeouts; every timeout became a retry, and the retries
-more load (issue 37). ``AimdLimit`` follows what the store answers instead, the way TCP
-follows a network (and Netflix's concurrency-limits its servers):
+A fixed cap fits one cluster speed only (docs/fanout.md, "Statements in flight follow the
+cluster"). ``AimdLimit`` follows what the store answers instead, the way TCP follows a
+network (and Netflix's concurrency-limits its servers):
 
 * an overload answer (a timeout, Unavailable, the node saying it is overloaded) halves
   the limit: a multiplicative decrease, the only kind that drains a queue quickly;

@@ -1,4 +1,4 @@
-"""64-bit Snowflake ids (seed 002): 41-bit ms since 2026-01-01T00:00:00Z | 10-bit node | 12-bit seq.
+"""64-bit Snowflake ids: 41-bit ms since 2026-01-01T00:00:00Z | 10-bit node | 12-bit seq.
 
 Ids are time-ordered, so "newest first" is "largest id first" everywhere (inbox and
 author partitions cluster on post_id DESC). Every id is a decimal string in JSON.
@@ -66,8 +66,8 @@ def compose(unix_ms: int, node: int, sequence: int) -> int:
     return (delta << TIMESTAMP_SHIFT) | (node << NODE_SHIFT) | sequence
 
 
-# Clock drift (seed 002, three levels). A backwards step up to 5 ms is NTP slew: wait it
-# out. Up to 1 s (a leap second, a large slew): keep issuing on the last timestamp, ids
+# Clock drift, three levels (docs/architecture.md). A backwards step up to 5 ms is NTP
+# slew: wait it out. Up to 1 s (a leap second, a large slew): keep issuing on the last timestamp, ids
 # stay unique because the sequence keeps counting. Beyond that the host clock is wrong and
 # issuing would risk collisions with ids already out there: refuse.
 MAX_WAIT_DRIFT_MS = 5
@@ -82,7 +82,7 @@ class Drift(Enum):
 
 
 def classify_drift(last_ms: int, now_ms: int) -> Drift:
-    """Which of the seed's three drift levels applies when the clock reads ``now_ms``."""
+    """Which of the three drift levels applies when the clock reads ``now_ms``."""
     behind = last_ms - now_ms
     if behind <= 0:
         return Drift.NONE

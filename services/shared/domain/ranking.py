@@ -5,7 +5,7 @@ Three parts:
 * ``engagement_score(likes, features)``: written by the ranker into ``posts.score`` when
   a like or a feature event arrives. It does not depend on time, so it can be stored.
 * ``rank_key(score, created_at_ms)``: the *time-invariant* rank key that inbox and
-  author-partition rows are clustered by (seed section 4: ``feed_inbox`` keyed
+  author-partition rows are clustered by (the specified schema: ``feed_inbox`` keyed
   ``(reader_id, rank_key, post_id)``). Decay is the same for every post, so
   ``score - age / HALF_LIFE`` = ``score + created_at / HALF_LIFE - now / HALF_LIFE``:
   the first two terms order posts the same way at any ``now``, and no row needs
@@ -27,7 +27,7 @@ from typing import Mapping, NamedTuple
 
 from .ids import EPOCH_MS
 
-# Six hours: a feed read ~1000 times per post written (seed, section 1) should still
+# Six hours: a feed read ~1,000 times per post written (docs/architecture.md) should still
 # show yesterday's very popular post below today's ordinary one: at 24 h a post has lost
 # 4 units (16x), which one ~16x more likes (4 units) exactly offsets.
 HALF_LIFE_S = 6 * 3600.0

@@ -5,6 +5,7 @@
 * ``services``: ``ApiSettings``, ``FanoutSettings``, ``RankerSettings``, ``CdcSettings``,
   and what several share (``WorkerSettings``, ``ActivitySettings``).
 * ``base``: the prefix, ``*_FILE`` secrets and the old ``FEED_FEED_*`` names.
+* ``__main__``: every variable as Markdown tables.
 * ``Settings``: every block at once, what a process built from one checkout reads;
   ``get_settings()`` builds it once per process.
 

@@ -1,1 +1,14 @@
-"""Store clients more than one service uses: Cassandra and Postgres sessions, reader activity, counted edges, node health; and the one owner of each Cassandra table (its statements, columns and row types: statements.py says how a service uses them)."""
+"""Store access more than one service uses, and the one owner of each Cassandra table.
+
+Owners (statements, columns and row types; ``statements`` says how a service uses them):
+``posts``, ``follows``, ``blocks``, ``likes``, ``inbox``, ``timelines``, ``tiers``,
+``preferences``, ``snapshot_slots``, ``stream_leases``, ``activity`` (reader activity,
+and which readers the fan-out skips), ``counted_edges`` (edges and their counts).
+
+* ``statements``: how an owner states its statements: ``Cql`` and ``Statements``
+* ``cql_async``: driver futures bridged to asyncio
+* ``write_coalescer``: concurrent single-row writes leave as shared batches
+* ``read_coalescer``: concurrent single-partition reads leave as one ``IN`` read
+* ``store_pressure``: a worker's statements in flight and retry budget
+* ``store_health``: what this process's clients see of the nodes, as metrics
+"""

@@ -1,6 +1,6 @@
 """``CountedEdges``: edges and their partition's count, written by the count's one owner
 with plain batches ordered by topic offsets (0006_counted_edges.cql; the decisions are in
-edge_transitions.py, why it is exact in services/shared/domain/owned_counts.py).
+edge_transitions.py, why it is exact in docs/fanout.md, "Counts").
 
 Why not a counter: a Cassandra counter cannot share a batch with other cells and is not
 idempotent (a timed-out increment may or may not have applied), so no order of "write

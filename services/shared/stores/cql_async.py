@@ -36,14 +36,10 @@ from .store_pressure import AdaptivePermits, RetryGate, adaptive_permits
 def release(response: Any) -> None:
     """Break a finished request's reference cycles, so reference counting frees it.
 
-    The driver's ``ResponseFuture`` keeps its timer (which holds the future's own bound
-    ``_on_timeout``) after it is done, and its callbacks (our closures) as long as it
-    lives: ~50 objects a request that only the cyclic collector could free. Under the
-    read benchmark that was all the API's cyclic garbage, and the full collections that
-    freed it paused the event loop 25-115 ms. (``_timer`` is the driver's attribute,
-    cassandra-driver 3.30; on a driver without it this sets a harmless one.) Never raises:
-    it runs inside the driver's completion callbacks, where an error would keep the
-    answer from its caller."""
+    The driver's ``ResponseFuture`` keeps its timer and our callbacks after it is done:
+    ~50 objects a request only the cyclic collector freed (docs/read-path.md, "The
+    process"). ``_timer`` is cassandra-driver 3.30's attribute. Never raises: it runs in
+    the driver's completion callbacks, where an error would keep the answer from its caller."""
     try:
         response._timer = None
         response.clear_callbacks()

@@ -6,7 +6,7 @@ the fanned-out mark) beside its inbox rows. One request per row costs the worker
 driver's request path) and the node (a request's parsing, dispatch and response) far
 more than the row itself: the best raw writer of the full benchmark wrote 4,848 rows/s
 one row a request and 51,169 in replica-grouped batches of 50, on the same node
-(bench/results/2026-12-02-polyglot-full-s17). Here each
+(bench/results/2026-12-02-polyglot-full). Here each
 ``write`` joins the pending rows that share its replicas, and a group leaves as one
 unlogged batch when it is full (``max_rows`` or ``max_bytes``) or ``linger_s`` after its
 first row, whichever is first; the caller resumes when the batch is applied, so

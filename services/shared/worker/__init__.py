@@ -1,1 +1,11 @@
-"""The Kafka side of a process: the faust app, batched consumption, the poison guard, the publisher, broker failover."""
+"""The Kafka side of a process.
+
+* ``faust_app``: the faust app, raw topics and our view of a message
+* ``batch_consumer``: an agent's loop over a stream, in batches
+* ``poison_guard``: one message through a handler under the failure rules
+* ``event_publisher``: the idempotent producer of output events
+* ``notices``: tells every API process which serving copies changed
+* ``count_owner``: the agent side of counts with one writer
+* ``kafka_consumers``: the API's consumers (no group)
+* ``kafka_failover``: clients that stop asking a broker that just failed
+"""

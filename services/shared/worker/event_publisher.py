@@ -147,20 +147,12 @@ class EventPublisher:
         pick for its key, as one record batch per partition; the returned futures (a
         few, not one per record) resolve when the broker acknowledged their batch.
 
-        What the fan-out publishes per follower: ``send`` costs a future, a record
-        metadata and the partitioner's pure-Python hash per record (a quarter of the
-        worker's CPU in a py-spy profile, bench/results/2026-12-02-fanout-profile-s15);
-        here a record costs an append to aiokafka's C batch builder and a cached hash.
-
-        The batch joins the producer's queue for its partition exactly as a full batch
-        of ``send``'s does (aiokafka's ``_append_batch``): idempotent, acks=all, in order
-        behind what was sent before, and it never waits. aiokafka's public
-        ``send_batch`` waits for the partition's queued batch to be sent first; with
-        acks=all that is the previous produce's acknowledgement, so while a partition
-        was between leaders every fan-out handler stood still in it, and 4 s of that
-        raised ``KafkaTimeoutError`` (seen in the broker-cut fault run, 2026-12-02).
-        Where the accumulator lacks what this uses (another aiokafka), records go one
-        by one through ``send``."""
+        A record costs an append to aiokafka's C batch builder and a cached hash instead
+        of ``send``'s future and pure-Python hash. Batches are queued as ``send`` queues
+        its full ones (``_append_batch``: idempotent, acks=all, in order, never waiting;
+        the public ``send_batch`` waits for the previous produce's ack: docs/reliability.md,
+        "Inbox events batched per partition"). Without that accumulator, records go one by
+        one through ``send``."""
         producer = self._producer
         assert producer is not None, "EventPublisher.start() was not awaited"
         if not records:
