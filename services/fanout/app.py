@@ -259,12 +259,13 @@ def create_app(settings: Settings) -> faust.App:
         except Exception:  # noqa: BLE001 - the next interval resumes where this stopped
             log.warning("inactive-reader sweep failed; resuming next interval", exc_info=True)
 
-    @app.timer(interval=max(0.1, settings.visibility_verify_every_s))
-    async def verify_visibility() -> None:
-        # Every worker tries; the one holding the verifier's advisory lock walks the
-        # visibility log (verifier.py). tick() logs its errors and backs off itself.
-        opened = ports.opened
-        if opened is not None:
-            await opened.verifier.tick()
+    if settings.visibility_verify_every_s > 0:  # 0: this deployment's fan-out does not verify
+        @app.timer(interval=max(0.1, settings.visibility_verify_every_s))
+        async def verify_visibility() -> None:
+            # Every worker tries; the one holding the verifier's advisory lock walks the
+            # visibility log (verifier.py). tick() logs its errors and backs off itself.
+            opened = ports.opened
+            if opened is not None:
+                await opened.verifier.tick()
 
     return app

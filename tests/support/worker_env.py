@@ -60,7 +60,10 @@ class WorkerEnv:
                   "kafka_session_timeout_s": 6.0, "kafka_commit_interval_s": 0.5,
                   # Pinned so tier decisions do not depend on this machine's speed.
                   "fanout_capacity_pinned_rows_per_s": 100_000.0,
-                  "tier_min_dwell_s": 0.0, **overrides}
+                  "tier_min_dwell_s": 0.0,
+                  # No verifier: these workers share the session's database with tests
+                  # that leave copies stale on purpose, which it would repair mid-test.
+                  "visibility_verify_every_s": 0, **overrides}
         env.update({f"FEED_{k.upper()}": str(v) for k, v in values.items()})
         log = open(self.log_dir / f"{module}-{group}-{len(self.procs)}.log", "wb")
         proc = subprocess.Popen([sys.executable, "-m", module], cwd=ROOT, env=env,

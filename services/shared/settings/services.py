@@ -275,7 +275,8 @@ class FanoutSettings(FeedSettings):
 
     # The visibility verifier (services/fanout/verifier.py, docs/fanout.md).
 
-    # Seconds between the verifier's walks of the visibility log (and lock attempts).
+    # Seconds between the verifier's walks of the visibility log (and lock attempts); 0:
+    # this fan-out never verifies (another one on the same database must).
     visibility_verify_every_s: float = 2.0
     # Visibility-log entries the verifier checks per batch.
     visibility_verify_batch: int = 500
