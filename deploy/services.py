@@ -13,6 +13,7 @@ if one of them fails.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import urllib.request
@@ -21,7 +22,9 @@ from functools import partial
 from deploy.stack.layout import REPO, Layout
 from deploy.stack.process import Daemon, StackError, spawn, stop, wait_ready
 from services.shared.settings import get_settings
+from services.shared.settings.processes import across_processes
 
+log = logging.getLogger("deploy.services")
 ORDER = ("cdc", "fanout", "ranker", "api")
 # The services started here run beside the local stack, on the built-in development
 # secrets unless FEED_JWT_SECRET / FEED_CURSOR_KEYS are set: the API refuses those without
@@ -57,6 +60,8 @@ def _serving(name: str) -> bool:
 
 
 def start(layout: Layout, names: list[str]) -> list[str]:
+    for problem in across_processes(get_settings()):
+        log.warning("settings: %s", problem)
     started: list[Daemon] = []
     try:
         for name in names:

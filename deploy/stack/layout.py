@@ -127,10 +127,10 @@ class Layout:
         """Point this process's clients at the stack unless FEED_* variables already say
         otherwise (and drop a settings object read before): what a command run beside
         the stack (``make migrate``, ``make faults``) needs, on one node or three."""
-        from services.shared.settings import get_settings
+        from services.shared.settings import forget_loaded
         for key, value in self.client_env().items():
             os.environ.setdefault(key, value)
-        get_settings.cache_clear()
+        forget_loaded()
 
     def save_state(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from services.api.http.logs import configure_logging
 from services.shared.clients.preflight import preflight
 from services.shared.secret_policy import UnsafeSecrets, require_safe_secrets
-from services.shared.settings import get_settings
+from services.shared.settings import ApiProcess, load
 
 from .app import create_app
 
@@ -46,7 +46,7 @@ def usable_cores() -> int | None:
 
 def worker_app() -> FastAPI:
     """The app of one worker process (uvicorn factory): logging set up in that process."""
-    settings = get_settings()
+    settings = load(ApiProcess)
     configure_logging(access_log=settings.api_access_log)
     # uvicorn silenced its access log before calling us; configure_logging re-routed it.
     # edge.Edge is the access log (5xx always, every request on demand).
@@ -55,7 +55,7 @@ def worker_app() -> FastAPI:
 
 
 def main() -> None:
-    settings = get_settings()
+    settings = load(ApiProcess)
     try:
         # Also checked in the app's lifespan; here it is one clear line, before uvicorn
         # starts any worker, instead of a traceback per worker.

@@ -3,7 +3,7 @@
 Clients (Postgres pool, Snowflake node lease) are created in the lifespan, never at
 import, and live in ``app.state``:
 
-- ``settings``: the ``Settings`` the app was built with
+- ``settings``: the ``ApiProcess`` settings the app was built with
 - ``pg``: ``psycopg_pool.AsyncConnectionPool``
 - ``ids``: ``SnowflakeGenerator`` on a node id leased in Postgres (``id_lease``)
 - ``known_users``: users this process has already created (``users.KnownUsers``)
@@ -37,7 +37,7 @@ from services.api.write.idgen import NodeLease, SnowflakeGenerator
 from services.api.write.users import KnownUsers
 from services.shared import runtime
 from services.shared.secret_policy import require_safe_secrets
-from services.shared.settings import Settings, get_settings
+from services.shared.settings import ApiProcess, load
 from services.shared.clients import pg
 from services.shared.worker import kafka_failover
 
@@ -70,7 +70,7 @@ BACKGROUND_TASKS: list[Callable[[FastAPI], Coroutine[Any, Any, None]]] = [
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    settings: Settings = app.state.settings
+    settings: ApiProcess = app.state.settings
     require_safe_secrets(settings)  # before any client: a refused app opens nothing
     verifier = token_verifier(app.state)
     if verifier.keys is not None:  # gateway tokens: the issuer's keys before the first request
@@ -119,12 +119,12 @@ class FeedApi(FastAPI):
                     MAX_BODY_BYTES)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: ApiProcess | None = None) -> FastAPI:
     """Build the API for ``settings`` (the process's settings by default)."""
     app = FeedApi(title="Feed API", version="1.0.0", lifespan=lifespan,
                   openapi_url="/openapi.json", docs_url="/docs", redoc_url=None,
                   telemetry=NO_OTEL)
-    app.state.settings = settings or get_settings()
+    app.state.settings = settings or load(ApiProcess)
     kafka_failover.install(app.state.settings.kafka_failed_broker_hold_s)
     app.state.metrics = ApiMetrics()
     app.state.readiness = ReadinessChecks()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from services.api.http.auth import MODERATOR_ROLE, mint_token, parse_user_id
-from services.shared.settings import get_settings
+from services.shared.settings import ApiProcess, load
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         parser.error(str(exc))
     roles = (MODERATOR_ROLE,) if args.moderator else ()
-    settings = get_settings()
+    settings = load(ApiProcess)
     print(mint_token(user_id, settings.jwt_secret.get_secret_value(), roles=roles, ttl_seconds=args.ttl,
                      issuer=settings.jwt_issuer, audience=settings.jwt_audience))
 

@@ -9,7 +9,7 @@ import threading
 from prometheus_client import start_http_server
 
 from services.shared.clients.preflight import preflight
-from services.shared.settings import get_settings
+from services.shared.settings import CdcProcess, load
 
 from .column_rendering import UnsupportedColumnType
 from .relay import Relay
@@ -19,7 +19,7 @@ from .slot import SlotInUse
 def main() -> int:
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    settings = get_settings()
+    settings = load(CdcProcess)
     # A wrong password or TLS setting ends the relay here, in one line (status 78), instead
     # of a reconnect loop against it; a store not up yet is left to the relay's back-off.
     preflight(settings, ("postgres", "kafka"))

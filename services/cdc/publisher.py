@@ -7,7 +7,7 @@ from typing import Callable, TextIO
 from confluent_kafka import KafkaError, Message
 
 from services.shared.clients import kafka
-from services.shared.settings import Settings
+from services.shared.settings import CdcProcess
 from services.shared.stores.store_health import record_kafka_stats
 
 from .envelope import OutRecord
@@ -28,13 +28,13 @@ class DeliveryFailed(RuntimeError):
 NO_OFFSET = "acknowledged without an offset (implicit ack): persistence not confirmed"
 
 
-def producer_config(settings: Settings) -> dict[str, object]:
+def producer_config(settings: CdcProcess) -> dict[str, object]:
     """The relay producer's whole configuration: the connection (brokers, SASL, TLS) from
     ``clients.kafka.librdkafka_config``, then the relay's own options."""
     return {**kafka.librdkafka_config(settings), **_options(settings)}
 
 
-def _options(settings: Settings) -> dict[str, object]:
+def _options(settings: CdcProcess) -> dict[str, object]:
     return {
         # No duplicates or reordering from producer retries; per-partition order kept.
         "enable.idempotence": True,
@@ -60,10 +60,10 @@ def _options(settings: Settings) -> dict[str, object]:
 class KafkaPublisher:
     """Thin adapter over confluent-kafka; ``on_ack`` runs inside ``poll``/``flush``."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: CdcProcess) -> None:
         self._producer = kafka.producer(settings, _options(settings))
         self._failure: str | None = None
-        # Settings.cdc_delivery_trace: line-buffered, so a SIGKILL loses at most a line.
+        # CdcSettings.cdc_delivery_trace: line-buffered, so a SIGKILL loses at most a line.
         self._trace: TextIO | None = (open(settings.cdc_delivery_trace, "a", buffering=1)
                                       if settings.cdc_delivery_trace else None)
 

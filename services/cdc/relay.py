@@ -20,7 +20,7 @@ from psycopg2.extras import ReplicationCursor
 
 from services.shared.clients import pg
 from services.shared.contracts.topics import heartbeat_topic
-from services.shared.settings import Settings
+from services.shared.settings import CdcProcess
 
 from . import catalog, metrics, slot
 from .ack_frontier import AckFrontier
@@ -52,7 +52,7 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def mapping_options(settings: Settings) -> MappingOptions:
+def mapping_options(settings: CdcProcess) -> MappingOptions:
     return MappingOptions(topic_prefix=settings.topic_prefix, database=settings.pg_database,
                           decimal_mode=settings.cdc_decimal_handling_mode,
                           unknown_types=settings.cdc_unknown_types,
@@ -60,7 +60,7 @@ def mapping_options(settings: Settings) -> MappingOptions:
 
 
 class Relay:
-    def __init__(self, settings: Settings, stop: threading.Event | None = None,
+    def __init__(self, settings: CdcProcess, stop: threading.Event | None = None,
                  clock_us: Callable[[], int] = _now_us) -> None:
         self.settings = settings
         self.stop = stop or threading.Event()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from services.shared.settings import Settings
+from services.shared.settings import CdcProcess
 
 from .pgoutput import lsn_from_str
 
@@ -26,7 +26,7 @@ class SlotState:
     snapshot_completed: bool
 
 
-def slot_name_for(settings: Settings) -> str:
+def slot_name_for(settings: CdcProcess) -> str:
     """Explicit FEED_CDC_SLOT_NAME, else feed_cdc_<database> (one slot per database)."""
     if settings.cdc_slot_name:
         return settings.cdc_slot_name

@@ -40,7 +40,7 @@ from services.shared.contracts.rank_moves import parse as parse_rank_move
 from services.shared.contracts.reader_events import parse as parse_reader_event
 from services.shared.contracts.topics import (cdc_topic, follow_counts_topic, rank_moves_topic,
                                               reader_events_topic, serving_changes_topic)
-from services.shared.settings import Settings
+from services.shared.settings import FanoutProcess
 from services.shared.clients import cql
 from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.counted_edges import CountedEdges
@@ -100,12 +100,12 @@ class _PostFanoutOptions(TypedDict, total=False):
     inactive: Callable[[int], Awaitable[frozenset[int]]]
 
 
-def tier_policy(settings: Settings) -> TierPolicy:
+def tier_policy(settings: FanoutProcess) -> TierPolicy:
     return TierPolicy(settings.freshness_target_s, settings.tier_promote_share,
                       settings.tier_demote_share, settings.tier_min_dwell_s)
 
 
-async def open_ports(settings: Settings) -> FanoutPorts:
+async def open_ports(settings: FanoutProcess) -> FanoutPorts:
     session = cql.session(settings, timeout=settings.worker_store_timeout_s)
     watch_cassandra(session.cluster)
     use_cached_rows(session)
@@ -172,7 +172,7 @@ MessageHandler = Callable[[FanoutPorts], Callable[[RawMessage], Awaitable[None]]
 E = TypeVar("E")
 
 
-def create_app(settings: Settings) -> faust.App:
+def create_app(settings: FanoutProcess) -> faust.App:
     app = build_faust_app(settings, settings.fanout_group_id or f"{settings.topic_prefix}.fanout")
     prefix = settings.topic_prefix
     ports = OpenedOnce(lambda: open_ports(settings))

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the fan-out worker (port: Settings.fanout_metrics_port).
+"""Prometheus metrics of the fan-out worker (port: FanoutSettings.fanout_metrics_port).
 
 Consumer lag and DLQ counts are in services/shared/worker/poison_guard.py and batch_consumer.py (shared with the ranker).
 """

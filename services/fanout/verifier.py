@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Sequence
 
 from services.shared.clients import pg
-from services.shared.settings import Settings
+from services.shared.settings import FanoutProcess
 
 from .copy_audit import AsyncConn, CopyAudit, Key, RepairOutcome, WritersStillOpen
 from .metrics import (VISIBILITY_OLDEST_UNVERIFIED, VISIBILITY_REPAIRS, VISIBILITY_UNVERIFIED,
@@ -153,7 +153,7 @@ class Verifier:
     """``tick()`` every ``visibility_verify_every_s`` (the fan-out's timer): takes the lock
     if it can, then walks. Never raises (but for cancellation)."""
 
-    def __init__(self, settings: Settings, audit: CopyAudit, *,
+    def __init__(self, settings: FanoutProcess, audit: CopyAudit, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._settings = settings
         self._audit = audit
@@ -170,12 +170,6 @@ class Verifier:
         self._failures = 0
         self._next_try = 0.0
         self._oldest: tuple[float, float] | None = None   # (age read, when), on the holder
-        held = settings.cache_ttl_s + settings.cache_stale_if_error_s
-        if self._settle_s <= held:
-            log.warning("FEED_VISIBILITY_SETTLE_S (%g s) is not above the API's cache hold "
-                        "(FEED_CACHE_TTL_S + FEED_CACHE_STALE_IF_ERROR_S = %g s): a process may "
-                        "forget an entry while it still serves a copy cached before the repair",
-                        self._settle_s, held)
 
     @property
     def active(self) -> bool:

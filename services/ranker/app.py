@@ -26,7 +26,7 @@ from services.shared.contracts.rank_moves import RankKeyMoved
 from services.shared.contracts.rank_moves import encode as encode_move
 from services.shared.contracts.topics import (cdc_topic, like_counts_topic, rank_features_topic,
                                               rank_moves_topic, serving_changes_topic)
-from services.shared.settings import Settings
+from services.shared.settings import RankerProcess
 from services.shared.clients import cql
 from services.shared.stores.counted_edges import CountedEdges
 from services.shared.stores.cql_async import TRANSIENT_STORE_ERRORS, CqlRunner, use_plain_tuples
@@ -55,7 +55,7 @@ class RankerPorts:
     like_counts: CountedEdges
 
 
-async def open_ports(settings: Settings) -> RankerPorts:
+async def open_ports(settings: RankerProcess) -> RankerPorts:
     session = await asyncio.get_running_loop().run_in_executor(
         None, functools.partial(cql.session, settings, timeout=settings.worker_store_timeout_s))
     use_plain_tuples(session)
@@ -75,7 +75,7 @@ async def open_ports(settings: Settings) -> RankerPorts:
                        CountedEdges(session, runner, LIKE_EDGES, settings.counts_generation))
 
 
-def create_app(settings: Settings) -> faust.App:
+def create_app(settings: RankerProcess) -> faust.App:
     app = build_faust_app(settings, settings.ranker_group_id or f"{settings.topic_prefix}.ranker")
     ports = OpenedOnce(lambda: open_ports(settings))
     moves_topic = rank_moves_topic(settings.topic_prefix)

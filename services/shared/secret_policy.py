@@ -14,7 +14,7 @@ startup by every process that signs or verifies with them (the API):
 """
 from __future__ import annotations
 
-from .settings import ApiSettings, Settings
+from .settings import ApiSettings
 
 # HMAC-SHA256 keys: RFC 7518 (section 3.2) requires at least the hash size, 32 bytes, for
 # HS256; the cursor MAC is the same construction, so the same floor.
@@ -29,7 +29,7 @@ class UnsafeSecrets(RuntimeError):
 
 def _default(field: str) -> str:
     """The built-in value of a secret field (the development value)."""
-    value: str = Settings.model_fields[field].default.get_secret_value()
+    value: str = ApiSettings.model_fields[field].default.get_secret_value()
     return value
 
 
@@ -38,7 +38,7 @@ def _cursor_secrets(spec: str) -> list[str]:
     return [part.strip().partition(":")[2] for part in spec.split(",") if part.strip()]
 
 
-def _built_in_in_use(settings: Settings) -> tuple[bool, bool]:
+def _built_in_in_use(settings: ApiSettings) -> tuple[bool, bool]:
     """Whether the JWT secret, and any cursor key, is a built-in development value."""
     dev_cursor = set(_cursor_secrets(_default("cursor_keys")))
     return (settings.jwt_secret.get_secret_value() == _default("jwt_secret"),
@@ -52,7 +52,7 @@ def hs256_off(settings: ApiSettings) -> bool:
             and settings.jwt_secret.get_secret_value() == _default("jwt_secret"))
 
 
-def secret_problems(settings: Settings) -> list[str]:
+def secret_problems(settings: ApiSettings) -> list[str]:
     """Everything wrong with the secrets of ``settings``; empty when it may start."""
     problems: list[str] = []
     jwt_secret_used = not hs256_off(settings)
@@ -70,7 +70,7 @@ def secret_problems(settings: Settings) -> list[str]:
     return problems
 
 
-def require_safe_secrets(settings: Settings) -> None:
+def require_safe_secrets(settings: ApiSettings) -> None:
     """Raise ``UnsafeSecrets`` naming each problem and the fix, unless all is well."""
     problems = secret_problems(settings)
     if not problems:

@@ -30,9 +30,7 @@ from services.shared.clients import cql, kafka, pg
 from services.shared.clients.preflight import StoreRefused, check_cassandra, check_kafka, check_postgres
 from services.shared.settings import Settings
 from tests.conftest import require
-from tests.integration.test_stack_manager import _free_ports
-
-PORTS = _free_ports()
+from tests.integration.test_stack_manager import stack_ports
 
 
 @dataclass
@@ -71,7 +69,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     require("postgres", "kafka", "cassandra")  # the main stack assembled the jars
     tmp = tmp_path_factory.mktemp("secured")
     os.chmod(tmp, 0o755)  # the postgres user must reach its data folder
-    env = {**os.environ, **PORTS, "FEED_STACK_DIR": str(tmp / "stack"),
+    env = {**os.environ, **stack_ports(), "FEED_STACK_DIR": str(tmp / "stack"),
            "FEED_STACK_LIB": str(Layout.from_env(nodes=1).lib)}
     for name in ("FEED_STACK_NODES", "FEED_KAFKA_BOOTSTRAP", "FEED_CASSANDRA_HOSTS"):
         env.pop(name, None)

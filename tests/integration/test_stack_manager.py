@@ -19,31 +19,22 @@ from deploy.stack.layout import REPO, Layout
 from services.shared.clients import pg
 from services.shared.settings import Settings
 from tests.conftest import require
+from tests.support.ports import free_ports
 
 PORT_NAMES = ("FEED_PG_PORT", "FEED_KAFKA_PORT", "FEED_KAFKA_CONTROLLER_PORT", "FEED_CASSANDRA_PORT",
               "FEED_CASSANDRA_STORAGE_PORT", "FEED_CASSANDRA_JMX_PORT", "FEED_PROMETHEUS_PORT")
 
 
-def _free_ports() -> dict[str, str]:
-    """Ports nobody listens on now, so the private stack never meets another one's."""
-    socks, ports = [], {}
-    for name in PORT_NAMES:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        socks.append(sock)
-        ports[name] = str(sock.getsockname()[1])
-    for sock in socks:
-        sock.close()
-    return ports
-
-
-PORTS = _free_ports()
+def stack_ports() -> dict[str, str]:
+    """The private stack's ports, picked now (tests/support/ports.py says why not at
+    collection time, and why not from the ephemeral range)."""
+    return free_ports(PORT_NAMES)
 
 
 @pytest.fixture()
 def private_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     require("postgres", "kafka", "cassandra")  # the main stack assembled the jars
-    env = {**os.environ, **PORTS, "FEED_STACK_DIR": str(tmp_path / "stack"),
+    env = {**os.environ, **stack_ports(), "FEED_STACK_DIR": str(tmp_path / "stack"),
            "FEED_STACK_LIB": str(Layout.from_env(nodes=1).lib)}
     env.pop("FEED_STACK_NODES", None)
     for name in ("FEED_KAFKA_BOOTSTRAP", "FEED_CASSANDRA_HOSTS"):
@@ -74,7 +65,7 @@ def test_up_twice_status_down_and_restart_keep_data(private_env: dict[str, str])
 
     # The private stack's superuser (trust on a development stack): the feed role may not
     # create tables in database postgres.
-    su = Settings(pg_host="127.0.0.1", pg_port=int(PORTS["FEED_PG_PORT"]), pg_user="postgres",
+    su = Settings(pg_host="127.0.0.1", pg_port=int(private_env["FEED_PG_PORT"]), pg_user="postgres",
                   pg_database="postgres")
     with pg.connect(su, autocommit=True) as conn:
         conn.execute("CREATE TABLE kept (v int)")
@@ -100,11 +91,11 @@ def test_up_twice_status_down_and_restart_keep_data(private_env: dict[str, str])
 def test_taken_port_is_named_and_nothing_is_left_running(private_env: dict[str, str]) -> None:
     with socket.socket() as squatter:
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.1", int(PORTS["FEED_KAFKA_PORT"])))
+        squatter.bind(("127.0.0.1", int(private_env["FEED_KAFKA_PORT"])))
         squatter.listen()
         result = stack(private_env, "up", "--only", "kafka")
     assert result.returncode == 2
-    assert f"127.0.0.1:{PORTS['FEED_KAFKA_PORT']} is already taken" in result.stderr
+    assert f"127.0.0.1:{private_env['FEED_KAFKA_PORT']} is already taken" in result.stderr
     assert not status(private_env)["kafka-1"]["pid"]
 
 

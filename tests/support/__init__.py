@@ -2,6 +2,7 @@
 
 * ``waiting``: waiting for a condition with a deadline
 * ``processes``: free ports, HTTP readiness, a test database dropped with its slots
+* ``ports``: ports for a private stack, outside the range the kernel gives clients
 * ``worker_env``: the fan-out and ranker as subprocesses, on a keyspace and prefix per test
 * ``cdc_relay``: the relay on a fresh database and topic prefix
 * ``api_server``: the real API served in a thread

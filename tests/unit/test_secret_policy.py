@@ -10,7 +10,7 @@ from services.api import __main__ as api_main
 from services.api.app import create_app
 from services.shared.secret_policy import (MIN_SECRET_BYTES, UnsafeSecrets, require_safe_secrets,
                                            secret_problems)
-from services.shared.settings import Settings, get_settings
+from services.shared.settings import Settings, forget_loaded, get_settings
 
 STRONG = "s" * MIN_SECRET_BYTES
 SHORT = "s" * (MIN_SECRET_BYTES - 1)
@@ -23,9 +23,9 @@ def no_secrets_in_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Only what a test sets: no secret or flag from the environment running the suite."""
     for name in ("FEED_JWT_SECRET", "FEED_CURSOR_KEYS", "FEED_DEV_MODE"):
         monkeypatch.delenv(name, raising=False)
-    get_settings.cache_clear()
+    forget_loaded()
     yield
-    get_settings.cache_clear()
+    forget_loaded()
 
 
 def test_built_in_secrets_are_refused_without_the_development_flag() -> None:

@@ -34,7 +34,7 @@ from services.shared.clients import kafka
 from services.shared.contracts import reader_events
 from services.shared.contracts.serving_changes import ServingChange, parse
 from services.shared.contracts.topics import reader_events_topic, serving_changes_topic
-from services.shared.settings import Settings
+from services.shared.settings import ApiProcess
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.kafka_consumers import restart_delay, wait_for_assignment
 from services.shared.worker.notices import Notices
@@ -58,7 +58,7 @@ class NoticeStats:
         self.restarts = 0
 
 
-async def consume_notices(cache: ServingCache, settings: Settings, stats: NoticeStats) -> None:
+async def consume_notices(cache: ServingCache, settings: ApiProcess, stats: NoticeStats) -> None:
     """Run until cancelled: notices -> cache, restarting the consumer on failure."""
     topic = serving_changes_topic(settings.topic_prefix)
     failures = 0
@@ -165,7 +165,7 @@ class ApiNotices:
     Its producer (idempotent, acks=all) is started by the first event, so a process that
     publishes nothing opens no connection; a failed start is tried again by the next one."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ApiProcess) -> None:
         self._publisher = EventPublisher(settings)
         self._notices = Notices(self._publisher, serving_changes_topic(settings.topic_prefix))
         self._reader_events = reader_events_topic(settings.topic_prefix)

@@ -38,7 +38,7 @@ from services.api.snapshots.cursor import (LATEST, RANKED, Cursor, CursorKeys, C
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink
 from services.shared.domain import ids
 from services.shared.domain.ranking import Ranked
-from services.shared.settings import Settings
+from services.shared.settings import ApiProcess
 from services.shared.stores.activity import REGENERATING
 
 from ..copies.bodies import FetchResult, PostCopies
@@ -101,7 +101,7 @@ class _Walk:
 
 
 class FeedReader:
-    def __init__(self, store: FeedPort, copies: PostCopies, settings: Settings,
+    def __init__(self, store: FeedPort, copies: PostCopies, settings: ApiProcess,
                  metrics: FeedMetrics, clock: Callable[[], datetime],
                  activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None,
                  notices: ChangeSink = NO_NOTICES, fence: VisibilityFence | None = None) -> None:

@@ -19,7 +19,7 @@ import logging
 
 from fastapi import FastAPI
 
-from services.shared.settings import Settings
+from services.shared.settings import ApiProcess
 from services.shared.clients import cql
 from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.cql_async import CqlRunner
@@ -40,7 +40,7 @@ from .reuse import SnapshotReuse
 log = logging.getLogger(__name__)
 
 
-def _build(app: FastAPI, settings: Settings) -> None:
+def _build(app: FastAPI, settings: ApiProcess) -> None:
     """Blocking part (connect, prepare statements): run in a thread."""
     session = cql.cluster(settings).connect(settings.cassandra_keyspace)  # TCP_NODELAY set there
     watch_cassandra(session.cluster, app.state.metrics.registry)
@@ -93,7 +93,7 @@ def _build(app: FastAPI, settings: Settings) -> None:
 
 
 async def open_read_path(app: FastAPI) -> None:
-    settings: Settings = app.state.settings
+    settings: ApiProcess = app.state.settings
     await asyncio.to_thread(_build, app, settings)
     fence: VisibilityFence = app.state.visibility_fence
     fence.arrive()  # the log's first read goes out now, not with the first page
@@ -109,7 +109,7 @@ async def run_fence_reader(app: FastAPI) -> None:
     """Background task: the visibility log read until a read reaches its head (a failed
     chunk is retried), then once a ``FEED_VISIBILITY_IDLE_READ_S``, so that a process no
     page reaches still forgets what the verifier released, and sees a restore."""
-    settings: Settings = app.state.settings
+    settings: ApiProcess = app.state.settings
     fence: VisibilityFence = app.state.visibility_fence
     while True:
         try:

@@ -27,7 +27,7 @@ from fastapi import FastAPI
 from services.shared.clients import kafka
 from services.shared.contracts.feed_events import parse_author
 from services.shared.contracts.topics import author_events_topic
-from services.shared.settings import Settings
+from services.shared.settings import ApiProcess
 from services.shared.worker.kafka_consumers import restart_delay, wait_for_assignment
 
 from .hub import StreamHub
@@ -88,7 +88,7 @@ async def _dispatch(hub: StreamHub, value: bytes | None) -> str:
     return "sent" if sent else "not_routed"
 
 
-async def consume_into_hub(hub: StreamHub, settings: Settings, metrics: StreamMetrics,
+async def consume_into_hub(hub: StreamHub, settings: ApiProcess, metrics: StreamMetrics,
                            max_replay: int = MAX_REPLAY_EVENTS) -> None:
     """Run until cancelled: Kafka -> hub, restarting the consumer on failure."""
     topics = [author_events_topic(settings.topic_prefix)]

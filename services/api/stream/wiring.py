@@ -12,7 +12,7 @@ import asyncio
 
 from fastapi import FastAPI
 
-from services.shared.settings import Settings
+from services.shared.settings import ApiProcess
 
 from ..visibility.commit_wait import stream_bound
 
@@ -23,7 +23,7 @@ from .metrics import StreamMetrics
 
 
 async def open_stream(app: FastAPI) -> None:
-    settings: Settings = app.state.settings
+    settings: ApiProcess = app.state.settings
     store = app.state.feed_store
     metrics = StreamMetrics(app.state.metrics.registry, skipped=app.state.feed_metrics.skipped)
     app.state.stream_metrics = metrics

@@ -27,7 +27,7 @@ import psycopg
 
 from services.shared.clients import pg
 from services.shared.domain.ids import MAX_NODE, MAX_SEQUENCE, Drift, classify_drift, compose
-from services.shared.settings import Settings
+from services.shared.settings import ApiProcess
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ _ACQUIRE_LOCK_KEY = 7_210_001
 class NodeLease:
     """A node id held in ``id_node_leases``; ``is_held()`` is checked for every id."""
 
-    def __init__(self, settings: Settings, node_id: int, holder: str, ttl_seconds: float, *,
+    def __init__(self, settings: ApiProcess, node_id: int, holder: str, ttl_seconds: float, *,
                  valid_until: float, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.node_id = node_id
@@ -156,7 +156,7 @@ class NodeLease:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def acquire(cls, settings: Settings, *, ttl_seconds: float | None = None,
+    def acquire(cls, settings: ApiProcess, *, ttl_seconds: float | None = None,
                 monotonic: Callable[[], float] = time.monotonic) -> NodeLease:
         """Lease a free node id (random among the free ones); raises if all 1,024 are held."""
         ttl = settings.id_lease_ttl_seconds if ttl_seconds is None else ttl_seconds

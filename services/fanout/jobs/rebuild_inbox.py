@@ -16,7 +16,7 @@ from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
 from services.fanout.rebuild import RebuildReport, rebuild_inbox
 from services.shared.contracts.topics import serving_changes_topic
-from services.shared.settings import Settings, get_settings
+from services.shared.settings import FanoutProcess, load
 from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.follows import FollowedAuthors
@@ -24,7 +24,7 @@ from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.notices import Notices
 
 
-async def _main(reader_ids: list[int], settings: Settings) -> list[RebuildReport]:
+async def _main(reader_ids: list[int], settings: FanoutProcess) -> list[RebuildReport]:
     session = cql.session(settings)
     publisher = EventPublisher(settings)
     await publisher.start()
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("reader_ids", nargs="+", type=int, help="readers whose inbox to rebuild")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for report in asyncio.run(_main(args.reader_ids, get_settings())):
+    for report in asyncio.run(_main(args.reader_ids, load(FanoutProcess))):
         print(f"reader {report.reader_id}: {report.rows_written} inbox rows from "
               f"{report.authors} followed authors")
     return 0

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY, write_to_textfile
 
 from services.fanout.copies import FOLLOW_EDGES
 from services.fanout.metrics import FOLLOWER_DRIFT
-from services.shared.settings import Settings, get_settings
+from services.shared.settings import FanoutProcess, load
 from services.shared.clients import cql, pg
 
 # Partitions of follow_edges read at once: bounded memory on a large keyspace.
@@ -45,7 +45,7 @@ def follower_drift(stored: Mapping[int, int], actual: Mapping[int, int]) -> list
                    if stored.get(a, 0) != actual.get(a, 0)), key=lambda d: d.author_id)
 
 
-def stored_counts(settings: Settings) -> dict[int, int]:
+def stored_counts(settings: FanoutProcess) -> dict[int, int]:
     cluster = cql.cluster(settings, timeout=30)
     try:
         session = cluster.connect(settings.cassandra_keyspace)
@@ -56,13 +56,13 @@ def stored_counts(settings: Settings) -> dict[int, int]:
         cluster.shutdown()
 
 
-def actual_counts(settings: Settings) -> dict[int, int]:
+def actual_counts(settings: FanoutProcess) -> dict[int, int]:
     with pg.connect(settings) as conn:
         return {a: n for a, n in conn.execute(
             "SELECT followed_id, count(*) FROM follows GROUP BY followed_id")}
 
 
-def reconcile(settings: Settings) -> list[FollowerDrift]:
+def reconcile(settings: FanoutProcess) -> list[FollowerDrift]:
     drift = follower_drift(stored_counts(settings), actual_counts(settings))
     FOLLOWER_DRIFT.set(len(drift))
     return drift
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-file", help="write the drift gauge to this Prometheus textfile")
     parser.add_argument("--fail-on-drift", action="store_true", help="exit 1 when any drift")
     args = parser.parse_args(argv)
-    drift = reconcile(get_settings())
+    drift = reconcile(load(FanoutProcess))
     for d in drift:
         if args.json:
             print(json.dumps({**asdict(d), "difference": d.difference}))

@@ -48,7 +48,7 @@ from services.shared.contracts.edge_counts import EdgeCounted
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink
 from services.shared.contracts.topics import serving_changes_topic
 from services.shared.domain.rules import INBOX_TTL_S
-from services.shared.settings import Settings, get_settings
+from services.shared.settings import FanoutProcess, load
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.notices import Notices
@@ -216,7 +216,7 @@ async def _no_counts(change: EdgeCounted) -> None:
     raise AssertionError(f"a dry run publishes nothing: {change}")
 
 
-async def run(settings: Settings, readers: Sequence[int], authors: Sequence[int], *,
+async def run(settings: FanoutProcess, readers: Sequence[int], authors: Sequence[int], *,
               sample_n: int = 0, dry_run: bool = False) -> Report:
     session = cql.session(settings)
     publisher: EventPublisher | None = None
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("name at least one --reader, --author or --sample N")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("cassandra").setLevel(logging.ERROR)  # the driver's advice on every prepare
-    report = asyncio.run(run(get_settings(), args.reader, args.author, sample_n=args.sample,
+    report = asyncio.run(run(load(FanoutProcess), args.reader, args.author, sample_n=args.sample,
                              dry_run=args.dry_run))
     print_report(report, args.json)
     differing = sum(t.differing for t in report.kinds.values())

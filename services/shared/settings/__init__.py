@@ -3,11 +3,14 @@
 * ``stores``: ``PostgresSettings``, ``KafkaSettings``, ``CassandraSettings``: where each
   store is and how to connect securely (the client factories take only these).
 * ``services``: ``ApiSettings``, ``FanoutSettings``, ``RankerSettings``, ``CdcSettings``,
-  and what several share (``WorkerSettings``, ``ActivitySettings``).
+  and what several share (``WorkerSettings``, ``MetricsSettings``, ``ActivitySettings``).
+* ``processes``: what each service reads, ``ApiProcess``, ``FanoutProcess``,
+  ``RankerProcess``, ``CdcProcess``: its blocks and its stores' blocks, nothing else;
+  ``load(cls)`` builds one once per process.
 * ``base``: the prefix, ``*_FILE`` secrets and the old ``FEED_FEED_*`` names.
-* ``__main__``: every variable as Markdown tables.
-* ``Settings``: every block at once, what a process built from one checkout reads;
-  ``get_settings()`` builds it once per process.
+* ``__main__``: every variable as Markdown tables, with the processes that read it.
+* ``Settings``: every block at once, for the tools that drive every process (the
+  migrator, the demo, the bench, the tests); ``get_settings()`` is ``load(Settings)``.
 
 ``docs/deploy.md`` lists every variable (checked by a test); ``docs/configuration.md``
 says why the defaults are what they are.
@@ -16,27 +19,27 @@ from __future__ import annotations
 
 import logging
 import os
-from functools import lru_cache
-from typing import Mapping
+from typing import Mapping, TypeVar
 
 from pydantic import ValidationError
 
 from .base import LEGACY_PREFIX, FeedSettings, SettingsError, env_names
-from .services import (ActivitySettings, ApiSettings, CdcSettings, FanoutSettings, RankerSettings,
-                       WorkerSettings)
+from .processes import ApiProcess, CdcProcess, FanoutProcess, RankerProcess, WorkerProcess
+from .services import (ActivitySettings, ApiSettings, CdcSettings, FanoutSettings,
+                       MetricsSettings, RankerSettings, WorkerSettings)
 from .stores import CassandraSettings, KafkaSettings, PostgresSettings
 
-__all__ = ["ActivitySettings", "ApiSettings", "CassandraSettings", "CdcSettings", "FanoutSettings",
-           "FeedSettings", "KafkaSettings", "PostgresSettings", "RankerSettings", "Settings",
-           "SettingsError", "WorkerSettings", "env_names", "get_settings"]
+__all__ = ["ActivitySettings", "ApiProcess", "ApiSettings", "CassandraSettings", "CdcProcess",
+           "CdcSettings", "FanoutProcess", "FanoutSettings", "FeedSettings", "KafkaSettings",
+           "MetricsSettings", "PostgresSettings", "RankerProcess", "RankerSettings", "Settings",
+           "SettingsError", "WorkerProcess", "WorkerSettings", "env_names", "forget_loaded", "get_settings", "load"]
 
 log = logging.getLogger(__name__)
 
 
-class Settings(ApiSettings, FanoutSettings, RankerSettings, CdcSettings, WorkerSettings,
-               ActivitySettings, PostgresSettings, KafkaSettings, CassandraSettings):
-    """Every block: a function that needs one store or one service's settings takes that
-    block's type, and is handed this."""
+class Settings(ApiProcess, FanoutProcess, RankerProcess, CdcProcess):
+    """Every block, for tools that drive every process. A service never builds this: it
+    builds its own process class, and its functions take that class or one block."""
 
 
 # Variables no release reads any more, and what replaced them: warned about at start.
@@ -60,16 +63,35 @@ def warn_retired(environ: Mapping[str, str]) -> list[str]:
     return warned
 
 
-@lru_cache(maxsize=1)
+S = TypeVar("S", bound=FeedSettings)
+_loaded: dict[type[FeedSettings], FeedSettings] = {}
+
+
+def load(cls: type[S]) -> S:
+    """This process's settings of class ``cls``, built once; a value that cannot be used
+    ends the process with one line per problem, naming the variable. Only the variables
+    of ``cls``'s blocks are read."""
+    if cls not in _loaded:
+        warn_retired(os.environ)
+        try:
+            _loaded[cls] = cls()
+        except ValidationError as exc:
+            problems = []
+            for error in exc.errors():
+                where = ("FEED_" + "_".join(str(p) for p in error["loc"]).upper()
+                         if error["loc"] else "")
+                problems.append(f"settings: {where + ': ' if where else ''}{error['msg']}")
+            raise SettingsError("\n".join(problems)) from None
+    loaded = _loaded[cls]
+    assert isinstance(loaded, cls)
+    return loaded
+
+
 def get_settings() -> Settings:
-    """This process's settings; a value that cannot be used ends the process with one
-    line per problem, naming the variable."""
-    warn_retired(os.environ)
-    try:
-        return Settings()
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            where = "FEED_" + "_".join(str(p) for p in error["loc"]).upper() if error["loc"] else ""
-            problems.append(f"settings: {where + ': ' if where else ''}{error['msg']}")
-        raise SettingsError("\n".join(problems)) from None
+    """Every block (tools only; a service calls ``load`` with its process class)."""
+    return load(Settings)
+
+
+def forget_loaded() -> None:
+    """Build every class again on its next ``load`` (after the environment changed)."""
+    _loaded.clear()

@@ -1,5 +1,6 @@
 """``python -m services.shared.settings``: every ``FEED_*`` variable as Markdown tables, one
-per block: the variable (and its ``_FILE`` form for secrets), the default, and the comment
+per block, with the processes that read it (``processes.PROCESSES``): the variable (and
+its ``_FILE`` form for secrets), the default, and the comment
 written above the field in the block's source (or its ``Field(description=...)``). Every
 field has such a comment: one short line saying what it is and its unit.
 
@@ -16,13 +17,15 @@ from datetime import timedelta
 from pydantic import SecretStr
 
 from . import (ActivitySettings, ApiSettings, CassandraSettings, CdcSettings, FanoutSettings,
-               FeedSettings, KafkaSettings, PostgresSettings, RankerSettings, WorkerSettings)
+               FeedSettings, KafkaSettings, MetricsSettings, PostgresSettings, RankerSettings,
+               WorkerSettings)
 from .base import PREFIX, _is_secret
+from .processes import PROCESSES
 
 BLOCKS: list[tuple[str, type[FeedSettings]]] = [
     ("Postgres", PostgresSettings), ("Kafka", KafkaSettings), ("Cassandra", CassandraSettings),
     ("API", ApiSettings), ("activity", ActivitySettings), ("workers", WorkerSettings),
-    ("fan-out", FanoutSettings), ("ranker", RankerSettings), ("CDC", CdcSettings)]
+    ("metrics", MetricsSettings), ("fan-out", FanoutSettings), ("ranker", RankerSettings), ("CDC", CdcSettings)]
 
 
 def field_comments(cls: type) -> dict[str, str]:
@@ -70,7 +73,8 @@ def table(cls: type[FeedSettings]) -> list[str]:
 def main() -> None:
     for title, cls in BLOCKS:
         doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())  # first paragraph
-        print(f"**{title}** (`{cls.__name__}`): {doc}\n")
+        readers = [f"`{name}`" for name, process in PROCESSES if issubclass(process, cls)]
+        print(f"**{title}** (`{cls.__name__}`, read by {', '.join(readers)}): {doc}\n")
         print("\n".join(table(cls)) + "\n")
 
 

@@ -192,13 +192,18 @@ class ActivitySettings(FeedSettings):
         return _seconds_or_iso(value)
 
 
-class WorkerSettings(FeedSettings):
-    """What the stream workers (fan-out, ranker) share: poison handling, retries,
-    batches, Kafka group timing, the store's in-flight limits."""
+class MetricsSettings(FeedSettings):
+    """Where the background processes (relay, fan-out, ranker) serve ``/metrics``; the
+    API serves its own on its HTTP port (``FEED_API_HOST``)."""
 
     # Where the workers' and the relay's /metrics listen (loopback: a Prometheus on this
     # host; 0.0.0.0 for one elsewhere).
     metrics_host: str = "127.0.0.1"
+
+
+class WorkerSettings(FeedSettings):
+    """What the stream workers (fan-out, ranker) share: poison handling, retries,
+    batches, Kafka group timing, the store's in-flight limits."""
 
     # Attempts at a message before it goes to its dead-letter topic.
     consumer_max_attempts: int = 3

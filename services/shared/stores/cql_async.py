@@ -120,7 +120,7 @@ Executable: TypeAlias = PreparedStatement | BoundStatement | BatchStatement
 Statement: TypeAlias = tuple[Executable, Sequence[Any]]
 
 
-# Process-wide defaults: see Settings.store_max_in_flight and store_min_in_flight.
+# Process-wide defaults: see WorkerSettings.store_max_in_flight and store_min_in_flight.
 DEFAULT_MAX_IN_FLIGHT = 256
 DEFAULT_MIN_IN_FLIGHT = 8
 

@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge
 
 from services.shared.domain.concurrency_limit import AimdLimit, Change
 from services.shared.domain.retry_budget import RetryBudget
-from services.shared.settings import Settings
+from services.shared.settings import WorkerProcess
 
 LIMIT = Gauge("feed_store_concurrency_limit",
               "Statements this worker may keep in flight to Cassandra (adaptive, AIMD)")
@@ -145,7 +145,7 @@ class StorePressure:
     retries: RetryGate
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> StorePressure:
+    def from_settings(cls, settings: WorkerProcess) -> StorePressure:
         return cls(adaptive_permits(settings.store_min_in_flight, settings.store_max_in_flight),
                    RetryGate(RetryBudget(settings.store_retry_budget_per_success,
                                          settings.store_retry_budget_per_s,

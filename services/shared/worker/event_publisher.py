@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from aiokafka.structs import RecordMetadata
 
 from services.shared.clients import kafka
-from services.shared.settings import Settings
+from services.shared.settings import KafkaSettings
 
 # One batch can leave this many bytes per partition waiting while that partition has no
 # reachable leader before ``send`` blocks (aiokafka keeps one open batch per partition
@@ -109,7 +109,7 @@ async def settle(futures: Sequence[Awaitable[Any]]) -> None:
 class EventPublisher:
     """Publishes keyed JSON events and dead letters (idempotent producer, acks=all)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
         self._producer: AIOKafkaProducer | None = None
         # The producer's accumulator, where ``send_keyed`` queues its batches; None where

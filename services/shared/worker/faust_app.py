@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, start_http_server
 from services.shared import runtime
 from services.shared.clients import kafka
 from services.shared.clients.preflight import preflight
-from services.shared.settings import Settings, get_settings
+from services.shared.settings import WorkerProcess, load
 
 from . import kafka_failover
 
@@ -38,7 +38,7 @@ class RawMessage:
     headers: Sequence[tuple[str, bytes]] = ()
 
 
-def build_faust_app(settings: Settings, app_id: str) -> faust.App:
+def build_faust_app(settings: WorkerProcess, app_id: str) -> faust.App:
     """A faust app for one worker role. Offsets are acked manually by the agents.
 
     Built by ``clients.kafka.faust_app``: its brokers and credentials (SASL, TLS) come
@@ -102,21 +102,24 @@ class OpenedOnce(Generic[T]):
         return self._value
 
 
-def tune_worker_process(settings: Settings) -> None:
+def tune_worker_process(settings: WorkerProcess) -> None:
     """The worker's collector settings (services/shared/runtime.py), once its stores and
     producer are open: what exists by then is made once and lives as long as the process."""
     runtime.tune(REGISTRY, gen0_threshold=settings.worker_gc_gen0_threshold,
                  switch_interval_s=0, freeze=settings.worker_gc_freeze)
 
 
-def run_worker(create_app: Callable[[Settings], faust.App],
-               metrics_port: Callable[[Settings], int],
+W = TypeVar("W", bound=WorkerProcess)
+
+
+def run_worker(process: type[W], create_app: Callable[[W], faust.App],
+               metrics_port: Callable[[W], int],
                stores: Sequence[str] = ("kafka", "cassandra")) -> None:
-    """Run one worker role in this process: logging, a preflight of ``stores`` (a store
-    that refuses our credentials or TLS ends the process with one line, status 78),
-    Prometheus metrics on ``metrics_port(settings)`` (``metrics_host``), then faust's worker
-    until it stops."""
-    settings = get_settings()
+    """Run one worker role in this process: its settings (``process``: only that role's
+    variables are read), logging, a preflight of ``stores`` (a store that refuses our
+    credentials or TLS ends the process with one line, status 78), Prometheus metrics on
+    ``metrics_port(settings)`` (``metrics_host``), then faust's worker until it stops."""
+    settings = load(process)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     preflight(settings, stores)
     start_http_server(metrics_port(settings), addr=settings.metrics_host)

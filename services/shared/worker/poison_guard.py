@@ -19,7 +19,7 @@ from typing import Awaitable, Callable
 from prometheus_client import Counter
 
 from services.shared.contracts.topics import dlq_topic
-from services.shared.settings import Settings
+from services.shared.settings import WorkerProcess
 from services.shared.stores.cql_async import StoreRetry, backoff_delays
 from services.shared.stores.store_pressure import RetryGate
 
@@ -87,7 +87,7 @@ class FailureBudget:
 class GuardedProcessing:
     """Applies one message with the project's retry / dead-letter / stop rules."""
 
-    def __init__(self, settings: Settings, publisher: EventPublisher,
+    def __init__(self, settings: WorkerProcess, publisher: EventPublisher,
                  transient_errors: tuple[type[BaseException], ...],
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  retries: RetryGate | None = None) -> None:
