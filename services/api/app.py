@@ -124,8 +124,9 @@ def create_app(settings: ApiProcess | None = None) -> FastAPI:
     app = FeedApi(title="Feed API", version="1.0.0", lifespan=lifespan,
                   openapi_url="/openapi.json", docs_url="/docs", redoc_url=None,
                   telemetry=NO_OTEL)
-    app.state.settings = settings or load(ApiProcess)
-    kafka_failover.install(app.state.settings.kafka_failed_broker_hold_s)
+    settings = settings or load(ApiProcess)
+    app.state.settings = settings
+    kafka_failover.install(settings.kafka_failed_broker_hold_s)
     app.state.metrics = ApiMetrics()
     app.state.readiness = ReadinessChecks()
     install_problem_handlers(app)

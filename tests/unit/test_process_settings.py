@@ -8,12 +8,14 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 from services.shared.settings import (ApiProcess, CdcProcess, FanoutProcess, RankerProcess,
-                                      Settings, SettingsError, env_names, forget_loaded, load)
+                                      Settings, SettingsError, WorkerProcess, env_names,
+                                      forget_loaded, load)
 from services.shared.settings.processes import across_processes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,3 +116,28 @@ def test_a_settle_time_under_the_apis_cache_hold_is_reported() -> None:
     assert len(problems) == 1 and "FEED_VISIBILITY_SETTLE_S" in problems[0]
     # One process alone cannot see the other's settings: nothing to say.
     assert across_processes(FanoutProcess(visibility_settle_s=1)) == []
+
+
+# Where a service's code reads ``settings.<name>``, whatever the static type says (an
+# ``app.state.settings`` is ``Any`` to mypy): the name must be one its process holds.
+READS = re.compile(r"settings\.([a-z_][a-z0-9_]*)")
+PROCESS_OF = {"services/api": ApiProcess, "services/fanout": FanoutProcess,
+              "services/ranker": RankerProcess, "services/cdc": CdcProcess,
+              "services/shared/worker": WorkerProcess}
+
+
+def foreign_reads(folder: str, process: type) -> list[str]:
+    every = set(Settings.model_fields) | {n for n in dir(Settings) if not n.startswith("_")}
+    own = set(process.model_fields) | {n for n in dir(process) if not n.startswith("_")}
+    out = []
+    for path in sorted((REPO / folder).rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for name in READS.findall(line):
+                if name in every and name not in own:
+                    out.append(f"{path.relative_to(REPO)}:{number}: settings.{name}")
+    return out
+
+
+@pytest.mark.parametrize("folder", sorted(PROCESS_OF))
+def test_a_service_reads_only_settings_its_process_holds(folder: str) -> None:
+    assert foreign_reads(folder, PROCESS_OF[folder]) == []

@@ -223,8 +223,6 @@ class WorkerSettings(FeedSettings):
     store_retry_budget_max: float = 100.0
     # Seconds after which a silent worker's partitions move (heartbeats every quarter).
     kafka_session_timeout_s: float = 6.0
-    # Seconds a broker a client failed to reach is asked last; 0: off.
-    kafka_failed_broker_hold_s: float = 10.0
     # Seconds between offset commits (faust's commit interval).
     kafka_commit_interval_s: float = 1.0
     # Messages taken at once, their keys applied concurrently.

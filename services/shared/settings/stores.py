@@ -85,6 +85,9 @@ class KafkaSettings(FeedSettings):
     # Seconds a broker may take to answer before the connection is given up, metadata
     # refreshed and the request retried at the partition's new leader.
     kafka_request_timeout_s: float = 4.0
+    # Seconds a broker a client failed to reach is asked last; 0: off (every process's
+    # clients: the API's and the workers').
+    kafka_failed_broker_hold_s: float = 10.0
 
     @property
     def kafka_request_timeout_ms(self) -> int:
