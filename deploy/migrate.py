@@ -4,8 +4,11 @@
 
 Postgres and Cassandra files in ``deploy/migrations/<store>/NNNN_name.{sql,cql}`` are
 applied in order and recorded in a ``schema_migrations`` table, so a second run does
-nothing. Kafka topics come from ``services/shared/contracts/topics.py``; existing topics are left
-as they are, and a partition count lower than declared is reported.
+nothing. Kafka topics come from ``services/shared/contracts/topics.py``, sized by
+``FEED_KAFKA_PARTITIONS`` and ``FEED_KAFKA_TOPIC_PARTITIONS``. An existing topic with fewer
+partitions than declared is grown when its records stand alone (``Growth.IN_PLACE``);
+any other is left as it is and reported with why and how (docs/deploy.md, "Growing a
+topic"); a topic is never shrunk.
 """
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.shared.contracts.topics import all_topics
-from services.shared.settings import Settings, get_settings
+from services.shared.contracts.topics import Growth, TopicSpec, all_topics
+from services.shared.settings import MigrateProcess, load
+from services.shared.settings.services import partition_counts
 from services.shared.clients import cql, kafka, pg
 from services.shared.clients.preflight import preflight
 
@@ -31,7 +35,7 @@ def _files(store: str, suffix: str) -> list[tuple[str, Path]]:
     return out
 
 
-def migrate_postgres(settings: Settings) -> list[str]:
+def migrate_postgres(settings: MigrateProcess) -> list[str]:
     applied: list[str] = []
     with pg.connect(settings) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
@@ -60,7 +64,7 @@ def _cql_statements(text: str) -> list[str]:
     return [s.strip() for s in text.split(";") if s.strip()]
 
 
-def migrate_cassandra(settings: Settings, keyspace: str | None = None) -> list[str]:
+def migrate_cassandra(settings: MigrateProcess, keyspace: str | None = None) -> list[str]:
     ks = keyspace or settings.cassandra_keyspace
     applied: list[str] = []
     cl = cql.cluster(settings, timeout=60)
@@ -102,20 +106,42 @@ def _speculative_retry(session: Any, keyspace: str, wanted: str) -> list[str]:
     return changed
 
 
-def migrate_kafka(settings: Settings, prefix: str | None = None) -> list[str]:
-    from confluent_kafka.cimpl import NewTopic  # the class confluent_kafka.admin re-exports untyped
+# What to do instead of growing a topic in place (docs/deploy.md, "Growing a topic").
+NOT_GROWN = {
+    Growth.DRAINED: "a key's records must stay in order: stop its producers, wait for the "
+                    "consumers' lag to reach zero, then grow it with kafka-topics --alter",
+    Growth.NEVER: "one writer owns each key's count: raise FEED_COUNTS_GENERATION, then "
+                  "recreate the topic and rebuild the counts instead",
+}
+
+
+def wanted_topics(settings: MigrateProcess, prefix: str | None = None) -> list[TopicSpec]:
+    return all_topics(prefix or settings.topic_prefix,
+                      partition_counts(settings.kafka_topic_partitions), settings.kafka_partitions)
+
+
+def migrate_kafka(settings: MigrateProcess, prefix: str | None = None) -> list[str]:
+    from confluent_kafka.cimpl import NewPartitions, NewTopic  # re-exported untyped
 
     admin = kafka.admin(settings)
     meta = admin.list_topics(timeout=15)
     brokers = len(meta.brokers)
     rf = 3 if brokers >= 3 else 1
-    wanted = all_topics(prefix or settings.topic_prefix)
-    created: list[str] = []
+    wanted = wanted_topics(settings, prefix)
+    done: list[str] = []
     missing = [t for t in wanted if t.name not in meta.topics]
+    grow: list[tuple[TopicSpec, int]] = []
     for spec in wanted:
-        if spec.name in meta.topics and len(meta.topics[spec.name].partitions) < spec.partitions:
-            print(f"migrate: kafka: {spec.name} has {len(meta.topics[spec.name].partitions)} "
-                  f"partitions, declared {spec.partitions}", file=sys.stderr)
+        if spec.name not in meta.topics:
+            continue
+        have = len(meta.topics[spec.name].partitions)
+        if have >= spec.partitions:
+            continue
+        if spec.growth is Growth.IN_PLACE:
+            grow.append((spec, have))
+        else:
+            print(f"migrate: kafka: {spec.name} has {have} partitions, declared {spec.partitions}: "
+                  f"not grown ({NOT_GROWN[spec.growth]})", file=sys.stderr)
     if missing:
         futures = admin.create_topics(
             [NewTopic(t.name, num_partitions=t.partitions, replication_factor=rf, config=t.config)
@@ -123,14 +149,21 @@ def migrate_kafka(settings: Settings, prefix: str | None = None) -> list[str]:
         for name, fut in futures.items():
             try:
                 fut.result()
-                created.append(name)
+                done.append(name)
             except Exception as exc:  # noqa: BLE001
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise
-    return created
+    if grow:
+        futures = admin.create_partitions(
+            [NewPartitions(spec.name, spec.partitions) for spec, _ in grow], operation_timeout=30)
+        sizes = {spec.name: (have, spec.partitions) for spec, have in grow}
+        for name, fut in futures.items():
+            fut.result()
+            done.append(f"{name} ({sizes[name][0]} -> {sizes[name][1]} partitions)")
+    return done
 
 
-def migrate_all(settings: Settings, *, keyspace: str | None = None,
+def migrate_all(settings: MigrateProcess, *, keyspace: str | None = None,
                 topic_prefix: str | None = None, only: str | None = None) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if only in (None, "postgres"):
@@ -157,7 +190,7 @@ def main() -> int:
         # FEED_PG_CONNINFO is not overridden by the stack's loopback host.
         from deploy.stack.layout import Layout
         Layout.from_env().use_as_default()
-    settings = get_settings()
+    settings = load(MigrateProcess)
     # A store that refuses our credentials or TLS: one line naming it and the setting.
     preflight(settings, [args.only] if args.only else ("postgres", "cassandra", "kafka"))
     result = migrate_all(settings, keyspace=args.keyspace, topic_prefix=args.topic_prefix,

@@ -23,8 +23,9 @@ it). One unit of work and its cost per core:
 - a Kafka record: the broker's CPU per record written (all topics of the run).
 
 Python processes (API, fan-out worker, relay) use one core each: a component's cores
-are also its processes, and the fan-out's processes need as many partitions of
-``posts``/``author-events`` (a faust worker owns whole partitions).
+are also its processes, and the fan-out's processes need as many partitions of each
+topic they consume (a faust worker owns whole partitions); the partitions each topic
+needs are printed as the migrator's ``FEED_KAFKA_TOPIC_PARTITIONS``.
 """
 from __future__ import annotations
 
@@ -125,10 +126,30 @@ def plan(load: Load, c: Costs, *, utilisation: float, cores_per_node: int, rf: i
                     for k in ("Cassandra", "Postgres", "Kafka")}
     # A faust worker owns whole partitions: at least one per worker, twice that to rebalance.
     out["posts partitions"] = 2 * out["processes"]["fan-out workers"]
+    out["partitions"] = topic_partitions(out["processes"]["fan-out workers"])
     # On shared cores (the bench's machine, or one pool of nodes) the component with the
     # most work saturates first as the load grows.
     out["saturates first"] = max(need, key=need.__getitem__)
     return out
+
+
+# The topics the fan-out's workers consume (services/fanout/app.py): each worker needs a
+# partition of each. The ranker's (likes, like-counts, rank-features) are not modelled:
+# its cost per like was not measured, so they keep the default count.
+FANOUT_TOPICS = ("posts", "follows", "blocks", "rank-key-moves", "reader-events", "follow-counts")
+DEFAULT_PARTITIONS = 3
+
+
+def topic_partitions(fanout_workers: int) -> dict[str, int]:
+    """Partitions per topic for ``fanout_workers`` (computed): twice the workers, to
+    rebalance, never under the default."""
+    n = max(DEFAULT_PARTITIONS, 2 * fanout_workers)
+    return {topic: n for topic in FANOUT_TOPICS}
+
+
+def partitions_setting(partitions: dict[str, int]) -> str:
+    """The migrator's setting that creates them (docs/deploy.md, "Kafka topics")."""
+    return "FEED_KAFKA_TOPIC_PARTITIONS=" + ",".join(f"{t}={n}" for t, n in partitions.items())
 
 
 def instance_limits(c: Costs, *, utilisation: float) -> dict[str, float]:
@@ -182,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                  *(f"{v:,}" for v in p["processes"].values()), f"{p['nodes']['Cassandra']:,}",
                  f"{p['nodes']['Kafka']:,}", f"{p['posts partitions']:,}", p["saturates first"]]
         print("| " + " | ".join(cells) + " |")
+    print("\nPartitions per topic (computed; the migrator's setting, before the topics exist):")
+    for p in plans:
+        print(f"  {p['daily readers']:,.0f} daily readers: {partitions_setting(p['partitions'])}")
     return 0
 
 

@@ -59,7 +59,7 @@ WARM_UP_LIMIT_FACTOR = 5
 # (deploy/prometheus/rules.yml, evaluated by the stack's Prometheus scraping the services).
 # Only faults that outlast the rule's 1 min "for": broker-kill's broker is back within
 # ~35 s (feed_kafka_brokers{state="down"} showed it for 10 s), too short to page anyone.
-EXPECTED_ALERT = {"cassandra-kill": "FeedCassandraNodeUnreachable"}
+EXPECTED_ALERT = {"cassandra-kill": "FeedCassandraNodeUnreachable", "fanout-down": "FeedFanoutDown"}
 # After the lift: the driver and librdkafka see the node back within seconds of its
 # restart, then the rule's next evaluation clears the alert.
 ALERT_RESOLVE_LIMIT_S = 120

@@ -208,6 +208,18 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
                 for service in ("cdc", "fanout", "ranker"):
                     _signal(_service_pid(layout, service), signal.SIGKILL, service, log)
                     await asyncio.sleep(w.rng.uniform(2, hold_s / 9))
+        elif name == "fanout-down":
+            # The fan-out killed and kept down for longer than its alert's 1 min "for": its
+            # supervisor is frozen first so it cannot restart it, then let go after the
+            # hold, and restarts it. FeedFanoutDown must fire and clear; meanwhile the
+            # fence still honours every hide, and nothing posted is lost once it is back.
+            supervisor = _service_pid(layout, "fanout", supervisor=True)
+            _signal(supervisor, signal.SIGSTOP, "fanout's supervisor", log)
+            try:
+                _signal(_service_pid(layout, "fanout"), signal.SIGKILL, "fanout", log)
+                await asyncio.sleep(hold_s)
+            finally:
+                _signal(supervisor, signal.SIGCONT, "fanout's supervisor", log)
         else:
             raise ValueError(f"unknown scenario {name}")
         log.lifted_at = time.time()
@@ -215,8 +227,9 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
     return run
 
 
-def _service_pid(layout: Layout, service: str) -> int | None:
-    """The worker process itself (the supervisor's child), found by its command line."""
+def _service_pid(layout: Layout, service: str, *, supervisor: bool = False) -> int | None:
+    """The worker process itself (the supervisor's child), or with ``supervisor`` the
+    ``deploy.supervise`` process that restarts it, found by its command line."""
     marker = f"services.{service}".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -225,15 +238,18 @@ def _service_pid(layout: Layout, service: str) -> int | None:
             cmd = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"-m" in cmd and marker in cmd and b"deploy.supervise" not in b" ".join(cmd):
+        if b"-m" in cmd and marker in cmd and (b"deploy.supervise" in cmd) == supervisor:
             return int(entry.name)
     return None
 
 
 SCENARIOS = ("cassandra-kill", "cassandra-pause", "cassandra-cut", "broker-kill", "broker-cut",
-             "postgres-restart", "worker-kills", "pipeline-stall", "backlog", "lost-hide")
+             "postgres-restart", "worker-kills", "pipeline-stall", "backlog", "lost-hide",
+             "fanout-down")
 HOLD_S = {"cassandra-kill": 30.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0,
           "broker-kill": 20.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
-          "pipeline-stall": 60.0, "backlog": 30.0, "lost-hide": 20.0}
+          "pipeline-stall": 60.0, "backlog": 30.0, "lost-hide": 20.0,
+          # Over the alert's 1 min "for", plus a scrape and an evaluation (5 s each).
+          "fanout-down": 90.0}
 # The backlog drains this long before its node is killed: the kill lands mid-drain.
 BACKLOG_KILL_AFTER_S = 20.0

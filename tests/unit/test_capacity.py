@@ -52,3 +52,17 @@ def test_a_result_without_costs_is_refused(tmp_path) -> None:
     path.write_text(json.dumps({"meta": {}}))
     with pytest.raises(SystemExit, match="no 'costs'"):
         main([str(path)])
+
+
+def test_the_partitions_printed_are_a_setting_the_migrator_takes() -> None:
+    from bench.run.capacity import partitions_setting, topic_partitions
+    from services.shared.contracts.topics import all_topics
+    from services.shared.settings.services import partition_counts
+
+    assert set(topic_partitions(1).values()) == {3}       # never under the default
+    wanted = topic_partitions(13)
+    assert set(wanted.values()) == {26}                   # twice the workers
+    name, _, value = partitions_setting(wanted).partition("=")
+    assert name == "FEED_KAFKA_TOPIC_PARTITIONS"
+    sized = {t.short: t.partitions for t in all_topics("p", partition_counts(value)) if t.short}
+    assert all(sized[topic] == 26 for topic in wanted)

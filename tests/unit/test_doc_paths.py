@@ -25,8 +25,9 @@ from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 TOP = ("services", "deploy", "bench", "tests", "docs", "schemas", ".ci")
-# Made by running things, never in a checkout: the stack's folder and the benchmarks' output.
-GENERATED = (".stack/", "bench/out/")
+# Made by running things, never in a checkout: the stack's folder, the benchmarks' output,
+# the tests' screenshots.
+GENERATED = (".stack/", "bench/out/", "tests/artifacts/")
 # Run records: they name what existed when they were written.
 RECORDS = ("bench/results/", "bench/out/", "docs/reliability/")
 # Argument placeholders of usage lines (``--out FILE.json``), not files.

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from services.shared.settings import (ApiProcess, CdcProcess, FanoutProcess, RankerProcess,
-                                      Settings, SettingsError, WorkerProcess, env_names,
+from services.shared.settings import (ApiProcess, CdcProcess, FanoutProcess, MigrateProcess,
+                                      RankerProcess, Settings, SettingsError, WorkerProcess,
+                                      env_names,
                                       forget_loaded, load)
 from services.shared.settings.processes import across_processes
 
@@ -72,8 +73,10 @@ def test_each_process_holds_only_its_blocks() -> None:
     assert not any(f.startswith(("api_", "jwt_", "cdc_", "ranker_", "snapshot_")) for f in fanout)
     assert not any(f.startswith(("api_", "fanout_", "cdc_", "pg_")) for f in ranker)
     assert not any(f.startswith(("api_", "fanout_", "ranker_", "cassandra_")) for f in cdc)
+    migrate = set(MigrateProcess.model_fields)
+    assert not any(f.startswith(("api_", "fanout_", "ranker_", "cdc_")) for f in migrate)
     # Together they are every setting: nothing is read by no process.
-    assert api | fanout | ranker | cdc == set(Settings.model_fields)
+    assert api | fanout | ranker | cdc | migrate == set(Settings.model_fields)
 
 
 @pytest.fixture
@@ -106,7 +109,7 @@ def test_load_builds_a_process_once(monkeypatch: pytest.MonkeyPatch, fresh: obje
 
 def test_every_variable_is_read_by_some_process() -> None:
     read = set().union(*(env_names(cls) for cls in (ApiProcess, FanoutProcess, RankerProcess,
-                                                    CdcProcess)))
+                                                    CdcProcess, MigrateProcess)))
     assert read == set(env_names(Settings))
 
 

@@ -5,7 +5,7 @@
 * ``services``: ``ApiSettings``, ``FanoutSettings``, ``RankerSettings``, ``CdcSettings``,
   and what several share (``WorkerSettings``, ``MetricsSettings``, ``ActivitySettings``).
 * ``processes``: what each service reads, ``ApiProcess``, ``FanoutProcess``,
-  ``RankerProcess``, ``CdcProcess``: its blocks and its stores' blocks, nothing else;
+  ``RankerProcess``, ``CdcProcess`` (and the migrator, ``MigrateProcess``): its blocks and its stores' blocks, nothing else;
   ``load(cls)`` builds one once per process.
 * ``base``: the prefix, ``*_FILE`` secrets and the old ``FEED_FEED_*`` names.
 * ``__main__``: every variable as Markdown tables, with the processes that read it.
@@ -24,20 +24,21 @@ from typing import Mapping, TypeVar
 from pydantic import ValidationError
 
 from .base import LEGACY_PREFIX, FeedSettings, SettingsError, env_names
-from .processes import ApiProcess, CdcProcess, FanoutProcess, RankerProcess, WorkerProcess
+from .processes import (ApiProcess, CdcProcess, FanoutProcess, MigrateProcess, RankerProcess,
+                        WorkerProcess)
 from .services import (ActivitySettings, ApiSettings, CdcSettings, FanoutSettings,
-                       MetricsSettings, RankerSettings, WorkerSettings)
+                       MetricsSettings, RankerSettings, TopicSettings, WorkerSettings)
 from .stores import CassandraSettings, KafkaSettings, PostgresSettings
 
 __all__ = ["ActivitySettings", "ApiProcess", "ApiSettings", "CassandraSettings", "CdcProcess",
            "CdcSettings", "FanoutProcess", "FanoutSettings", "FeedSettings", "KafkaSettings",
-           "MetricsSettings", "PostgresSettings", "RankerProcess", "RankerSettings", "Settings",
-           "SettingsError", "WorkerProcess", "WorkerSettings", "env_names", "forget_loaded", "get_settings", "load"]
+           "MetricsSettings", "MigrateProcess", "PostgresSettings", "RankerProcess",
+           "RankerSettings", "Settings", "SettingsError", "TopicSettings", "WorkerProcess", "WorkerSettings", "env_names", "forget_loaded", "get_settings", "load"]
 
 log = logging.getLogger(__name__)
 
 
-class Settings(ApiProcess, FanoutProcess, RankerProcess, CdcProcess):
+class Settings(ApiProcess, FanoutProcess, RankerProcess, CdcProcess, MigrateProcess):
     """Every block, for tools that drive every process. A service never builds this: it
     builds its own process class, and its functions take that class or one block."""
 

@@ -18,12 +18,13 @@ from pydantic import SecretStr
 
 from . import (ActivitySettings, ApiSettings, CassandraSettings, CdcSettings, FanoutSettings,
                FeedSettings, KafkaSettings, MetricsSettings, PostgresSettings, RankerSettings,
-               WorkerSettings)
+               TopicSettings, WorkerSettings)
 from .base import PREFIX, _is_secret
 from .processes import PROCESSES
 
 BLOCKS: list[tuple[str, type[FeedSettings]]] = [
-    ("Postgres", PostgresSettings), ("Kafka", KafkaSettings), ("Cassandra", CassandraSettings),
+    ("Postgres", PostgresSettings), ("Kafka", KafkaSettings), ("topics", TopicSettings),
+    ("Cassandra", CassandraSettings),
     ("API", ApiSettings), ("activity", ActivitySettings), ("workers", WorkerSettings),
     ("metrics", MetricsSettings), ("fan-out", FanoutSettings), ("ranker", RankerSettings), ("CDC", CdcSettings)]
 

@@ -9,11 +9,13 @@ API, and mypy refuses code of one service that reads another's setting.
 | fan-out (``services.fanout``) | ``FanoutProcess`` | fan-out, workers, metrics, activity; the three stores |
 | ranker (``services.ranker``) | ``RankerProcess`` | ranker, workers, metrics, activity; Kafka, Cassandra |
 | relay (``services.cdc``) | ``CdcProcess`` | CDC, metrics; Postgres, Kafka |
+| migrator (``deploy.migrate``) | ``MigrateProcess`` | topics; the three stores |
 """
 from __future__ import annotations
 
 from .services import (ActivitySettings, ApiSettings, CdcSettings, FanoutSettings,
-                       MetricsSettings, RankerSettings, WorkerSettings)
+                       MetricsSettings, RankerSettings, TopicSettings, WorkerSettings)
+from .base import FeedSettings
 from .stores import CassandraSettings, KafkaSettings, PostgresSettings
 
 
@@ -40,9 +42,13 @@ class CdcProcess(CdcSettings, PostgresSettings, MetricsSettings, KafkaSettings):
     """The CDC relay's settings."""
 
 
-PROCESSES: list[tuple[str, type[ApiProcess | FanoutProcess | RankerProcess | CdcProcess]]] = [
+class MigrateProcess(TopicSettings, PostgresSettings, KafkaSettings, CassandraSettings):
+    """The migrator's settings (``deploy.migrate``): the stores and the topics' sizes."""
+
+
+PROCESSES: list[tuple[str, type[FeedSettings]]] = [
     ("api", ApiProcess), ("fanout", FanoutProcess), ("ranker", RankerProcess),
-    ("cdc", CdcProcess)]
+    ("cdc", CdcProcess), ("migrate", MigrateProcess)]
 
 
 def across_processes(settings: ApiProcess | FanoutProcess | RankerProcess | CdcProcess

@@ -324,3 +324,36 @@ class CdcSettings(FeedSettings):
     cdc_heartbeat_interval_s: float = 10.0
     # Seconds between reports of the acknowledged LSN to Postgres.
     cdc_feedback_interval_s: float = 1.0
+
+
+class TopicSettings(FeedSettings):
+    """How many partitions each topic is created with (docs/capacity.md says how to size
+    them; docs/deploy.md which may grow in place). Read by the migrator, which creates the
+    topics; the services read any count the topics have."""
+
+    # Partitions of every keyed topic that FEED_KAFKA_TOPIC_PARTITIONS does not name: the
+    # most processes of one role that can share a topic's work.
+    kafka_partitions: int = Field(default=3, ge=1, le=10_000)
+    # Per-topic counts, "name=N,...": a captured table's name (posts, follows, ...) or a
+    # topic's name after the prefix (author-events, like-counts, ...).
+    kafka_topic_partitions: str = ""
+
+    @field_validator("kafka_topic_partitions")
+    @classmethod
+    def _counts(cls, value: str) -> str:
+        partition_counts(value)
+        return value
+
+
+def partition_counts(spec: str) -> dict[str, int]:
+    """``{"posts": 12, ...}`` from ``"posts=12,..."``; a malformed entry is a ValueError
+    naming it (the settings turn it into one line naming the variable)."""
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        name, sep, count = part.partition("=")
+        if not sep or not name.strip() or not count.strip().isdigit() or int(count) < 1:
+            raise ValueError(f"{part!r} is not name=N with N a positive integer")
+        out[name.strip()] = int(count)
+    return out
