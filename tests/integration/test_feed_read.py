@@ -38,7 +38,8 @@ def test_first_page_merges_inbox_and_followed_celebrity_posts(api_server: Runnin
                    == expected, timeout=10, message="the celebrity's posts to be merged")
     page = pages[-1]
     item = page["items"][0]
-    assert set(item) == {"post_id", "author_id", "text", "created_at", "rank"}
+    assert set(item) == {"post_id", "author_id", "text", "created_at", "rank", "media_ids",
+                         "like_count", "liked"}
     assert isinstance(item["post_id"], str) and isinstance(item["author_id"], str)
     assert item["created_at"].endswith("Z")
     assert page["next_cursor"] is None and page["feed_version"].startswith("v-")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 import pytest
@@ -29,6 +29,8 @@ from services.fanout.tiering import CapacityEstimate, Tier, TierPolicy
 from services.shared.domain.rules import VISIBLE
 from services.shared.settings import Settings
 from services.shared.clients import cql
+from services.shared.domain.edge_transitions import EdgeChange
+from services.shared.stores.counted_edges import LIKE_EDGES, CountedEdges, OwnedChange
 from services.shared.stores.cql_async import CqlRunner
 from tests.support.contracts.common import BASE, Run
 from tests.support.contracts.feed_store_contract import FeedStoreContract, FeedSubject
@@ -37,6 +39,7 @@ pytestmark = pytest.mark.integration
 
 MAX_FOLLOWING = 50  # the store's page of follows and blocks: above what any test writes
 _TS = itertools.count(int(time.time() * 1_000_000))  # copy write timestamps, increasing
+_OFFSETS = itertools.count(int(time.time() * 1000))  # count-topic offsets, increasing
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +57,7 @@ class CassandraWriter:
     def __init__(self, session: Session, runner: CqlRunner, run: Run) -> None:
         self._run = run
         self._copies = CopyStore(session, runner, 500)
+        self._likes = CountedEdges(session, runner, LIKE_EDGES, 1)
         self._now = BASE
         self._tiers = TierStore(session, runner, TierPolicy(min_dwell_s=0.0),
                                 CapacityEstimate(1.0, pinned_rows_per_s=1.0), lambda: self._now)
@@ -68,9 +72,15 @@ class CassandraWriter:
         self._run(self._copies.add_block(blocker_id, blocked_id, next(_TS)))
 
     def write_post(self, post_id: int, author_id: int, created_at: datetime, text: str,
-                   visibility: int = VISIBLE, deleted: bool = False) -> None:
-        fields = PostFields(post_id, author_id, created_at, text, [], visibility, deleted)
+                   visibility: int = VISIBLE, deleted: bool = False,
+                   media: Sequence[str] = ()) -> None:
+        fields = PostFields(post_id, author_id, created_at, text, list(media), visibility, deleted)
         self._run(self._copies.write_post(fields, next(_TS)))
+
+    def like(self, post_id: int, user_id: int, liked: bool = True) -> None:
+        """Through the count's owner (the ranker's ``CountedEdges``), offsets increasing."""
+        change = OwnedChange(EdgeChange(user_id, liked, next(_TS)), next(_OFFSETS))
+        self._run(self._likes.apply(post_id, [change]))
 
     def set_rank_key(self, post_id: int, rank_key: float, key_ts: int) -> None:
         self._run(self._copies.set_rank_key(post_id, rank_key, key_ts))

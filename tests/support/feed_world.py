@@ -6,7 +6,8 @@ fixture, tests/integration/conftest.py, is one ``FeedWorld`` per test module).
 write with a fresh, increasing write timestamp, rank-key rows at the post's time (µs),
 exactly what the workers do for a CDC event. It does not run
 the asynchronous clean-up, which is the point: the read path must filter deleted,
-removed, blocked and unfollowed content before that clean-up happens. ``SseReader``
+removed, blocked and unfollowed content before that clean-up happens. Like counts are
+written through the ranker's count owner (``CountedEdges``, ``count_likes``). ``SseReader``
 collects server-sent events from a real HTTP stream in a thread.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Sequence, TypeVar
 
 import httpx
 from confluent_kafka import Producer
@@ -43,6 +44,8 @@ from services.shared.domain.ranking import rank_key
 from services.shared.domain.rules import REMOVED, VISIBLE
 from services.shared.settings import Settings
 from services.shared.clients import cql, kafka
+from services.shared.domain.edge_transitions import EdgeChange
+from services.shared.stores.counted_edges import LIKE_EDGES, CountedEdges, OwnedChange
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.worker.event_publisher import EventPublisher
 from services.shared.worker.notices import Notices
@@ -52,6 +55,7 @@ from .waiting import wait_until
 T = TypeVar("T")
 _SEQ = itertools.count(1)
 _TS = itertools.count(int(time.time() * 1_000_000))  # write timestamps (µs), increasing
+_OFFSETS = itertools.count(int(time.time() * 1000))  # count-topic offsets, increasing
 
 
 def utc_now() -> datetime:
@@ -70,6 +74,7 @@ class Post:
     author_id: int
     created_at: datetime
     text: str
+    media: tuple[str, ...] = ()
 
 
 class FeedWorld:
@@ -93,6 +98,7 @@ class FeedWorld:
                                CapacityEstimate(1.0, pinned_rows_per_s=1.0), utc_now)
         self.ranks = RankStore(self.session, notices=self.notices)
         self.moves = RankMoves(self.copies, self.inbox, utc_now)
+        self.like_edges = CountedEdges(self.session, runner, LIKE_EDGES, 1)
         self._producer: Producer | None = None
         self.watchers: list[Any] = []  # RunningApi instances whose caches must see changes
 
@@ -150,12 +156,12 @@ class FeedWorld:
     # -- posts ------------------------------------------------------------------------------------
     def write(self, author: int, *, at: datetime | None = None, text: str = "hello",
               inbox_of: list[int] = (), score: float | None = None,  # type: ignore[assignment]
-              post_id: int | None = None) -> Post:
+              post_id: int | None = None, media: Sequence[str] = ()) -> Post:
         """A post copy keyed by ``score`` and its author-timeline row; inbox rows for
         ``inbox_of`` only (as the fan-out writes them: at the post's time, in µs).
         ``post_id``: the copy of a post the API stored in Postgres (with its ``at``)."""
         at = at or utc_now()
-        post = Post(post_id or new_post_id(at), author, at, text)
+        post = Post(post_id or new_post_id(at), author, at, text, tuple(media))
         ts = next(_TS)
         key = rank_key(score, int(at.timestamp() * 1000))
         key_ts = int(at.timestamp() * 1_000_000)
@@ -169,6 +175,12 @@ class FeedWorld:
             self.run(self.inbox.push(list(inbox_of), post.post_id, author, key, key_ts))
         self._settled()
         return post
+
+    def count_likes(self, post_id: int, users: Sequence[int], liked: bool = True) -> None:
+        """The likes of ``users`` counted as the ranker's count owner does (``CountedEdges``
+        on ``like_edges``, offsets increasing): the post's count a page reads."""
+        changes = [OwnedChange(EdgeChange(user, liked, next(_TS)), next(_OFFSETS)) for user in users]
+        self.run(self.like_edges.apply(post_id, changes))
 
     def inbox_rows(self, reader: int) -> list[tuple[float, int, int]]:
         """Every ``(rank_key, post_id, author_id)`` row of ``reader``'s inbox, read directly."""
@@ -198,8 +210,8 @@ class FeedWorld:
 
     @staticmethod
     def _fields(post: Post, *, deleted: bool = False, visibility: int = VISIBLE) -> PostFields:
-        return PostFields(post.post_id, post.author_id, post.created_at, post.text, [],
-                          visibility, deleted)
+        return PostFields(post.post_id, post.author_id, post.created_at, post.text,
+                          list(post.media), visibility, deleted)
 
     # -- fan-out events ------------------------------------------------------------------------------
     def _produce(self, topic: str, key: bytes, value: bytes) -> None:

@@ -149,6 +149,7 @@ class PostCells:
     rank_key_next: float | None = None
     key_ts: int | None = None          # WRITETIME(rank_key), µs
     key_next_ts: int | None = None
+    media: list[str] | None = None     # ``media``: the post's media ids
 
 
 @dataclass
@@ -166,6 +167,7 @@ class ServingTables:
     celebrities: dict[int, int | None] = field(default_factory=dict)       # author -> until ms
     preferences: dict[int, str] = field(default_factory=dict)
     slots: dict[str, dict[int, bytes]] = field(default_factory=dict)       # slot -> part -> payload
+    likes: dict[int, dict[int, bool]] = field(default_factory=dict)        # like_edges: post -> user -> liked
 
     def inbox_of(self, reader_id: int) -> RankedRows:
         return self.inbox.setdefault(reader_id, RankedRows())
@@ -204,7 +206,7 @@ class InMemoryFeedStore:
         self.tables.blocks.setdefault(blocked_id, set()).add((blocker_id, "in"))
 
     def write_post(self, post_id: int, author_id: int, created_at_ms: int, text: str | None,
-                   visibility: int, deleted: bool) -> None:
+                   visibility: int, deleted: bool, media: Sequence[str] | None = None) -> None:
         """The copy's columns, as ``CopyStore.write_post`` sets them (the rank keys kept;
         a deleted post is stored ``REMOVED``)."""
         cells = self.tables.posts.setdefault(post_id, PostCells())
@@ -212,6 +214,13 @@ class InMemoryFeedStore:
         cells.visibility = REMOVED if deleted else visibility
         if text is not None:
             cells.text = text
+        if media is not None:
+            cells.media = list(media)
+
+    def like(self, post_id: int, user_id: int, liked: bool = True) -> None:
+        """A like's edge and its post's count, as the ranker's count owner writes them
+        (``CountedEdges.apply``)."""
+        self.tables.likes.setdefault(post_id, {})[user_id] = liked
 
     def set_rank_key(self, post_id: int, rank_key: float, key_ts: int) -> None:
         cells = self.tables.posts.setdefault(post_id, PostCells())
@@ -308,7 +317,12 @@ class InMemoryFeedStore:
                                   c.rank_key, c.rank_key_next, c.key_ts) for p, c in found]
         if not with_text:
             return states
-        return [state + (c.text,) for state, (_, c) in zip(states, found)]
+        return [state + (c.text, None if c.media is None else list(c.media))
+                for state, (_, c) in zip(states, found)]
+
+    async def like_counts(self, post_ids: Sequence[int]) -> dict[int, int]:
+        return {p: sum(edges.values()) for p in dict.fromkeys(post_ids)
+                if (edges := self.tables.likes.get(p))}
 
     async def feed_order(self, reader_id: int) -> str | None:
         return self.tables.preferences.get(reader_id)

@@ -4,7 +4,7 @@ test_feed_store_contract.py runs the same tests against ``FeedStore`` on Cassand
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 import pytest
@@ -30,8 +30,13 @@ class MemoryWriter:
         self._store.block(blocker_id, blocked_id)
 
     def write_post(self, post_id: int, author_id: int, created_at: datetime, text: str,
-                   visibility: int = VISIBLE, deleted: bool = False) -> None:
-        self._store.write_post(post_id, author_id, to_ms(created_at), text, visibility, deleted)
+                   visibility: int = VISIBLE, deleted: bool = False,
+                   media: Sequence[str] = ()) -> None:
+        self._store.write_post(post_id, author_id, to_ms(created_at), text, visibility, deleted,
+                               list(media))
+
+    def like(self, post_id: int, user_id: int, liked: bool = True) -> None:
+        self._store.like(post_id, user_id, liked)
 
     def set_rank_key(self, post_id: int, rank_key: float, key_ts: int) -> None:
         self._store.set_rank_key(post_id, rank_key, key_ts)

@@ -5,4 +5,5 @@
 * ``notices``: the serving-changes consumer that drops cached copies; ``ApiNotices``
 * ``bodies``: ``PostCopies``, post copies read in batches behind a body cache
 * ``post_view``: ``PostView`` and ``PostBody``, a post as one request reads it
+* ``likes``: ``LikeCounts`` and ``PageLikes``, a page's like counts and the reader's likes
 """

@@ -1,6 +1,6 @@
 """Post copies for a page, fetched in batches behind an in-process body cache.
 
-``BodyCache``: what a post *says* (author, created_at, text) never changes after it is
+``BodyCache``: what a post *says* (author, created_at, text, media ids) never changes after it is
 written, so it is cached per process (bounded LRU) for as long as there is room; it is
 an accelerator over Cassandra, never the only copy of anything.
 
@@ -160,8 +160,9 @@ class PostCopies:
                 post_id, author_id, created_ms, visibility, deleted, key, key_next, key_ts = row[:8]
                 body = cached.get(post_id)
                 if body is None and with_text and author_id is not None and created_ms is not None:
-                    text = cast(PostTextRow, row)[8]  # asked with_text: the ninth column
-                    body = PostBody(author_id, created_ms, text or "")
+                    text_row = cast(PostTextRow, row)  # asked with_text: text, then media
+                    media = text_row[9] if len(text_row) > 9 else None  # posts.MEDIA
+                    body = PostBody(author_id, created_ms, text_row[8] or "", tuple(media or ()))
                     self.cache.put(post_id, body)
                 state = PostState(post_id, author_id, created_ms, visibility, deleted)
                 out.views[post_id] = PostView(state, (key, key_next), key_ts, body)

@@ -17,6 +17,7 @@ class PostBody:
     author_id: int
     created_at_ms: int
     text: str
+    media_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

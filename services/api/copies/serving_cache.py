@@ -463,6 +463,10 @@ class CachedFeedStore:
             out += rows
         return out
 
+    # -- like counts: not here (copies/likes.py keeps them, with their own short expiry)
+    async def like_counts(self, post_ids: Sequence[int]) -> dict[int, int]:
+        return await self._store.like_counts(post_ids)
+
     # -- preferences ---------------------------------------------------------------------
     async def feed_order(self, reader_id: int) -> str | None:
         cache = self.cache

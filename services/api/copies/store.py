@@ -24,6 +24,7 @@ from cassandra.query import PreparedStatement, tuple_factory
 from services.shared.domain.rules import CELEBRITY_SHARD
 from services.shared.clients.cql import CONSISTENCY, SERIAL_CONSISTENCY
 from services.shared.stores.blocks import ReadPathBlocks
+from services.shared.stores.counted_edges import LIKE_EDGES, CountReads
 from services.shared.stores.cql_async import release
 from services.shared.stores.follows import ReadPathFollows
 from services.shared.stores.inbox import ReadPathInbox
@@ -114,6 +115,9 @@ class FeedPort(Protocol):
     async def posts(self, post_ids: Sequence[int], *,
                     with_text: bool) -> list[PostRow] | list[PostTextRow]: ...
 
+    # -- like counts (like_edges' static count): post -> count, posts never liked absent
+    async def like_counts(self, post_ids: Sequence[int]) -> dict[int, int]: ...
+
     # -- preferences and snapshots
     async def feed_order(self, reader_id: int) -> str | None: ...
     async def save_feed_order(self, reader_id: int, order: str) -> None: ...
@@ -157,6 +161,7 @@ class FeedStore:
         self._inbox = ReadPathInbox(session)
         self._timelines = ReadPathTimelines(session)
         self._posts = ReadPathPosts(session)
+        self._like_counts = CountReads(session, LIKE_EDGES)
         self._preferences = PreferenceStatements(session)
         self._slots = SnapshotSlotStatements(session)
 
@@ -326,6 +331,15 @@ class FeedStore:
         ``PostTextRow``s ``with_text``."""
         statement = self._posts.texts if with_text else self._posts.states
         return await self._rows(statement, (list(post_ids),))
+
+    # -- like counts ------------------------------------------------------------------------
+    async def like_counts(self, post_ids: Sequence[int]) -> dict[int, int]:
+        """The like counts of ``post_ids`` (one IN read of the count rows; the caller
+        chunks): a post no like ever reached is absent (its count is 0)."""
+        if not post_ids:
+            return {}
+        rows = await self._rows(self._like_counts.counts_in, (list(post_ids),))
+        return {int(post): int(count or 0) for post, count in rows}
 
     # -- preferences ------------------------------------------------------------------------
     async def feed_order(self, reader_id: int) -> str | None:

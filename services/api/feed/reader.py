@@ -42,6 +42,7 @@ from services.shared.settings import ApiProcess
 from services.shared.stores.activity import REGENERATING
 
 from ..copies.bodies import FetchResult, PostCopies
+from ..copies.likes import LikesRead, PageLikes
 from ..copies.post_view import PostBody, PostView
 from ..copies.store import CelebrityRow, FeedPort, SourceRow
 from ..snapshots import paging, snapshot
@@ -73,6 +74,10 @@ class FeedUnavailable(RuntimeError):
 class PageItem:
     entry: Ranked
     body: PostBody
+    # The post's like count and whether the reader likes it (copies/likes.py); None
+    # when not read (no ``PageLikes``) or its read failed.
+    like_count: int | None = None
+    liked: bool | None = None
 
 
 @dataclass
@@ -104,8 +109,12 @@ class FeedReader:
     def __init__(self, store: FeedPort, copies: PostCopies, settings: ApiProcess,
                  metrics: FeedMetrics, clock: Callable[[], datetime],
                  activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None,
-                 notices: ChangeSink = NO_NOTICES, fence: VisibilityFence | None = None) -> None:
+                 notices: ChangeSink = NO_NOTICES, fence: VisibilityFence | None = None,
+                 likes: PageLikes | None = None) -> None:
         self._store = store
+        # Like counts and the reader's likes of each page's posts, read with its windows
+        # (copies/likes.py); None: items carry neither.
+        self._likes = likes
         # The visibility log read before a page is judged (visibility/fence.py); None only in unit
         # tests of the paging logic, where the copies are the truth.
         self._fence = fence
@@ -347,6 +356,7 @@ class FeedReader:
         items: list[PageItem] = []
         index = start
         stalled = stale = False
+        likes = _PageLikes(self._likes, walk.reader_id)
         while len(items) < limit:
             if index >= len(entries):
                 extended = await self._extend(walk)
@@ -355,9 +365,11 @@ class FeedReader:
                 entries = extended
             win = paging.window(entries, index, limit - len(items), PAGE_SLACK)
             missing = [e.post_id for e in win if e.post_id not in known]
+            likes.start(win)
             fetched, covered = await settled(
                 [self._copies.fetch(missing) if missing else _nothing(),
                  graph.cover(e.author_id for e in win)], self._store.from_memory)
+            await likes.settle()
             if isinstance(covered, BaseException):
                 raise FeedUnavailable(str(covered)) from covered
             if isinstance(fetched, BaseException):
@@ -390,6 +402,9 @@ class FeedReader:
             warnings.append("partial_page")
         if stale:
             warnings.append("stale_post_states")
+        items = likes.on(items)
+        if likes.read.failed and items:
+            warnings.append("likes_unavailable")
         next_cursor = None
         more = paging.has_more(entries, index) or snapshot.PackedEntries(walk.blob).more
         if items and (stalled or more):
@@ -424,6 +439,41 @@ def _window_items(window: Sequence[Ranked], known: dict[int, PostView]) -> list[
         if author is not None:
             items.append((e.post_id, author))
     return items
+
+
+class _PageLikes:
+    """A page's like reads (copies/likes.py): one per window at most, started before the
+    window's other reads so it overlaps them however those are awaited."""
+
+    __slots__ = ("_likes", "_reader_id", "_pending", "read")
+
+    def __init__(self, likes: PageLikes | None, reader_id: int) -> None:
+        self._likes = likes
+        self._reader_id = reader_id
+        self._pending: asyncio.Future[LikesRead] | None = None
+        self.read = LikesRead()
+
+    def start(self, window: Sequence[Ranked]) -> None:
+        if self._likes is None:
+            return
+        asked = self.read.asked
+        ask = [e.post_id for e in window if e.post_id not in asked]
+        if ask:
+            asked.update(ask)
+            self._pending = asyncio.ensure_future(self._likes.read(self._reader_id, ask))
+
+    async def settle(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self.read.merge(await pending)
+
+    def on(self, items: list[PageItem]) -> list[PageItem]:
+        """``items`` with their like count and ``liked`` (as they are without reads)."""
+        if self._likes is None:
+            return items
+        read = self.read
+        return [PageItem(i.entry, i.body, read.count_of(i.entry.post_id),
+                         read.liked_of(i.entry.post_id)) for i in items]
 
 
 async def _nothing() -> FetchResult:

@@ -10,7 +10,8 @@ one of the app's background tasks (``notices.run_notice_consumer``), and the
 log's first read starts here, and ``run_fence_reader`` (another background task) sees it
 through, then keeps an idle process's copy forgetting what the verifier released; the
 ``visibility_log`` readiness check answers ready once a read has reached the log's head. The stream's parts
-are opened on that store by ``stream.wiring.open_stream``.
+are opened on that store by ``stream.wiring.open_stream``. ``like_counts`` (copies/likes.py)
+is the process's kept like counts, which pages and ``GET /v1/posts/{id}`` share.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.store_health import watch_cassandra
 
 from ..copies.bodies import BodyCache, PostCopies
+from ..copies.likes import LikeCounts, PageLikes, pool_liked_reader
 from ..copies.notices import ApiNotices, NoticeStats, register_collector
 from ..copies.serving_cache import CachedFeedStore, ServingCache
 from ..copies.store import FeedPort, FeedStore
@@ -88,8 +90,10 @@ def _build(app: FastAPI, settings: ApiProcess) -> None:
         # At most half the snapshot's TTL: a reused snapshot's next pages still have time.
         reuse = SnapshotReuse(cache, min(settings.snapshot_reuse_s, settings.snapshot_ttl_s / 2),
                               settings.snapshot_reuse_size)
+    like_counts = LikeCounts(store, settings.like_count_cache_s)
+    app.state.like_counts = like_counts
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices,
-                                fence)
+                                fence, likes=PageLikes(like_counts, pool_liked_reader(app.state.pg)))
 
 
 async def open_read_path(app: FastAPI) -> None:

@@ -50,6 +50,13 @@ class PostOut(BaseModel):
     media_ids: list[str]
     created_at: datetime
     visibility: Literal["visible", "removed"]
+    like_count: int | None = Field(
+        default=0, description="How many users like the post, as the feed shows it (at most "
+                               "the pipeline's lag plus like_count_cache_s old); null when "
+                               "it could not be read")
+    liked: bool | None = Field(
+        default=False, description="Whether the caller likes the post (read from the source "
+                                   "of truth: the caller's own like shows at once)")
 
 
 class FollowOut(BaseModel):

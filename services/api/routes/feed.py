@@ -45,6 +45,16 @@ class FeedItemOut(BaseModel):
     created_at: str
     rank: float | None = Field(description="The post's rank when the snapshot was made "
                                            "(higher first); null in latest order")
+    media_ids: list[str] = Field(description="The post's media ids, in the order posted "
+                                             "(empty when it has none)")
+    like_count: int | None = Field(
+        description="How many users like the post: at most the pipeline's lag plus "
+                    "like_count_cache_s old; null when it could not be read (the page then "
+                    "says likes_unavailable)")
+    liked: bool | None = Field(
+        description="Whether the caller likes the post, read from the source of truth: "
+                    "the caller's own like or unlike shows on the next request; null when "
+                    "it could not be read (likes_unavailable)")
 
 
 class FeedPageOut(BaseModel):
@@ -63,7 +73,9 @@ class FeedPageOut(BaseModel):
                     "state could not be read; the last state this process knew, at most "
                     "cache_stale_if_error_s old, is shown), preferences_unavailable "
                     "(ranked used), regenerating (an inactive reader's inbox is being refilled; "
-                    "the page is built from the followed authors' partitions meanwhile)")
+                    "the page is built from the followed authors' partitions meanwhile), "
+                    "likes_unavailable (like_count or liked could not be read: null on "
+                    "the items concerned)")
 
 
 _second_prefix: tuple[int, str] = (-1, "")
@@ -103,7 +115,8 @@ def page_json(page: FeedPage) -> bytes:
     out: dict[str, Any] = {
         "items": [{"post_id": str(i.entry.post_id), "author_id": str(i.body.author_id),
                    "text": i.body.text, "created_at": _iso_ms(i.body.created_at_ms),
-                   "rank": rank(i.entry.rank)} for i in page.items],
+                   "rank": rank(i.entry.rank), "media_ids": i.body.media_ids,
+                   "like_count": i.like_count, "liked": i.liked} for i in page.items],
         "next_cursor": page.next_cursor, "feed_version": page.feed_version,
         "generated_at": _generated_at(page.generated_at), "order": page.order}
     if page.warnings:
@@ -117,7 +130,8 @@ def page_out(page: FeedPage) -> FeedPageOut:
                          text=i.body.text,
                          created_at=iso_utc(datetime.fromtimestamp(i.body.created_at_ms / 1000,
                                                                    tz=timezone.utc)),
-                         rank=rank(i.entry.rank)) for i in page.items]
+                         rank=rank(i.entry.rank), media_ids=list(i.body.media_ids),
+                         like_count=i.like_count, liked=i.liked) for i in page.items]
     out = FeedPageOut(items=items, next_cursor=page.next_cursor, feed_version=page.feed_version,
                       generated_at=iso_utc(page.generated_at), order=page.order)  # type: ignore[arg-type]
     if page.warnings:

@@ -1,11 +1,18 @@
-"""``POST /v1/posts`` (Idempotency-Key), ``GET`` and ``DELETE /v1/posts/{post_id}``."""
+"""``POST /v1/posts`` (Idempotency-Key), ``GET`` and ``DELETE /v1/posts/{post_id}``.
+
+``GET`` reads the post from Postgres, with whether the caller likes it (Postgres too: the
+caller's own like shows at once) and its like count as pages show it (the process's
+kept counts over Cassandra's, services/api/copies/likes.py; null when it cannot be read).
+"""
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Response
+from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
 
+from services.api.copies.likes import LikeCounts, liked_among
 from services.api.http.auth import CurrentUser
 from services.api.http.deps import CommitWait, Ids, Metrics, Pg
 from services.api.http.models import IdempotencyKey, PostCreate, PostIdPath, PostOut
@@ -23,13 +30,27 @@ from services.shared.domain.rules import VISIBLE
 
 router = APIRouter(prefix="/v1/posts", tags=["posts"])
 
+log = logging.getLogger(__name__)
 
-def post_json(post: StoredPost) -> dict[str, Any]:
-    """The API's view of a post; ids as strings."""
+
+def post_json(post: StoredPost, like_count: int | None = 0, liked: bool | None = False) -> dict[str, Any]:
+    """The API's view of a post; ids as strings (a new post: no likes)."""
     return PostOut(post_id=str(post.post_id), author_id=str(post.author_id), text=post.text,
                    media_ids=list(post.media_ids), created_at=post.created_at,
                    visibility="visible" if post.visibility == VISIBLE else "removed",
-                   ).model_dump(mode="json")
+                   like_count=like_count, liked=liked).model_dump(mode="json")
+
+
+async def _like_count(request: Request, post_id: int) -> int | None:
+    """The post's like count as pages show it; None without the store or on a failed read."""
+    counts: LikeCounts | None = getattr(request.app.state, "like_counts", None)
+    if counts is None:
+        return None
+    try:
+        return (await counts.counts([post_id])).get(post_id, 0)
+    except Exception:  # noqa: BLE001 - a count is not worth failing the read for
+        log.warning("like count of post %d could not be read", post_id, exc_info=True)
+        return None
 
 
 def _replay(stored: StoredKey) -> JSONResponse:
@@ -97,12 +118,13 @@ async def create_post(body: PostCreate, user: CurrentUser, pool: Pg, ids: Ids,
 
 @router.get("/{post_id}", response_model=PostOut, summary="Read a post",
             responses=problem_responses(401, 404, 422))
-async def get_post(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Any:
+async def get_post(post_id: PostIdPath, user: CurrentUser, pool: Pg, request: Request) -> Any:
     async with pool.connection() as conn:
         found = await post_rows.fetch_for_viewer(conn, post_id, user.user_id)
-    if found is None or not visible_to(found[0], user.user_id, blocked=found[1]):
-        raise ProblemError(NOT_FOUND, "no such post")
-    return post_json(found[0])
+        if found is None or not visible_to(found[0], user.user_id, blocked=found[1]):
+            raise ProblemError(NOT_FOUND, "no such post")
+        liked = post_id in await liked_among(conn, user.user_id, [post_id])
+    return post_json(found[0], await _like_count(request, post_id), liked)
 
 
 @router.delete("/{post_id}", status_code=204, response_class=Response,

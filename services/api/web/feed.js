@@ -77,20 +77,21 @@ function render(item) {
   li.dataset.postId = item.post_id;
   const meta = document.createElement("div");
   meta.className = "meta";
-  meta.textContent = `User ${item.author_id} · ${age(item.created_at)}`;
+  const likes = typeof item.like_count === "number" ? ` · ${item.like_count} likes` : "";
+  meta.textContent = `User ${item.author_id} · ${age(item.created_at)}${likes}`;
   const text = document.createElement("p");
   text.className = "text";
   text.textContent = item.text;
   const actions = document.createElement("div");
   actions.className = "actions";
-  const like = button("Like", async () => {
+  const like = button(item.liked ? "Liked" : "Like", async () => {
     const liked = like.getAttribute("aria-pressed") === "true";
     try {
       await api(`/v1/posts/${item.post_id}/like`, { method: liked ? "DELETE" : "PUT" });
       like.setAttribute("aria-pressed", String(!liked));
       like.textContent = liked ? "Like" : "Liked";
     } catch (e) { failed(e); }
-  }, { "aria-pressed": "false" });
+  }, { "aria-pressed": String(item.liked === true) });
   actions.append(like);
   if (item.author_id !== state.userId) {
     actions.append(button(`Unfollow ${item.author_id}`, async () => {

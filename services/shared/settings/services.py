@@ -74,6 +74,8 @@ class ApiSettings(FeedSettings):
     latest_posts_per_partition: int = 200
     # Seconds a reader's stored preferences are kept in the process.
     preferences_cache_s: float = 5.0
+    # Seconds a post's like count is kept in the process (feed items, GET /v1/posts/{id}).
+    like_count_cache_s: float = 5.0
     # Entries a snapshot holds at most as walks extend it.
     max_candidates: int = 800
     # Follows read per request, at most; the rest are ignored for the page.

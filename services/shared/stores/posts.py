@@ -7,7 +7,7 @@ cells in microseconds, 0005_rank_keys.cql); the ranker writes score and features
 the key a post's rows move to.
 
 - ``ReadPathPosts``: the API's read path, the state of up to a chunk of posts in one
-  ``IN`` read, with their text or without.
+  ``IN`` read, with their text and media ids or without.
 - ``FanoutPosts``: the fan-out's writes of the copy (an edit that did not carry text or
   media leaves them out: ``writer``), its rank keys, and its reads of the copy.
 - ``RankerPosts``: the ranker's features, score, and the key state a rank move reads.
@@ -52,8 +52,12 @@ class PostStateRow(NamedTuple):
 PostRow: TypeAlias = tuple[int, int | None, int | None, int | None, bool | None,
                            float | None, float | None, int | None]
 PostTextRow: TypeAlias = tuple[int, int | None, int | None, int | None, bool | None,
-                               float | None, float | None, int | None, str | None]
+                               float | None, float | None, int | None, str | None,
+                               list[str] | None]
 TEXT = 8
+# The post's media ids (``media``, 0011_post_media_frozen.cql), after its text: immutable
+# like the text, so they travel with it into the body cache.
+MEDIA = 9
 
 
 class KeyStateRow(NamedTuple):
@@ -105,7 +109,7 @@ class ReadPathPosts(Statements):
     """[post_id] -> ``PostRow`` (``states``) or ``PostTextRow`` (``texts``)."""
 
     states = Cql(f"SELECT post_id, {_STATE} FROM posts WHERE post_id IN ?")
-    texts = Cql(f"SELECT post_id, {_STATE}, text FROM posts WHERE post_id IN ?")
+    texts = Cql(f"SELECT post_id, {_STATE}, text, media FROM posts WHERE post_id IN ?")
 
 
 class FanoutPosts(Statements):

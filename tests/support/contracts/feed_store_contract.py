@@ -14,7 +14,7 @@ import secrets
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, Sequence
 
 from services.api.copies.store import FeedPort, SourceRow
 from services.api.snapshots import snapshot
@@ -33,7 +33,9 @@ class FeedWriter(Protocol):
     def unfollow(self, reader_id: int, author_id: int) -> None: ...
     def block(self, blocker_id: int, blocked_id: int) -> None: ...
     def write_post(self, post_id: int, author_id: int, created_at: datetime, text: str,
-                   visibility: int = VISIBLE, deleted: bool = False) -> None: ...
+                   visibility: int = VISIBLE, deleted: bool = False,
+                   media: Sequence[str] = ()) -> None: ...
+    def like(self, post_id: int, user_id: int, liked: bool = True) -> None: ...
     def set_rank_key(self, post_id: int, rank_key: float, key_ts: int) -> None: ...
     def set_rank_key_next(self, post_id: int, rank_key: float, key_ts: int) -> None: ...
     def add_author_post(self, author_id: int, post_id: int, rank_key: float, key_ts: int) -> None: ...
@@ -234,10 +236,34 @@ class FeedStoreContract:
         asked = [missing, keyed, moving, deleted, unkeyed]
         store, run = subject.store, subject.run
         assert sorted(run(store.posts(asked, with_text=False))) == sorted(states.values())
-        assert sorted(run(store.posts(asked, with_text=True))) == sorted(
+        with_text = run(store.posts(asked, with_text=True))
+        assert sorted(row[:9] for row in with_text) == sorted(
             state + (f"text of {post}",) for post, state in states.items())
+        assert all(not row[9] for row in with_text)  # no media: null or empty
         assert run(store.posts([missing], with_text=False)) == []
         assert run(store.posts([keyed], with_text=False)) == [states[keyed]]
+
+    def test_post_copies_carry_their_media_ids_in_order_with_their_text(
+            self, subject: FeedSubject) -> None:
+        author, post = new_user_id(), new_post_id()
+        subject.writer.write_post(post, author, ids.parse(post).created_at, "pics",
+                                  media=["m2", "m1", "m3"])
+        (row,) = subject.run(subject.store.posts([post], with_text=True))
+        assert (row[8], list(row[9] or ())) == ("pics", ["m2", "m1", "m3"])
+
+    # -- like counts ------------------------------------------------------------------------------
+    def test_like_counts_count_the_liked_edges_and_leave_out_posts_never_liked(
+            self, subject: FeedSubject) -> None:
+        a, b, never = new_post_id(), new_post_id(), new_post_id()
+        users = [new_user_id() for _ in range(3)]
+        for user in users:
+            subject.writer.like(a, user)
+        subject.writer.like(b, users[0])
+        subject.writer.like(b, users[0], liked=False)  # an unlike: the count is back to 0
+        store, run = subject.store, subject.run
+        assert run(store.like_counts([a, b, never])) == {a: 3, b: 0}
+        assert run(store.like_counts([never])) == {}
+        assert run(store.like_counts([])) == {}
 
     def test_a_later_rank_key_replaces_the_earlier_one_and_an_older_one_does_not(
             self, subject: FeedSubject) -> None:
