@@ -131,7 +131,7 @@ class StatementRunner(Protocol):
     leases. Not part of ``FeedPort``: a store without Cassandra has nothing to run."""
 
     async def run(self, statement: PreparedStatement, params: Sequence[Any],
-                  hedge: bool = False) -> list[tuple[Any, ...]]: ...
+                  hedge: bool = False, timeout: float | None = None) -> list[tuple[Any, ...]]: ...
 
 
 class FeedStore:
@@ -171,10 +171,11 @@ class FeedStore:
         return False
 
     async def run(self, statement: PreparedStatement, params: Sequence[Any],
-                  hedge: bool = False) -> list[tuple[Any, ...]]:
-        """Run a statement prepared by another read-path module (same profile, timeout);
-        ``hedge`` only for a statement safe to run twice."""
-        return await self._rows(statement, params, hedge=hedge)
+                  hedge: bool = False, timeout: float | None = None) -> list[tuple[Any, ...]]:
+        """Run a statement prepared by another read-path module (same profile; the
+        store's timeout unless ``timeout``, for a read of many rows); ``hedge`` only for
+        a statement safe to run twice."""
+        return await self._rows(statement, params, hedge=hedge, timeout=timeout)
 
     def _send(self, statement: Any, params: Sequence[Any] | None, timeout: float,
               host: Host | None = None) -> tuple[asyncio.Future[list[tuple[Any, ...]]], Host | None]:

@@ -9,9 +9,11 @@ one of the app's background tasks (``notices.run_notice_consumer``), and the
 ``visibility_fence`` (visibility/fence.py) that every page and stream event is judged after; its
 log's first read starts here, and ``run_fence_reader`` (another background task) sees it
 through, then keeps an idle process's copy forgetting what the verifier released; the
-``visibility_log`` readiness check answers ready once a read has reached the log's head. The stream's parts
-are opened on that store by ``stream.wiring.open_stream``. ``like_counts`` (copies/likes.py)
-is the process's kept like counts, which pages and ``GET /v1/posts/{id}`` share.
+``visibility_log`` readiness check answers ready once a read has reached the log's head;
+and ``user_lists`` (``UserLists``: an author's posts, followers, following) on the same
+store, copies and fence. The stream's parts are opened on that store by
+``stream.wiring.open_stream``. ``like_counts`` (copies/likes.py) is the process's kept
+like counts, which pages and ``GET /v1/posts/{id}`` share.
 """
 from __future__ import annotations
 
@@ -23,7 +25,10 @@ from fastapi import FastAPI
 from services.shared.settings import ApiProcess
 from services.shared.clients import cql
 from services.shared.stores.activity import ActivityStore, Window
+from services.shared.stores.counted_edges import FOLLOW_EDGES, CountReads
 from services.shared.stores.cql_async import CqlRunner
+from services.shared.stores.follows import ReadPathFollowLists
+from services.shared.stores.timelines import ReadPathTimelines
 from services.shared.stores.store_health import watch_cassandra
 
 from ..copies.bodies import BodyCache, PostCopies
@@ -31,6 +36,7 @@ from ..copies.likes import LikeCounts, PageLikes, pool_liked_reader
 from ..copies.notices import ApiNotices, NoticeStats, register_collector
 from ..copies.serving_cache import CachedFeedStore, ServingCache
 from ..copies.store import FeedPort, FeedStore
+from ..snapshots.cursor import CursorKeys
 from ..visibility.fence import FenceMetrics, FenceUnavailable, VisibilityFence
 from ..visibility.window_check import pool_window_check
 
@@ -38,6 +44,7 @@ from .activity import ReaderActivity
 from .metrics import FeedMetrics
 from .reader import FeedReader, utc_now
 from .reuse import SnapshotReuse
+from .user_lists import UserLists
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +101,11 @@ def _build(app: FastAPI, settings: ApiProcess) -> None:
     app.state.like_counts = like_counts
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices,
                                 fence, likes=PageLikes(like_counts, pool_liked_reader(app.state.pg)))
+    app.state.user_lists = UserLists(
+        store, raw, copies, fence, CursorKeys.parse(settings.cursor_keys.get_secret_value()),
+        ReadPathTimelines(session), ReadPathFollowLists(session, page=settings.follow_list_max),
+        CountReads(session, FOLLOW_EDGES), settings.follow_list_max,
+        lambda: int(utc_now().timestamp() * 1000))
 
 
 async def open_read_path(app: FastAPI) -> None:

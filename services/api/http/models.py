@@ -78,3 +78,46 @@ class ModerationOut(BaseModel):
     reason: str
     moderator_id: str
     updated_at: datetime
+
+
+# -- an author's posts, followers and following (GET /v1/users/{id}/...) -------------------
+class AuthorPostOut(BaseModel):
+    post_id: str
+    author_id: str
+    text: str
+    created_at: str
+
+
+class AuthorPostsPageOut(BaseModel):
+    items: list[AuthorPostOut] = Field(description="The author's posts, newest first")
+    next_cursor: str | None = Field(description="Pass back as cursor for the next page; null "
+                                                "at the end. A page may hold fewer items than "
+                                                "the limit (even none) and still have one")
+    warnings: list[str] | None = Field(
+        default=None,
+        description="partial_page: ended before a post whose state could not be read")
+
+
+class FollowEntryOut(BaseModel):
+    user_id: str
+    following_since: str
+
+
+class FollowersPageOut(BaseModel):
+    items: list[FollowEntryOut] = Field(description="Followers, newest follow first")
+    next_cursor: str | None
+    followers_count: int = Field(description="The user's follower count (exact as of the "
+                                             "serving copies)")
+    warnings: list[str] | None = Field(
+        default=None, description="list_truncated: the list is longer than one page may "
+                                  "read (FEED_FOLLOW_LIST_MAX); its first rows by id are listed")
+
+
+class FollowingPageOut(BaseModel):
+    items: list[FollowEntryOut] = Field(description="Users followed, newest follow first")
+    next_cursor: str | None
+    following_count: int = Field(description="How many users the user follows (exact as of "
+                                             "the serving copies)")
+    warnings: list[str] | None = Field(
+        default=None, description="list_truncated: the list is longer than one page may "
+                                  "read (FEED_FOLLOW_LIST_MAX); its first rows by id are listed")

@@ -5,6 +5,7 @@
 * ``stream``: ``GET /v1/feed/stream`` (SSE)
 * ``posts``: create, read and delete posts
 * ``social``: follow, block and like
+* ``user_lists``: ``GET /v1/users/{id}/posts``, ``/followers``, ``/following``
 * ``moderation``: remove or restore a post (moderators)
 * ``preferences``: ``GET|PUT /v1/me/preferences``
 * ``health``: liveness, readiness and metrics

@@ -69,3 +69,24 @@ def judge(post: PostState | None, graph: ReaderGraph, recent: ReaderChanges = NO
     if recent is not NOTHING and recent.hides(post.post_id, post.author_id, post.created_at_ms):
         return Verdict.FENCED
     return Verdict.ELIGIBLE
+
+
+def judge_authored(post: PostState | None, author_id: int, blocked: frozenset[int],
+                   recent: ReaderChanges = NOTHING) -> Verdict:
+    """``judge`` for a post listed on its author's timeline (``GET /v1/users/{id}/posts``):
+    the same rules but follows, which do not matter there. A copy of another author's
+    post (never written) is MISSING. ``blocked``: everyone blocked either way with the
+    reader, from the copies; ``recent``: the visibility log, which can only hide."""
+    if post is None or post.author_id is None or post.created_at_ms is None:
+        return Verdict.MISSING
+    if post.author_id != author_id:
+        return Verdict.MISSING
+    if post.deleted:
+        return Verdict.DELETED
+    if post.visibility != VISIBLE:
+        return Verdict.REMOVED
+    if post.author_id in blocked:
+        return Verdict.BLOCKED
+    if recent is not NOTHING and recent.hides_post(post.post_id, post.author_id):
+        return Verdict.FENCED
+    return Verdict.ELIGIBLE

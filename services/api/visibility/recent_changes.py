@@ -57,6 +57,11 @@ class ReaderChanges:
             return since is None or created_at_ms < since
         return False
 
+    def hides_post(self, post_id: int, author_id: int) -> bool:
+        """Whether the log hides this post whoever follows whom (an author's own list
+        of posts: deleted or removed, or its author blocked either way)."""
+        return post_id in self.hidden_posts or author_id in self.blocked
+
 
 NOTHING: ReaderChanges = ReaderChanges({}, {}, frozenset())
 

@@ -80,6 +80,8 @@ class ApiSettings(FeedSettings):
     max_candidates: int = 800
     # Follows read per request, at most; the rest are ignored for the page.
     max_following: int = 5000
+    # Rows of a user's follower or following partition a list page reads, at most.
+    follow_list_max: int = Field(default=5000, ge=1)
     # Seconds each read-path store call may take before it is dropped.
     store_timeout_s: float = 0.25
     # Seconds before an unanswered read is also sent to another node; 0: off.

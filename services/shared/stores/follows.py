@@ -14,6 +14,10 @@ Who uses what:
   the reads its copy audit compares.
 - ``FollowedAuthors``: every author a reader follows, paged (reader activity's flags,
   the copy audit, the inbox rebuild); ``followed_by`` reads them all.
+- ``ReadPathFollowLists``: the API's follower and following lists (``GET
+  /v1/users/{id}/followers|following``): a user's partition of either copy, at most
+  ``LIMIT`` rows in one page (the set's ``page``), following_since in Unix ms; both
+  copies are clustered by user id, so the caller sorts by time (docs/api.md).
 
 Deliberate: the read path's rows and the fan-out's follower pages stay the driver's
 tuples (``FollowMs``; ``FollowerRow``'s shape, made ``audience.Follower`` without a call
@@ -103,6 +107,18 @@ class FanoutFollows(Statements):
     # [followed_id] -> AudienceRow (services/shared/stores/read_coalescer.py)
     followers_in = Cql("SELECT followed_id, follower_id, following_since FROM followers "
                        "WHERE followed_id IN ?", fetch_size=5000)
+
+
+class ReadPathFollowLists(Statements):
+    """(user_id, limit) -> ``FollowMs`` rows of one user's partition; ``page``: the most
+    a list reads (one page holds them all)."""
+
+    followers_of = Cql("SELECT follower_id, toUnixTimestamp(following_since) FROM followers "
+                       "WHERE followed_id=? LIMIT ?", paged=True)
+    following_of = Cql("SELECT followed_id, toUnixTimestamp(following_since) FROM following "
+                       "WHERE follower_id=? LIMIT ?", paged=True)
+    # user_id -> (count,): only for a following partition longer than the list reads.
+    following_count = Cql("SELECT COUNT(*) FROM following WHERE follower_id=?")
 
 
 class FollowedAuthors(Statements):
