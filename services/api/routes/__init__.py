@@ -4,7 +4,7 @@
   FastAPI's layers
 * ``stream``: ``GET /v1/feed/stream`` (SSE)
 * ``posts``: create, read and delete posts
-* ``social``: follow, block and like
+* ``social``: follow, block, mute and like
 * ``moderation``: remove or restore a post (moderators)
 * ``preferences``: ``GET|PUT /v1/me/preferences``
 * ``health``: liveness, readiness and metrics

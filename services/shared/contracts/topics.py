@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-CAPTURED_TABLES = ("users", "posts", "follows", "blocks", "likes", "moderation_actions")
+CAPTURED_TABLES = ("users", "posts", "follows", "blocks", "likes", "moderation_actions", "mutes")
 
 
 @dataclass(frozen=True)
