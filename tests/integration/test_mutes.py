@@ -1,7 +1,7 @@
 """Mute over real HTTP on real Postgres, Cassandra and Kafka: a 2xx mute hides the muted
 author's posts from the muter's very next page and stream event with no pipeline running
 (the visibility fence, services/api/visibility/), an unmute shows them again, and only
-the muter stops seeing anything (docs/api.md, "Mute").
+the muter stops seeing anything (services/api/README.md, "Visibility").
 
 As in test_eligibility_fence, the serving copies are written the way the fan-out would
 have written them BEFORE the mute and then never updated, unless a test writes the mute's

@@ -1,5 +1,5 @@
 -- Mutes: a reader stops seeing an author's posts without unfollowing them
--- (docs/api.md, "Mute"). One-directional: only the muter stops seeing the muted user;
+-- (services/api/README.md, "Visibility"). One-directional: only the muter stops seeing the muted user;
 -- the muted user still sees the muter, and follows are left as they are.
 CREATE TABLE mutes (
     muter_id    BIGINT NOT NULL REFERENCES users (user_id),
