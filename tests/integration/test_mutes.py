@@ -163,3 +163,38 @@ def test_the_stream_sends_nothing_of_a_muted_author(stream_api: RunningApi, worl
     finally:
         stream.close()
         scene.close()
+
+
+def test_the_fanout_writes_the_mute_copy_and_keeps_delivering_both_ways(worker_env) -> None:
+    """CDC events through Kafka to the fan-out worker: a mute is one 'mute' row in the
+    muter's partition, purges nothing, and keeps no post of the muter from the muted."""
+    from datetime import datetime, timedelta, timezone
+
+    from bench.harness.cdc_events import post_id_at
+    from bench.harness.pipeline import group_caught_up
+    from services.shared.contracts.topics import cdc_topic
+    from tests.support.worker_env import wait_for_workers
+
+    env, e = worker_env, worker_env.events
+    now = datetime.now(timezone.utc)
+    hour_ago = now - timedelta(hours=1)
+    muter, author = 41, 42
+    p1, q1 = post_id_at(now - timedelta(minutes=5), 1), post_id_at(now - timedelta(minutes=4), 2)
+    topics = [cdc_topic(t, env.settings.topic_prefix) for t in ("posts", "follows", "mutes")]
+    env.send(*[e.followed(muter, author, hour_ago), e.followed(author, muter, hour_ago),
+               e.post_created(e.post_row(p1, author, now - timedelta(minutes=5)))])
+    env.start("services.fanout", "mutes")
+    wait_for_workers(lambda: group_caught_up(env.settings, "mutes", topics), timeout=120,
+                     message="the fan-out caught up with the follows")
+    env.send(*[e.muted(muter, author, now),
+               e.post_created(e.post_row(q1, muter, now - timedelta(minutes=4)))])
+    wait_for_workers(lambda: bool(env.rows("SELECT direction FROM blocks WHERE user_id=%s", muter))
+                     and env.inbox(author) == [q1], timeout=120, message="the mute's copy and q1")
+    assert [(r.other_id, r.direction) for r in env.rows(
+        "SELECT other_id, direction FROM blocks WHERE user_id=%s", muter)] == [(author, "mute")]
+    assert env.rows("SELECT other_id FROM blocks WHERE user_id=%s", author) == []  # one way
+    assert env.inbox(muter) == [p1]   # no purge: the read path skips it
+    assert env.inbox(author) == [q1]  # the muter's post still reaches the muted author
+    env.send(e.unmuted(muter, author, now))
+    wait_for_workers(lambda: env.rows("SELECT direction FROM blocks WHERE user_id=%s", muter) == [],
+                     timeout=120, message="the unmute removes the copy")
