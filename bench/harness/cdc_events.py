@@ -100,6 +100,14 @@ class CdcEvents:
         row = {"blocker_id": blocker, "blocked_id": blocked, "created_at": iso(at)}
         return self._edge("blocks", "c", row, "blocker_id", "blocked_id")
 
+    def muted(self, muter: int, muted: int, at: datetime) -> list[CdcMessage]:
+        row = {"muter_id": muter, "muted_id": muted, "created_at": iso(at)}
+        return self._edge("mutes", "c", row, "muter_id", "muted_id")
+
+    def unmuted(self, muter: int, muted: int, at: datetime) -> list[CdcMessage]:
+        row = {"muter_id": muter, "muted_id": muted, "created_at": iso(at)}
+        return self._edge("mutes", "d", row, "muter_id", "muted_id")
+
     def liked(self, post_id: int, user_id: int, at: datetime) -> list[CdcMessage]:
         row = {"post_id": post_id, "user_id": user_id, "created_at": iso(at)}
         return self._edge("likes", "c", row, "post_id", "user_id")

@@ -219,6 +219,10 @@ def create_app(settings: FanoutProcess) -> faust.App:
     async def blocks(stream: faust.StreamT[bytes]) -> None:
         await consume(stream, changes(lambda p: p.relations.on_block_changed))
 
+    @app.agent(raw_topic(app, cdc_topic("mutes", prefix)), name="mutes")
+    async def mutes(stream: faust.StreamT[bytes]) -> None:
+        await consume(stream, changes(lambda p: p.relations.on_mute_changed))
+
     @app.agent(raw_topic(app, rank_moves_topic(prefix)), name="rank_key_moves")
     async def rank_key_moves(stream: faust.StreamT[bytes]) -> None:
         await consume(stream, events(parse_rank_move, lambda p: p.rank_moves.on_rank_key_moved))

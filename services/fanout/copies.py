@@ -1,4 +1,4 @@
-"""Cassandra copies the fan-out maintains: posts, author partitions, follows, blocks.
+"""Cassandra copies the fan-out maintains: posts, author partitions, follows, blocks, mutes.
 
 The statements, columns and row types are their tables' owners' (services/shared/stores:
 posts.py, timelines.py, follows.py, blocks.py, counted_edges.py); this store decides how
@@ -25,7 +25,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.domain import ids
 from services.shared.domain.rules import REMOVED
-from services.shared.stores.blocks import FanoutBlocks, both_ways
+from services.shared.stores.blocks import BLOCK_DIRECTIONS, FanoutBlocks, audience_other, both_ways, mute_row
 from services.shared.stores.counted_edges import FOLLOW_EDGES as FOLLOW_EDGES
 from services.shared.stores.counted_edges import CountReads, count_of
 from services.shared.stores.cql_async import CqlRunner
@@ -229,16 +229,34 @@ class CopyStore:
         await self._notices.changed(ServingChange(graphs=(blocker_id, blocked_id)))
 
     async def blocked_either_way(self, user_id: int, other_id: int) -> bool:
-        return bool(await self._run.execute(self._blocks.between, (user_id, other_id)))
+        """A block either way (a mute of one by the other does not count)."""
+        rows = await self._run.execute(self._blocks.between, (user_id, other_id))
+        return any(r[0] in BLOCK_DIRECTIONS for r in rows)
 
     async def blocked_set(self, user_id: int) -> frozenset[int]:
-        """Everyone ``user_id`` blocks or is blocked by (small for ordinary authors)."""
+        """Everyone ``user_id`` blocks or is blocked by (small for ordinary authors): the
+        users the author's posts are kept from. Whom ``user_id`` mutes is not in it."""
         if self._coalesced is not None:
-            return frozenset(r[1] for r in await self._coalesced[1].rows(user_id))
+            return frozenset(r[1] for r in await self._coalesced[1].rows(user_id) if audience_other(r[2]))
         out: set[int] = set()
         async for rows in self._run.pages(self._blocks.others, (user_id,)):
-            out.update(r.other_id for r in rows)
+            out.update(r[0] for r in rows if audience_other(r[1]))
         return frozenset(out)
+
+    # -- mutes ---------------------------------------------------------------------------
+    # One row in the muter's partition of ``blocks`` (services/shared/stores/blocks.py):
+    # the read path hides it with the blocks, the audience reads above skip it. No inbox
+    # purge or backfill: the muted author's rows stay in the muter's inbox, hidden at read
+    # time, so an unmute shows them again at once.
+    async def add_mute(self, muter_id: int, muted_id: int, lsn: int) -> None:
+        user, other, direction = mute_row(muter_id, muted_id)
+        await self._write(self._blocks.add, (user, other, direction, lsn))
+        await self._notices.changed(ServingChange(graphs=(muter_id,)))
+
+    async def remove_mute(self, muter_id: int, muted_id: int, lsn: int) -> None:
+        user, other, direction = mute_row(muter_id, muted_id)
+        await self._write(self._blocks.delete, (lsn, user, other, direction))
+        await self._notices.changed(ServingChange(graphs=(muter_id,)))
 
 
 _as_follower = functools.partial(tuple.__new__, Follower)

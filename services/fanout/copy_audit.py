@@ -2,7 +2,7 @@
 
 One module for both users, so they cannot drift: the visibility verifier (verifier.py,
 the copies one visibility-log entry covers) and the operator's repair command
-(jobs/repair.py, a reader's follows and blocks, an author's posts and timeline).
+(jobs/repair.py, a reader's follows, blocks and mutes, an author's posts and timeline).
 
 What is compared (``Key``: the kind, a subject and an object, as in ``visibility_changes``):
 
@@ -14,6 +14,7 @@ What is compared (``Key``: the kind, a subject and an object, as in ``visibility
   ``follow_edges`` (whether the follower count counts it).
 - ``block`` (blocker, blocked): the two ``blocks`` rows, ``(blocker, blocked, 'out')`` and
   ``(blocked, blocker, 'in')``.
+- ``mute`` (muter, muted): the one ``blocks`` row ``(muter, muted, 'mute')``.
 - ``timeline`` (post, author; the repair command only): a visible post has its row in
   the author's ``author_timeline``.
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable, Iterable, Mapping, NamedTuple, Sequence
 
@@ -49,6 +50,7 @@ from services.shared.contracts.topics import follow_counts_topic
 from services.shared.domain.ranking import rank_key
 from services.shared.domain.rules import VISIBLE
 from services.shared.stores.blocks import IN, OUT, BlockRow, DirectionRow, FanoutBlocks
+from services.shared.stores.blocks import MUTE as MUTE_ROW
 from services.shared.stores.counted_edges import FOLLOW_EDGES, CountReads
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.follows import FanoutFollows, FollowedAuthors, SinceRow, followed_by
@@ -57,7 +59,7 @@ from services.shared.worker.event_publisher import EventPublisher, delivered
 from .audience import PostCopy, PostFields, backfill_window, key_write_ts
 from .copies import CopyStore
 
-POST, FOLLOW, BLOCK, TIMELINE = "post", "follow", "block", "timeline"
+POST, FOLLOW, BLOCK, MUTE, TIMELINE = "post", "follow", "block", "mute", "timeline"
 # Parts of a follow's copies, each compared (and reported) on its own.
 FOLLOWING, FOLLOWERS, FOLLOW_COUNT = "following", "followers", "follow_count"
 BLOCK_OUT, BLOCK_IN = "block_out", "block_in"
@@ -75,7 +77,8 @@ _MS = timedelta(milliseconds=1)
 
 class Key(NamedTuple):
     """What one comparison covers: ``post`` and ``timeline`` (post_id, author_id),
-    ``follow`` (follower_id, followed_id), ``block`` (blocker_id, blocked_id)."""
+    ``follow`` (follower_id, followed_id), ``block`` (blocker_id, blocked_id), ``mute``
+    (muter_id, muted_id)."""
 
     kind: str
     subject_id: int
@@ -114,6 +117,7 @@ class Truth:
     posts: Mapping[int, PostRow]
     follows: Mapping[tuple[int, int], datetime]   # (follower, followed) -> following_since
     blocks: frozenset[tuple[int, int]]            # (blocker, blocked)
+    mutes: frozenset[tuple[int, int]] = frozenset()   # (muter, muted)
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,7 @@ class Copies:
     follows: Mapping[tuple[int, int], FollowCopies]
     blocks: Mapping[tuple[int, int], BlockCopies]
     timelines: Mapping[int, frozenset[int]]   # author -> post ids in the window's buckets
+    mutes: Mapping[tuple[int, int], bool] = field(default_factory=dict)   # the 'mute' row exists
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,12 @@ def block_differences(blocked: bool, copies: BlockCopies) -> tuple[Difference, .
                  if present != blocked)
 
 
+def mute_differences(muted: bool, present: bool) -> tuple[Difference, ...]:
+    if present == muted:
+        return ()
+    return (Difference(MUTE, "muted" if muted else "not muted", "row" if present else "no row"),)
+
+
 def timeline_differences(truth: PostRow | None, in_timeline: bool) -> tuple[Difference, ...]:
     """A visible post without its author-timeline row (a hidden one's row is harmless:
     the read path checks the copy)."""
@@ -206,6 +217,8 @@ def differences(key: Key, truth: Truth, copies: Copies) -> tuple[Difference, ...
         return follow_differences(truth.follows.get(key.pair), copies.follows[key.pair])
     if key.kind == BLOCK:
         return block_differences(key.pair in truth.blocks, copies.blocks[key.pair])
+    if key.kind == MUTE:
+        return mute_differences(key.pair in truth.mutes, copies.mutes[key.pair])
     if key.kind == TIMELINE:
         return timeline_differences(truth.posts.get(key.subject_id),
                                     key.subject_id in copies.timelines.get(key.object_id, frozenset()))
@@ -250,6 +263,7 @@ async def read_truth(conn: AsyncConn, keys: Iterable[Key]) -> Truth:
     post_ids = sorted({k.subject_id for k in keys if k.kind in (POST, TIMELINE)})
     follows = sorted({k.pair for k in keys if k.kind == FOLLOW})
     blocks = sorted({k.pair for k in keys if k.kind == BLOCK})
+    mutes = sorted({k.pair for k in keys if k.kind == MUTE})
     posts: dict[int, PostRow] = {}
     if post_ids:
         cur = await conn.execute(
@@ -274,7 +288,15 @@ async def read_truth(conn: AsyncConn, keys: Iterable[Key]) -> Truth:
             " ON b.blocker_id = k.a AND b.blocked_id = k.b",
             ([a for a, _ in blocks], [b for _, b in blocks]))
         block_rows = frozenset((r[0], r[1]) for r in await cur.fetchall())
-    return Truth(posts, follow_rows, block_rows)
+    mute_rows: frozenset[tuple[int, int]] = frozenset()
+    if mutes:
+        cur = await conn.execute(
+            "SELECT m.muter_id, m.muted_id FROM mutes m"
+            " JOIN unnest(%s::bigint[], %s::bigint[]) AS k(a, b)"
+            " ON m.muter_id = k.a AND m.muted_id = k.b",
+            ([a for a, _ in mutes], [b for _, b in mutes]))
+        mute_rows = frozenset((r[0], r[1]) for r in await cur.fetchall())
+    return Truth(posts, follow_rows, block_rows, mute_rows)
 
 
 class WritersStillOpen(RuntimeError):
@@ -356,6 +378,7 @@ class CopyAudit:
         post_ids = sorted({k.subject_id for k in keys if k.kind in (POST, TIMELINE)})
         follows = sorted({k.pair for k in keys if k.kind == FOLLOW})
         blocks = sorted({k.pair for k in keys if k.kind == BLOCK})
+        mutes = sorted({k.pair for k in keys if k.kind == MUTE})
         authors = sorted({k.object_id for k in keys if k.kind == TIMELINE})
         limit = asyncio.Semaphore(self._keys_in_flight)
 
@@ -364,12 +387,13 @@ class CopyAudit:
                 return await coro
 
         posts = {c.post_id: c for c in await self.copies.read_posts(post_ids)} if post_ids else {}
-        follow_copies, block_copies, timelines = await asyncio.gather(
+        follow_copies, block_copies, timelines, mute_copies = await asyncio.gather(
             asyncio.gather(*(bounded(self._follow_copies(*pair)) for pair in follows)),
             asyncio.gather(*(bounded(self._block_copies(*pair)) for pair in blocks)),
-            asyncio.gather(*(bounded(self.timeline_posts(a)) for a in authors)))
+            asyncio.gather(*(bounded(self.timeline_posts(a)) for a in authors)),
+            asyncio.gather(*(bounded(self._mute_copy(*pair)) for pair in mutes)))
         return Copies(posts, dict(zip(follows, follow_copies)), dict(zip(blocks, block_copies)),
-                      dict(zip(authors, timelines)))
+                      dict(zip(authors, timelines)), dict(zip(mutes, mute_copies)))
 
     async def _follow_copies(self, follower: int, followed: int) -> FollowCopies:
         following, followers, edge = await asyncio.gather(
@@ -385,6 +409,10 @@ class CopyAudit:
         return BlockCopies(any(DirectionRow._make(r).direction == OUT for r in out),
                            any(DirectionRow._make(r).direction == IN for r in inward))
 
+    async def _mute_copy(self, muter: int, muted: int) -> bool:
+        rows = await self._run.execute(self._blocks.between, (muter, muted))
+        return any(DirectionRow._make(r).direction == MUTE_ROW for r in rows)
+
     def timeline_window(self) -> tuple[int, int]:
         """The post ids an author's timeline is compared over: what an inbox keeps."""
         return backfill_window(None, self._clock())
@@ -399,9 +427,17 @@ class CopyAudit:
 
     async def blocks_in_copy(self, user_id: int) -> list[tuple[int, int]]:
         """(blocker, blocked) pairs the user's ``blocks`` partition holds, either way."""
+        return await self._pairs_in_copy(user_id, mutes=False)
+
+    async def mutes_in_copy(self, user_id: int) -> list[tuple[int, int]]:
+        """(muter, muted) pairs of the user's mutes the ``blocks`` partition holds."""
+        return await self._pairs_in_copy(user_id, mutes=True)
+
+    async def _pairs_in_copy(self, user_id: int, mutes: bool) -> list[tuple[int, int]]:
         pairs: list[tuple[int, int]] = []
         async for rows in self._run.pages(self._blocks.with_directions, (user_id,)):
-            pairs.extend(BlockRow._make(r).pair(user_id) for r in rows)
+            pairs.extend(row.pair(user_id) for row in map(BlockRow._make, rows)
+                         if (row.direction == MUTE_ROW) == mutes)
         return pairs
 
     async def compare(self, truth: Truth, keys: Iterable[Key]) -> dict[Key, tuple[Difference, ...]]:
@@ -460,6 +496,11 @@ class CopyAudit:
                 await self.copies.add_block(*key.pair, lsn)
             else:
                 await self.copies.remove_block(*key.pair, lsn)
+        elif key.kind == MUTE:
+            if key.pair in truth.mutes:
+                await self.copies.add_mute(*key.pair, lsn)
+            else:
+                await self.copies.remove_mute(*key.pair, lsn)
         elif key.kind == TIMELINE:
             await self._write_timeline_row(key)
 

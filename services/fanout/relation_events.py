@@ -1,4 +1,8 @@
-"""Follows and blocks changes: both-direction copies, follower counts, inbox clean-up.
+"""Follows, blocks and mutes changes: both-direction copies, follower counts, inbox clean-up.
+
+A mute is one copy row in the muter's partition (copies.py, ``add_mute``) and nothing
+else: the muted author's rows stay in the muter's inbox, hidden when a page is read, so
+an unmute needs no backfill.
 
 A follow (or the unblock of a followed author) brings the author's posts made since
 ``following_since`` that are not yet in the inbox: normally none; this is what makes
@@ -89,6 +93,14 @@ class RelationChanges:
         await self._copies.remove_block(blocker, blocked, change.lsn)
         await settle([self._backfill_if_following(reader, author)
                     for reader, author in ((blocker, blocked), (blocked, blocker))])
+
+    async def on_mute_changed(self, change: ChangeRecord) -> None:
+        row = change.row
+        muter, muted = require_int(row, "muter_id"), require_int(row, "muted_id")
+        if change.is_delete:
+            await self._copies.remove_mute(muter, muted, change.lsn)
+        else:
+            await self._copies.add_mute(muter, muted, change.lsn)
 
     async def _purge(self, purge: InboxPurge, reason: str, since: datetime | None) -> None:
         """Remove the author's rows from the reader's inbox. A fan-out that read the

@@ -3,7 +3,7 @@
 - Acked and lost: every post the API acknowledged (201) is in Postgres.
 - Feeds: for every reader, the whole feed walked page by page through the API against
   what Postgres says the reader may see (posts of authors followed now, made since the
-  follow, not deleted, visible, no block either way): missing, duplicated and wrongly
+  follow, not deleted, visible, no block either way, not muted by the reader): missing, duplicated and wrongly
   visible posts. An inbox keeps its ``inbox_cap`` highest rows (the tail is trimmed by
   design), so a reader owed more than the cap less its slack cannot tell loss from trim:
   such readers are counted (``readers_over_cap``) and fail the run as inconclusive
@@ -14,16 +14,16 @@
 - DLQs: every ``*.dlq`` topic of the prefix is empty.
 - Shown after the acknowledgement (``shown_after_ack``): every feed page the workload
   was served (its request started after the ack) and every stream event it received
-  (after the ack), against each acknowledged delete, removal, block and unfollow: an
+  (after the ack), against each acknowledged delete, removal, block, mute and unfollow: an
   item the action should have hid is counted, whatever the pipeline was doing. This is
   the window the settled feeds above cannot see.
 - The stream: every post of an author the watcher follows (it never unfollows and is
-  never blocked), acked after its SSE stream first opened and not deleted, arrived as a
+  never blocked, and mutes no one), acked after its SSE stream first opened and not deleted, arrived as a
   ``new_item`` or was covered by a ``resync`` sent after it was acked (``stream_gaps``:
   neither, a silent gap).
 - Postgres to Kafka, when the relay writes its delivery trace
   (``Settings.cdc_delivery_trace``, set by ``make faults``): the last change of every
-  follow, like, block and post row of the run (its ``xmin``) was acknowledged by Kafka
+  follow, like, block, mute and post row of the run (its ``xmin``) was acknowledged by Kafka
   (``cdc_unsent``), and every record Kafka acknowledged is still at its offset
   (``kafka_lost``). A loss further down then says which side of Kafka it happened on.
 """
@@ -59,7 +59,7 @@ class Verdict:
     dlq_records: int = 0
     stream_gaps: int = 0
     shown_after_ack: int = 0
-    hiding_actions: int = 0       # acknowledged deletes, removals, blocks and unfollows
+    hiding_actions: int = 0       # acknowledged deletes, removals, blocks, mutes and unfollows
     pages_checked: int = 0
     cdc_unsent: int | None = None   # None: no delivery trace to check against
     kafka_lost: int | None = None
@@ -118,7 +118,9 @@ def _visible(settings: Settings, readers: list[int], authors: list[int]) -> dict
             f"AND p.visibility = {VISIBLE} AND date_trunc('milliseconds', p.created_at) >= "
             "date_trunc('milliseconds', f.following_since) AND NOT EXISTS ("
             " SELECT 1 FROM blocks b WHERE (b.blocker_id = f.follower_id AND b.blocked_id = p.author_id)"
-            " OR (b.blocker_id = p.author_id AND b.blocked_id = f.follower_id))",
+            " OR (b.blocker_id = p.author_id AND b.blocked_id = f.follower_id))"
+            " AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = f.follower_id"
+            " AND m.muted_id = p.author_id)",
             (readers, authors)).fetchall()
     out: dict[int, set[int]] = {r: set() for r in readers}
     for reader, post in rows:
@@ -216,7 +218,7 @@ async def check(settings: Settings, w: Workload) -> Verdict:
     v.examples["feed_lost"] = missing[:10]
     v.examples["wrongly_visible"] = wrong[:10]
     v.shown_after_ack, v.examples["shown_after_ack"] = shown_after_ack(w)
-    v.hiding_actions = sum(led.actions[k] for k in ("delete", "remove", "block", "unfollow"))
+    v.hiding_actions = sum(led.actions[k] for k in ("delete", "remove", "block", "mute", "unfollow"))
     v.pages_checked = len(led.pages)
     v.follower_drift, v.like_drift, v.examples["counter_drift"] = _counts(settings, w)
     v.dlq_records = _dlq_records(settings)
@@ -297,6 +299,7 @@ def stream_gaps(w: Workload) -> tuple[int, list[Any]]:
 # The run's rows whose last change must have reached Kafka: (table, key columns, filter).
 _CAPTURED = (("follows", "follower_id, followed_id", "follower_id = ANY(%(users)s)"),
              ("blocks", "blocker_id, blocked_id", "blocker_id = ANY(%(users)s)"),
+             ("mutes", "muter_id, muted_id", "muter_id = ANY(%(users)s)"),
              ("likes", "post_id, user_id", "user_id = ANY(%(users)s)"),
              ("posts", "post_id", "author_id = ANY(%(users)s)"))
 

@@ -1,11 +1,11 @@
 """The ``lost-hide`` scenario: hides whose change events never reach the copies.
 
 The relay is frozen (SIGSTOP), its walsender ended and its replication slot dropped, for
-``hold_s`` of the workload's deletes, removals, blocks and unfollows; then the relay is
+``hold_s`` of the workload's deletes, removals, blocks, mutes and unfollows; then the relay is
 let go. It finds no slot, creates one and snapshots every captured table again
 (docs/cdc.md): a snapshot emits ``op: "r"`` only for rows that still exist, so an
-unfollow made meanwhile (the follows row deleted, also by a block) never reaches
-Cassandra. Those are the hides lost. Only the visibility fence hides them, and only the
+unfollow made meanwhile (the follows row deleted, also by a block), or an unblock or
+unmute, never reaches Cassandra. Those are the hides lost. Only the visibility fence hides them, and only the
 verifier (services/fanout/verifier.py) can repair them before the fence lets them go.
 
 ``audit`` counts them once the fan-out has applied the relay's new snapshot and before
@@ -16,8 +16,8 @@ it whose copies differ from Postgres. ``settle`` then waits until the verifier h
 checked past them and released them, and reads how many it repaired
 (``feed_visibility_repairs_total`` on the fan-out's /metrics) and what still differs.
 The target: repairs = lost, none left, and the checker's ``shown_after_ack`` 0 for the
-whole run. From the lift until the entries are released the workload's block and follow
-toggles pause (posting, deletes, likes and reads go on): a later write to a pair sets its
+whole run. From the lift until the entries are released the workload's block, mute and
+follow toggles pause (posting, deletes, likes and reads go on): a later write to a pair sets its
 copies through the working pipeline, healing a lost hide before the verifier gets to it.
 """
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Writers: posts (one wide author every reader follows, one celebrity every reader and
 ``fans`` more users follow, and ordinary authors), likes and unlikes, and the actions
 that must hide something at once (``_hiding``, several a second): deletes and moderation
-removals of earlier posts, blocks and unblocks, unfollows and follows again, each
-followed by a read of the affected reader's feed. Readers page their feeds
+removals of earlier posts, blocks and unblocks, mutes and unmutes, unfollows and follows
+again, each followed by a read of the affected reader's feed. Readers page their feeds
 and one watcher polls its first page to time freshness, and holds the feed's SSE stream
 open from the end of the set-up to the check (reconnecting with ``Last-Event-ID``), so
 the checker can ask whether any post reached neither the stream nor a ``resync``. Every 2xx is recorded in the
@@ -34,11 +34,11 @@ from services.shared.settings import Settings
 @dataclass
 class PairHidden:
     """``author``'s posts hidden from ``reader`` from ``since`` (an ack) until ``until``
-    (the start of the request that lifted it: an unblock, or a follow again)."""
+    (the start of the request that lifted it: an unblock, an unmute, or a follow again)."""
 
     reader: int
     author: int
-    kind: str            # "block" or "unfollow"
+    kind: str            # "block", "mute" (one way: reader mutes author) or "unfollow"
     since: float
     until: float = float("inf")
 
@@ -56,6 +56,7 @@ class Ledger:
     likes: dict[tuple[int, int], bool] = field(default_factory=dict)    # (post, user) -> liked
     follows: dict[tuple[int, int], bool] = field(default_factory=dict)  # (reader, author) -> following
     blocks: set[tuple[int, int]] = field(default_factory=set)           # (blocker, blocked)
+    mutes: set[tuple[int, int]] = field(default_factory=set)            # (muter, muted)
     statuses: dict[str, Counter] = field(default_factory=lambda: {
         "before": Counter(), "during": Counter(), "after": Counter()})
     freshness_s: list[tuple[float, float]] = field(default_factory=list)  # (acked at, seconds)
@@ -87,13 +88,14 @@ class Cast:
         return [*self.posting, *self.readers, *self.fans]
 
 
-# The hiding actions, in turn: deletes and removals take about two thirds of the posts
-# (4/s), block and follow toggles come twice as often since half of them lift a hiding.
-# At most one every 0.12 s per loop (HIDING_LOOPS below).
+# The hiding actions, in turn (a cycle of seven): deletes and removals two turns, about
+# half of the posts (4/s); block and follow toggles two turns each, since half of them
+# lift a hiding; a mute toggle one turn (half of them unmutes, which lift one). At most
+# one every 0.12 s per loop (HIDING_LOOPS below).
 HIDING_EVERY_S = 0.12
 # Loops of hiding actions at once: one action waits for its answer and a feed read or two
 # (0.3-0.5 s on the loaded three nodes), so one loop acknowledged only 170-310 hiding
-# actions a scenario. Each loop toggles blocks and follows of its own readers only: two
+# actions a scenario. Each loop toggles blocks, mutes and follows of its own readers only: two
 # loops toggling one pair at once could leave the ledger's order unlike Postgres's.
 HIDING_LOOPS = 4
 # Shares of the posts: the wide author's, the celebrity's; the rest are the ordinary
@@ -122,7 +124,7 @@ class Workload:
                          watcher=cast_readers[0], moderator=next(ids))
         self._moderator_token = mint_token(self.cast.moderator, settings.jwt_secret.get_secret_value(),
                                            roles=("moderator",), ttl_seconds=7200)
-        self._hiding_turns = [itertools.cycle([self._delete, self._block, self._refollow,
+        self._hiding_turns = [itertools.cycle([self._delete, self._block, self._refollow, self._mute,
                                                self._remove, self._block, self._refollow])
                               for _ in range(HIDING_LOOPS)]
         self.phase = "before"
@@ -263,15 +265,15 @@ class Workload:
             self.ledger.posts[int(r.json()["post_id"])] = (author, time.time())
 
     def _own_readers(self, loop: int) -> list[int]:
-        """The readers whose blocks and follows hiding loop ``loop`` toggles (never the
-        watcher, who keeps its follows)."""
+        """The readers whose blocks, mutes and follows hiding loop ``loop`` toggles (never
+        the watcher, who keeps its follows and mutes no one)."""
         return self.cast.readers[1:][loop::HIDING_LOOPS]
 
     async def _hiding(self, loop: int) -> None:
         """One of the actions that must hide something at once, in turn, then a read of
         the feed of a reader it concerns."""
         step = next(self._hiding_turns[loop])
-        if self.toggles_paused and step in (self._block, self._refollow):
+        if self.toggles_paused and step in (self._block, self._refollow, self._mute):
             return
         reader = await step(loop)
         if reader is not None:
@@ -352,6 +354,25 @@ class Workload:
             led.blocks.discard((blocker, blocked))
             self._lift(blocker, blocked, "block", started)
         return blocked
+
+    async def _mute(self, loop: int) -> int | None:
+        """A reader mutes an author, or lifts its mute: one way, the follow stays."""
+        muter = self.rng.choice(self._own_readers(loop))
+        muted = self.rng.choice(self.cast.authors)
+        on = (muter, muted) not in self.ledger.mutes
+        started = time.time()
+        r = await self.call("PUT" if on else "DELETE", f"/v1/users/{muted}/mute", muter)
+        if r is None or r.status_code != 204:
+            return muter
+        led = self.ledger
+        led.actions["mute" if on else "unmute"] += 1
+        if on:
+            led.mutes.add((muter, muted))
+            led.pair_hidden.append(PairHidden(muter, muted, "mute", time.time()))
+        else:
+            led.mutes.discard((muter, muted))
+            self._lift(muter, muted, "mute", started)
+        return muter
 
     async def _page(self) -> None:
         reader = self.rng.choice(self.cast.readers)

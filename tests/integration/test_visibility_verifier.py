@@ -187,6 +187,11 @@ class Scene:
                 "SELECT direction FROM blocks WHERE user_id=%s AND other_id=%s", (user, other))}
         return rows
 
+    def muted_in_copy(self, muter: int) -> set[int]:
+        """Whom the muter's ``blocks`` partition mutes (its 'mute' rows)."""
+        return {r.other_id for r in self.session.execute(
+            "SELECT other_id, direction FROM blocks WHERE user_id=%s", (muter,)) if r.direction == "mute"}
+
     def inbox_rows(self, reader: int) -> set[int]:
         return {r.post_id for r in self.session.execute(
             "SELECT post_id FROM feed_inbox WHERE reader_id = %s", (reader,))}
@@ -286,6 +291,30 @@ def test_a_deleted_post_and_a_block_whose_events_were_lost_are_repaired(scene: S
     assert copy is not None and copy.deleted is True and not copy.alive
     assert scene.block_rows(blocker, author) == {(blocker, author, "out"), (author, blocker, "in")}
     assert scene.marks() == (0, max(post_seq, block_seq))
+
+
+def test_a_mute_and_an_unmute_whose_events_were_lost_are_repaired_before_release(scene: Scene):
+    muter, muted, unmuted = scene.users(3)
+    # The pipeline applied a mute of `unmuted` but lost its unmute, and lost the mute of `muted`.
+    scene.pg.execute("INSERT INTO mutes (muter_id, muted_id) VALUES (%s, %s)", (muter, unmuted))
+    scene.run(scene.copies.add_mute(muter, unmuted, scene.lsn()))
+    scene.pg.execute("DELETE FROM mutes WHERE muter_id = %s AND muted_id = %s", (muter, unmuted))
+    scene.pg.execute("INSERT INTO mutes (muter_id, muted_id) VALUES (%s, %s)", (muter, muted))
+    [mute_seq] = scene.entries("mute", muter, muted)
+    assert len(scene.entries("mute", muter, unmuted)) == 2
+    assert scene.muted_in_copy(muter) == {unmuted}
+    before = counter("feed_visibility_repairs_total", "mute")
+    v = scene.verifier(repair_after_s=0.3, settle_s=5.0)
+    time.sleep(0.4)
+
+    scene.tick(v)
+    assert counter("feed_visibility_repairs_total", "mute") - before >= 2
+    assert scene.muted_in_copy(muter) == {muted}
+    assert scene.marks() == (0, mute_seq)
+    scene.clock.advance(5.1)
+    scene.tick(v)
+    assert scene.marks() == (mute_seq, mute_seq)
+    assert scene.entries("mute", muter, muted) == []
 
 
 def test_a_log_that_went_back_brings_the_marks_down_and_its_new_entries_are_walked(scene: Scene):
@@ -456,7 +485,7 @@ def test_a_verifier_that_cannot_read_postgres_backs_off_without_raising(scene: S
 def test_the_repair_command_fixes_a_reader_and_an_author_and_a_dry_run_writes_nothing(
         scene: Scene, db: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         tmp_path) -> None:
-    reader, author, gone, blocked = scene.users(4)
+    reader, author, gone, blocked, muted = scene.users(5)
     now = datetime.now(timezone.utc)
     since = now - timedelta(days=2)
     stale = scene.lsn()
@@ -468,6 +497,7 @@ def test_the_repair_command_fixes_a_reader_and_an_author_and_a_dry_run_writes_no
     scene.run(scene.copies.apply_follow(reader, gone, since, stale))
     scene.count_edge(reader, gone, True)
     scene.pg.execute("INSERT INTO blocks (blocker_id, blocked_id) VALUES (%s, %s)", (reader, blocked))
+    scene.pg.execute("INSERT INTO mutes (muter_id, muted_id) VALUES (%s, %s)", (reader, muted))
     # The author's posts: `kept` is right but not in the reader's inbox; `untimed` lacks
     # its timeline row (and its inbox row); `deleted` is deleted in Postgres only.
     created = now - timedelta(hours=1)
@@ -476,7 +506,7 @@ def test_the_repair_command_fixes_a_reader_and_an_author_and_a_dry_run_writes_no
     scene.post_copy(kept, author, created, stale, fanned_out=True, timeline=True)
     scene.post_copy(untimed, author, created, stale, fanned_out=True)
     scene.post_copy(deleted, author, created, stale, fanned_out=True, timeline=True)
-    monkeypatch.setattr(repair_job, "get_settings", lambda: db)
+    monkeypatch.setattr(repair_job, "load", lambda _cls: db)
     metrics = tmp_path / "repair.prom"
 
     rc = repair_job.main(["--reader", str(reader), "--author", str(author), "--dry-run", "--json",
@@ -486,6 +516,7 @@ def test_the_repair_command_fixes_a_reader_and_an_author_and_a_dry_run_writes_no
     assert dry["dry_run"] is True
     assert {k: t["differing"] for k, t in dry["kinds"].items()} == {
         "post": 1, "timeline": 1, "following": 1, "followers": 1, "follow_count": 1, "block": 1,
+        "mute": 1,
         # From the copies as they are: `kept`, and `deleted` (its copy still visible);
         # `untimed` has no timeline row to be found by.
         "inbox": 2}
@@ -495,6 +526,7 @@ def test_the_repair_command_fixes_a_reader_and_an_author_and_a_dry_run_writes_no
     # Nothing written.
     assert scene.following(reader, gone)[0] is not None
     assert scene.block_rows(reader, blocked) == set()
+    assert scene.muted_in_copy(reader) == set()
     assert scene.run(scene.copies.read_post(deleted)).alive
     assert untimed not in scene.timeline(author)
     assert scene.inbox_rows(reader) == set()
@@ -503,10 +535,11 @@ def test_the_repair_command_fixes_a_reader_and_an_author_and_a_dry_run_writes_no
     report = asyncio.run(repair_job.run(db, [reader], [author]))
     got = {k: (t.differing, t.repaired) for k, t in report.kinds.items()}
     assert got == {"post": (1, 1), "timeline": (1, 1), "following": (1, 1), "followers": (1, 1),
-                   "follow_count": (1, 1), "block": (1, 1), "inbox": (2, 2)}
+                   "follow_count": (1, 1), "block": (1, 1), "mute": (1, 1), "inbox": (2, 2)}
     assert scene.following(reader, gone) == (None, None)
     assert scene.following(reader, author)[0] is not None
     assert scene.block_rows(reader, blocked) == {(reader, blocked, "out"), (blocked, reader, "in")}
+    assert scene.muted_in_copy(reader) == {muted}
     assert scene.run(scene.copies.read_post(deleted)).deleted is True
     assert untimed in scene.timeline(author)
     assert scene.inbox_rows(reader) == {kept, untimed}

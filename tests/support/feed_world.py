@@ -142,6 +142,14 @@ class FeedWorld:
         self.run(self.copies.add_block(blocker, blocked, next(_TS)))
         self._settled()
 
+    def mute(self, muter: int, muted: int) -> None:
+        self.run(self.copies.add_mute(muter, muted, next(_TS)))
+        self._settled()
+
+    def unmute(self, muter: int, muted: int) -> None:
+        self.run(self.copies.remove_mute(muter, muted, next(_TS)))
+        self._settled()
+
     def store_preference(self, reader: int, order: str) -> None:
         """A feed order stored and announced as another API process does (preferences.py)."""
         self.session.execute("INSERT INTO reader_preferences (reader_id, feed_order, updated_at) "

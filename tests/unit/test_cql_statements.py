@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from services.shared.stores.blocks import BlockRow, FanoutBlocks, both_ways
+from services.shared.stores.blocks import BlockRow, FanoutBlocks, audience_other, both_ways, mute_row
 from services.shared.stores.follows import FanoutFollows, ReadPathFollows
 from services.shared.stores.inbox import FanoutInbox
 from services.shared.stores.posts import FanoutPosts
@@ -57,4 +57,7 @@ def test_a_post_copy_write_leaves_out_what_a_change_did_not_carry() -> None:
 def test_a_block_is_two_rows() -> None:
     assert both_ways(1, 2) == ((1, 2, "out"), (2, 1, "in"))
     assert [BlockRow._make(r).pair(2) for r in [(1, "in"), (3, "out")]] == [(1, 2), (2, 3)]
+    assert mute_row(1, 2) == (1, 2, "mute")
+    assert BlockRow._make((3, "mute")).pair(2) == (2, 3)  # (muter, muted): the partition's user mutes
+    assert [audience_other(d) for d in ("out", "in", "mute")] == [True, True, False]
     assert {c.name for c in FanoutBlocks.cqls()} >= {"add", "delete", "between"}

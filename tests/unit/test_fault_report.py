@@ -185,3 +185,25 @@ def test_goodput_collapse_counts_only_low_windows_while_draining_outside_the_fau
     assert got["collapsed"]
     fine = goodput_summary(samples[:10], 100.0, fault_at=115.0, lifted_at=125.0)
     assert not fine["collapsed"]
+
+
+def test_a_muted_authors_post_served_to_the_muter_after_the_ack_counts_one_way_until_unmuted() -> None:
+    from tests.faults.checker import shown_after_ack
+    from tests.faults.workload import Cast, Ledger, PairHidden
+
+    class W:
+        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
+                    moderator=30)
+        ledger = Ledger()
+
+    w = W()
+    led = w.ledger
+    led.posts.update({601: (2, 100.0), 602: (11, 100.0)})
+    led.pair_hidden.append(PairHidden(11, 2, "mute", 120.0, until=150.0))  # 11 mutes 2
+    led.pages += [(119.0, 11, (601,)),    # before the mute's ack: fine
+                  (121.0, 11, (601,)),    # after it: shown after the ack
+                  (121.0, 2, (602,)),     # the muted author still sees the muter
+                  (151.0, 11, (601,))]    # unmuted at 150
+    count, examples = shown_after_ack(w)
+    assert count == 1
+    assert [(e["reader"], e["post"], e["why"]) for e in examples] == [(11, 601, "mute")]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from services.api.visibility.eligibility import PostState, ReaderGraph, Verdict, judge
 from services.api.visibility.fence import WINDOW, FenceUnavailable, VisibilityFence
-from services.api.visibility.recent_changes import (BLOCK, FOLLOW, NOTHING, POST, ReaderChanges,
+from services.api.visibility.recent_changes import (BLOCK, FOLLOW, MUTE, NOTHING, POST, ReaderChanges,
                                                     RecentChanges, VisibilityChange)
 from services.api.visibility.visibility_log import LogRead
 
@@ -48,6 +48,46 @@ def test_a_block_hides_the_pair_both_ways_until_both_sides_lift_it() -> None:
     recent.apply([change(4, BLOCK, AUTHOR, READER, False)])
     assert not recent.for_reader(READER).hides(10, AUTHOR, 5)
     assert not recent.for_reader(OTHER).hides(10, AUTHOR, 5)
+
+
+def test_a_mute_hides_the_author_from_the_muter_only_until_unmuted() -> None:
+    recent = folded(change(1, MUTE, READER, AUTHOR, True))
+    assert recent.for_reader(READER).hides(10, AUTHOR, 5)
+    assert not recent.for_reader(AUTHOR).hides(11, READER, 5)  # one way
+    assert not recent.for_reader(OTHER).hides(10, AUTHOR, 5)
+    assert not recent.for_reader(READER).hides(12, OTHER, 5)
+    recent.apply([change(2, MUTE, READER, AUTHOR, False)])
+    assert recent.for_reader(READER).hides(10, AUTHOR, 5) is False
+
+
+def test_a_mute_and_a_block_of_the_same_author_are_lifted_each_on_its_own() -> None:
+    recent = folded(change(1, MUTE, READER, AUTHOR, True), change(2, BLOCK, READER, AUTHOR, True))
+    recent.apply([change(3, MUTE, READER, AUTHOR, False)])
+    assert recent.for_reader(READER).hides(10, AUTHOR, 5)  # the block stands
+    recent.apply([change(4, MUTE, READER, AUTHOR, True), change(5, BLOCK, READER, AUTHOR, False)])
+    assert recent.for_reader(READER).hides(10, AUTHOR, 5)  # the mute stands
+    assert not recent.for_reader(AUTHOR).hides(11, READER, 5)
+    recent.apply([change(6, MUTE, READER, AUTHOR, False)])
+    assert not recent.for_reader(READER).hides(10, AUTHOR, 5)
+
+
+def test_a_released_mute_is_forgotten_unless_a_later_entry_replaced_it() -> None:
+    recent = folded(change(1, MUTE, READER, AUTHOR, True), change(2, MUTE, READER, OTHER, True),
+                    change(3, MUTE, READER, OTHER, False), change(4, MUTE, READER, OTHER, True))
+    assert recent.forget_through(3) == 3
+    view = recent.for_reader(READER)
+    assert not view.hides(10, AUTHOR, 5)  # released: the copies decide
+    assert view.hides(11, OTHER, 5)       # its latest entry (4) is still held
+    assert recent.forget_through(4) == 1
+    assert recent.for_reader(READER) is NOTHING
+
+
+def test_judge_hides_a_muted_author_the_copies_still_show() -> None:
+    graph = ReaderGraph(READER, {AUTHOR: 0}, frozenset())
+    post = PostState(10, AUTHOR, 100, 1, False)
+    assert judge(post, graph, folded(change(1, MUTE, READER, AUTHOR, True)).for_reader(READER)) is Verdict.FENCED
+    # The copy of the mute (a row in the reader's blocks partition) hides it on its own.
+    assert judge(post, ReaderGraph(READER, {AUTHOR: 0}, frozenset({AUTHOR}))) is Verdict.BLOCKED
 
 
 def test_an_unfollow_hides_the_author_and_a_follow_again_only_what_came_before_it() -> None:
@@ -101,7 +141,7 @@ def test_judge_lets_the_log_hide_what_the_copies_still_show() -> None:
     assert judge(PostState(10, AUTHOR, 100, 1, True), graph, recent) is Verdict.DELETED
 
 
-_kinds = st.sampled_from([POST, FOLLOW, BLOCK])
+_kinds = st.sampled_from([POST, FOLLOW, BLOCK, MUTE])
 
 
 @given(st.lists(st.tuples(_kinds, st.sampled_from([READER, AUTHOR]), st.sampled_from([AUTHOR, OTHER]),
@@ -146,6 +186,7 @@ def test_forgetting_keeps_exactly_the_keys_whose_latest_entry_is_above_the_mark(
                     hidden = ((p := kept.get((POST, post, 0))) is not None and p.hidden)
                     hidden |= any((b := kept.get((BLOCK, x, y))) is not None and b.hidden
                                   for x, y in ((reader, author), (author, reader)))
+                    hidden |= (m := kept.get((MUTE, reader, author))) is not None and m.hidden
                     f = kept.get((FOLLOW, reader, author))
                     if f is not None:
                         hidden |= f.hidden or created < (f.since_ms or 0)
@@ -157,6 +198,9 @@ def _last_truth(changes: list[VisibilityChange], reader: int, author: int, post_
     """What the latest entries say, computed the slow way."""
     blocks = {(c.subject_id, c.object_id): c.hidden for c in changes if c.kind == BLOCK}
     if blocks.get((reader, author)) or blocks.get((author, reader)):
+        return True
+    mutes = {(c.subject_id, c.object_id): c.hidden for c in changes if c.kind == MUTE}
+    if mutes.get((reader, author)):  # one way: the muted author still sees the muter
         return True
     follows = [c for c in changes if c.kind == FOLLOW and (c.subject_id, c.object_id) == (reader, author)]
     if follows:

@@ -4,7 +4,7 @@
   FastAPI's layers
 * ``stream``: ``GET /v1/feed/stream`` (SSE)
 * ``posts``: create, read and delete posts
-* ``social``: follow, block and like
+* ``social``: follow, block, mute and like
 * ``user_lists``: ``GET /v1/users/{id}/posts``, ``/followers``, ``/following``
 * ``moderation``: remove or restore a post (moderators)
 * ``preferences``: ``GET|PUT /v1/me/preferences``

@@ -1,4 +1,4 @@
-"""Follow, block and like: ``PUT`` starts, ``DELETE`` ends; all idempotent."""
+"""Follow, block, mute and like: ``PUT`` starts, ``DELETE`` ends; all idempotent."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
@@ -88,4 +88,30 @@ async def like(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Response:
 async def unlike(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Response:
     async with pool.connection() as conn, conn.transaction():
         await social.unlike(conn, post_id, user.user_id)
+    return Response(status_code=204)
+
+
+@router.put("/users/{user_id}/mute", status_code=204, response_class=Response,
+            summary="Mute a user: their posts leave your feed and stream; follows stay, "
+                    "and they still see yours",
+            responses=problem_responses(401, 404, 422))
+async def mute(user_id: UserIdPath, user: CurrentUser, pool: Pg,
+               commit_wait: CommitWait) -> Response:
+    _refuse_self(user.user_id, user_id, "mute")
+    async with pool.connection() as conn, conn.transaction():
+        await social.lock_pair(conn, user.user_id, user_id)  # the hiding writes' lock order
+        if not await social.user_exists(conn, user_id):
+            raise ProblemError(NOT_FOUND, "no such user")
+        await social.mute(conn, user.user_id, user_id)
+    await settle(commit_wait)
+    return Response(status_code=204)
+
+
+@router.delete("/users/{user_id}/mute", status_code=204, response_class=Response,
+               summary="Unmute a user: their posts come back to your feed",
+               responses=problem_responses(401, 422))
+async def unmute(user_id: UserIdPath, user: CurrentUser, pool: Pg) -> Response:
+    async with pool.connection() as conn, conn.transaction():
+        await social.lock_pair(conn, user.user_id, user_id)
+        await social.unmute(conn, user.user_id, user_id)
     return Response(status_code=204)

@@ -1,7 +1,7 @@
 """Postgres statements of the write path, one module per aggregate. Thin: no decisions.
 
 * ``posts``: the ``posts`` table
-* ``social``: ``follows``, ``blocks`` and ``likes``
+* ``social``: ``follows``, ``blocks``, ``likes`` and ``mutes``
 * ``moderation``: ``posts.visibility`` and ``moderation_actions``, changed together
 * ``idempotency``: the ``idempotency_keys`` table
 """

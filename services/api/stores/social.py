@@ -1,4 +1,4 @@
-"""``follows``, ``blocks`` and ``likes``.
+"""``follows``, ``blocks``, ``likes`` and ``mutes``.
 
 Every write on one pair of users (follow, unfollow, block, unblock) first takes a
 transaction-scoped advisory lock on the unordered pair, so a follow racing a block can
@@ -80,3 +80,14 @@ async def like(conn: AsyncConnection, post_id: int, user_id: int) -> None:
 async def unlike(conn: AsyncConnection, post_id: int, user_id: int) -> None:
     await conn.execute("DELETE FROM likes WHERE post_id = %s AND user_id = %s",
                        (post_id, user_id))
+
+
+async def mute(conn: AsyncConnection, muter_id: int, muted_id: int) -> None:
+    """Record the mute (follows are left as they are; the muted user is not told)."""
+    await conn.execute("INSERT INTO mutes (muter_id, muted_id) VALUES (%s, %s) "
+                       "ON CONFLICT DO NOTHING", (muter_id, muted_id))
+
+
+async def unmute(conn: AsyncConnection, muter_id: int, muted_id: int) -> None:
+    await conn.execute("DELETE FROM mutes WHERE muter_id = %s AND muted_id = %s",
+                       (muter_id, muted_id))

@@ -29,7 +29,8 @@ class PostState:
 
 @dataclass(frozen=True)
 class ReaderGraph:
-    """The reader's follows (author -> following_since, Unix ms) and blocks (either way)."""
+    """The reader's follows (author -> following_since, Unix ms) and the authors hidden from
+    them: blocked either way, or muted by the reader (the ``blocks`` copy's partition)."""
 
     reader_id: int
     following_since_ms: Mapping[int, int]
@@ -41,7 +42,7 @@ class Verdict(str, Enum):
     MISSING = "missing"          # no copy (not yet written, or read failed)
     DELETED = "deleted"
     REMOVED = "removed"          # visibility is not "visible" (moderation)
-    BLOCKED = "blocked"          # the reader blocks the author or is blocked by them
+    BLOCKED = "blocked"          # the reader blocks the author, is blocked by them, or mutes them
     NOT_FOLLOWED = "not_followed"
     BEFORE_FOLLOW = "before_follow"  # older than following_since: no surprise backfill
     FENCED = "fenced"            # the copies still show it; the visibility log hides it
@@ -52,7 +53,7 @@ def judge(post: PostState | None, graph: ReaderGraph, recent: ReaderChanges = NO
 
     ``graph`` and ``post`` are copies, which lag the truth by the pipeline; ``recent`` is
     what the visibility log (the truth, read after the request arrived) says of the
-    reader's recent deletes, removals, blocks and unfollows: it can only hide."""
+    reader's recent deletes, removals, blocks, mutes and unfollows: it can only hide."""
     if post is None or post.author_id is None or post.created_at_ms is None:
         return Verdict.MISSING
     if post.deleted:

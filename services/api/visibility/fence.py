@@ -1,7 +1,7 @@
 """``VisibilityFence``: each page reads the visibility log's new entries before judging.
 
 The guarantee (docs/read-path.md, "Eligibility against the truth"): once the API has
-answered 2xx to a post delete, a moderation removal, a block or an unfollow, no request that starts after that
+answered 2xx to a post delete, a moderation removal, a block, a mute or an unfollow, no request that starts after that
 answer, in any API process, shows the item. The write's transaction appended an entry to
 ``visibility_changes`` (migration 0003) before it committed, so a read of that log that
 *goes out after the request arrived* sees it. ``arrive()`` and ``wait()`` give every

@@ -1,16 +1,16 @@
 """What the visibility log says about a reader's page: pure, no I/O.
 
 Postgres appends an entry to ``visibility_changes`` in the same transaction as every
-post delete or moderation change, block, unblock, unfollow, and follow-again of a pair
-it has logged (migration 0003). ``RecentChanges`` folds the entries still in the log, in
+post delete or moderation change, block, unblock, unfollow, follow-again of a pair
+it has logged (migration 0003), mute and unmute (migration 0005). ``RecentChanges`` folds the entries still in the log, in
 ``seq`` order, into the latest state of each post and pair. Every key it holds is
 therefore the truth as of the last read of the log; a key it does not hold has no entry
 left: its copies were verified against Postgres (repaired if wrong) and have settled
 (migration 0004, the fan-out's verifier), so the copies decide it.
 
 It only ever hides: a page shows an entry when the copies say it is eligible AND the
-recent changes do not hide it. A restore or an unblock removes the key (the copies
-decide again); a follow again keeps a lower bound (posts before its
+recent changes do not hide it. A restore, an unblock or an unmute removes the key (the
+copies decide again); a follow again keeps a lower bound (posts before its
 ``following_since`` stay hidden, as the copies will also say once they catch up).
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ from array import array
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-POST, FOLLOW, BLOCK = "post", "follow", "block"
-_KIND_CODE = {POST: 0, FOLLOW: 1, BLOCK: 2}
+POST, FOLLOW, BLOCK, MUTE = "post", "follow", "block", "mute"
+_KIND_CODE = {POST: 0, FOLLOW: 1, BLOCK: 2, MUTE: 3}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ class ReaderChanges:
 
     hidden_posts: Mapping[int, int]          # post_id -> seq (deleted or removed)
     follows: Mapping[int, FollowState]       # author_id -> follow state
-    blocked: frozenset[int]                  # authors blocked either way
+    blocked: frozenset[int]                  # authors blocked either way, or muted by the reader
 
     def hides(self, post_id: int, author_id: int, created_at_ms: int) -> bool:
         """Whether the log hides this post from the reader, whatever the copies say."""
@@ -83,6 +83,9 @@ class RecentChanges:
         self._directed: dict[tuple[int, int], int] = {}                # (blocker, blocked) -> seq
         # user -> the one user blocked either way with them, or a set of several.
         self._blocks: dict[int, int | set[int]] = {}
+        # One way only: (muter, muted) -> seq, and muter -> the one user muted, or a set.
+        self._muted: dict[tuple[int, int], int] = {}
+        self._mutes: dict[int, int | set[int]] = {}
         # The entries in seq order, from ``_first`` on (the ones before were forgotten).
         self._seqs = array("q")
         self._subjects = array("q")
@@ -115,6 +118,12 @@ class RecentChanges:
                     self._block(c.subject_id, c.object_id, c.seq)
                 else:
                     self._unblock(c.subject_id, c.object_id)
+            elif c.kind == MUTE:
+                if c.hidden:
+                    self._muted[(c.subject_id, c.object_id)] = c.seq
+                    _add_other(self._mutes, c.subject_id, c.object_id)
+                else:
+                    self._unmute(c.subject_id, c.object_id)
 
     def _follow(self, reader: int, author: int, seq: int, state: FollowState) -> None:
         held = self._follows.get(reader)
@@ -145,14 +154,7 @@ class RecentChanges:
         self._add_blocked(blocked, blocker)
 
     def _add_blocked(self, user: int, other: int) -> None:
-        held = self._blocks.get(user)
-        if held is None:
-            self._blocks[user] = other
-        elif isinstance(held, int):
-            if held != other:
-                self._blocks[user] = {held, other}
-        else:
-            held.add(other)
+        _add_other(self._blocks, user, other)
 
     def _unblock(self, blocker: int, blocked: int) -> None:
         """Lifts ``blocker -> blocked``; the pair stays hidden while the other way stands."""
@@ -160,27 +162,27 @@ class RecentChanges:
         if (blocked, blocker) in self._directed:
             return
         for user, other in ((blocker, blocked), (blocked, blocker)):
-            held = self._blocks.get(user)
-            if isinstance(held, int):
-                if held == other:
-                    del self._blocks[user]
-            elif held is not None:
-                held.discard(other)
-                if len(held) == 1:
-                    self._blocks[user] = next(iter(held))
+            _drop_other(self._blocks, user, other)
+
+    def _unmute(self, muter: int, muted: int) -> None:
+        """Lifts ``muter``'s mute of ``muted`` (a block between them hides on its own)."""
+        self._muted.pop((muter, muted), None)
+        _drop_other(self._mutes, muter, muted)
 
     def for_reader(self, reader_id: int) -> ReaderChanges:
         """The view one page consults: built once per page, cheap when the log is quiet."""
         if len(self._seqs) == self._first:
             return NOTHING
         follows = self._follows.get(reader_id)
-        blocked = self._blocks.get(reader_id)
+        blocked = _others(self._blocks.get(reader_id))
+        muted = self._mutes.get(reader_id)
+        if muted is not None:
+            blocked = blocked | _others(muted)
         return ReaderChanges(
             self._posts,
             {} if follows is None else {follows[0]: follows[2]} if isinstance(follows, tuple)
             else {a: s for a, (_seq, s) in follows.items()},
-            frozenset() if blocked is None else frozenset((blocked,)) if isinstance(blocked, int)
-            else frozenset(blocked))
+            blocked)
 
     def forget_through(self, upto: int) -> int:
         """Drop the entries with seq <= ``upto`` (verified and settled: they left the
@@ -196,8 +198,11 @@ class RecentChanges:
                     del self._posts[subject]
             elif kind == 1:
                 self._forget_follow(subject, obj, seq)
-            elif self._directed.get((subject, obj)) == seq:
-                self._unblock(subject, obj)
+            elif kind == 2:
+                if self._directed.get((subject, obj)) == seq:
+                    self._unblock(subject, obj)
+            elif self._muted.get((subject, obj)) == seq:
+                self._unmute(subject, obj)
         dropped = i - first
         self._first = i
         if self._first > 4096 and self._first * 2 > end:  # compact: the front is mostly gone
@@ -206,3 +211,31 @@ class RecentChanges:
             del self._kinds[:self._first]
             self._first = 0
         return dropped
+
+
+def _add_other(held_by: dict[int, int | set[int]], user: int, other: int) -> None:
+    """Adds ``other`` to ``user``'s one id or set of ids."""
+    held = held_by.get(user)
+    if held is None:
+        held_by[user] = other
+    elif isinstance(held, int):
+        if held != other:
+            held_by[user] = {held, other}
+    else:
+        held.add(other)
+
+
+def _drop_other(held_by: dict[int, int | set[int]], user: int, other: int) -> None:
+    """Removes ``other`` from ``user``'s ids (back to one id, or none, as they shrink)."""
+    held = held_by.get(user)
+    if isinstance(held, int):
+        if held == other:
+            del held_by[user]
+    elif held is not None:
+        held.discard(other)
+        if len(held) == 1:
+            held_by[user] = next(iter(held))
+
+
+def _others(held: int | set[int] | None) -> frozenset[int]:
+    return frozenset() if held is None else frozenset((held,)) if isinstance(held, int) else frozenset(held)

@@ -3,10 +3,10 @@
 When the visibility log holds more entries than ``FEED_VISIBILITY_MAX_ENTRIES`` (the
 verifier has been stopped for long: docs/read-path.md), the fence drops its fold and each
 page asks Postgres for its own window instead: one prepared statement over the window's
-post ids and authors against ``posts``, ``follows`` and ``blocks``. Its answer is a
+post ids and authors against ``posts``, ``follows``, ``blocks`` and ``mutes``. Its answer is a
 ``ReaderChanges`` like the fold's, so ``judge`` is unchanged: a post deleted or removed,
 an author not followed (or followed only after the post), an author blocked either way
-is hidden, whatever the copies say. It goes out after the page arrived, so it honours
+or muted by the reader is hidden, whatever the copies say. It goes out after the page arrived, so it honours
 every write acknowledged before, as the fence's read does.
 
 Cost: one round trip and a few index probes per window (~30 ids), instead of one shared
@@ -22,7 +22,8 @@ from psycopg_pool import AsyncConnectionPool
 from .recent_changes import FollowState, ReaderChanges
 
 # kind 'p': a hidden post; 'f': a follow of a window author (its since, Unix ms); 'b': an
-# author blocked either way.
+# author blocked either way, or muted by the reader (one way: the muted author's pages
+# still show the muter).
 WINDOW_SQL = """
 SELECT 'p', post_id, NULL::bigint FROM posts
  WHERE post_id = ANY(%(posts)s) AND (deleted_at IS NOT NULL OR visibility <> 1)
@@ -33,12 +34,14 @@ UNION ALL
 SELECT 'b', blocked_id, NULL FROM blocks WHERE blocker_id = %(reader)s AND blocked_id = ANY(%(authors)s)
 UNION ALL
 SELECT 'b', blocker_id, NULL FROM blocks WHERE blocked_id = %(reader)s AND blocker_id = ANY(%(authors)s)
+UNION ALL
+SELECT 'b', muted_id, NULL FROM mutes WHERE muter_id = %(reader)s AND muted_id = ANY(%(authors)s)
 """
 
 
 def window_changes(authors: Sequence[int], rows: Sequence[tuple[str, int, int | None]]) -> ReaderChanges:
     """The answer as the view ``judge`` consults: every window author has a follow state
-    (None: not followed now), hidden posts and blocked authors as found. Pure."""
+    (None: not followed now), hidden posts and blocked or muted authors as found. Pure."""
     hidden: dict[int, int] = {}
     follows: dict[int, FollowState] = dict.fromkeys(authors)
     blocked: set[int] = set()

@@ -4,7 +4,7 @@ repair what differs (anti-entropy), for chosen readers and authors.
 - ``--reader ID`` (repeatable): the reader's follows (the ``following`` copy and Postgres's
   ``follows`` of the reader, both ways: a copy Postgres lacks, a row the copy lacks; with
   the ``followers`` rows and the edge's state in ``follow_edges``), their blocks (both
-  directions), then their inbox: ``rebuild_inbox`` (services/fanout/rebuild.py) picks the
+  directions), their mutes (the muter's one row), then their inbox: ``rebuild_inbox`` (services/fanout/rebuild.py) picks the
   eligible posts and the rows it finds missing are written.
 - ``--author ID`` (repeatable): the author's posts made within an inbox's age (Postgres's
   ``posts`` against the ``posts`` copies: deleted, removed, missing) and the
@@ -38,7 +38,7 @@ from prometheus_client import REGISTRY, write_to_textfile
 
 from services.fanout.copies import CopyStore
 from services.fanout.copy_audit import (BLOCK, BLOCK_IN, BLOCK_OUT, FOLLOW, FOLLOW_COUNT, FOLLOWERS,
-                                        FOLLOWING, POST, TIMELINE, AsyncConn, CopyAudit, CountSink,
+                                        FOLLOWING, MUTE, POST, TIMELINE, AsyncConn, CopyAudit, CountSink,
                                         Difference, Key, WritersStillOpen, count_sink)
 from services.fanout.inbox import InboxRow, InboxStore
 from services.fanout.metrics import COPY_AUDIT_CHECKED, COPY_AUDIT_DIFFERING, COPY_AUDIT_REPAIRED
@@ -57,10 +57,10 @@ log = logging.getLogger(__name__)
 
 INBOX = "inbox"
 # The kinds a report counts, in print order.
-KINDS = (POST, TIMELINE, FOLLOWING, FOLLOWERS, FOLLOW_COUNT, BLOCK, INBOX)
+KINDS = (POST, TIMELINE, FOLLOWING, FOLLOWERS, FOLLOW_COUNT, BLOCK, MUTE, INBOX)
 # Which parts each kind of key is checked for.
 _PARTS = {POST: (POST,), TIMELINE: (TIMELINE,), FOLLOW: (FOLLOWING, FOLLOWERS, FOLLOW_COUNT),
-          BLOCK: (BLOCK,)}
+          BLOCK: (BLOCK,), MUTE: (MUTE,)}
 
 
 def report_kind(part: str) -> str:
@@ -167,8 +167,11 @@ class Repair:
                                     " WHERE blocker_id = %s OR blocked_id = %s", (reader_id, reader_id))
         in_copy = await self.audit.followed_in_copy(reader_id)
         blocks_in_copy = await self.audit.blocks_in_copy(reader_id)
+        muted = await self._column("SELECT muted_id FROM mutes WHERE muter_id = %s", (reader_id,))
+        muted_in_copy = [m for _r, m in await self.audit.mutes_in_copy(reader_id)]
         await self._keys([Key(FOLLOW, reader_id, a) for a in dict.fromkeys([*followed, *in_copy])]
-                         + [Key(BLOCK, b, d) for b, d in dict.fromkeys([*blocks, *blocks_in_copy])])
+                         + [Key(BLOCK, b, d) for b, d in dict.fromkeys([*blocks, *blocks_in_copy])]
+                         + [Key(MUTE, reader_id, m) for m in dict.fromkeys([*muted, *muted_in_copy])])
         await self._inbox(reader_id, followed)
 
     async def _inbox(self, reader_id: int, followed: list[int]) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping
 
-CAPTURED_TABLES = ("users", "posts", "follows", "blocks", "likes", "moderation_actions")
+CAPTURED_TABLES = ("users", "posts", "follows", "blocks", "likes", "moderation_actions", "mutes")
 
 
 class Growth(Enum):

@@ -1,9 +1,14 @@
-"""Owner of the block copies: ``blocks``.
+"""Owner of the block and mute copies: ``blocks``.
 
 Table (0001_serving.cql): ``blocks (user_id, other_id, direction)``, both directions of
 a block in the two users' partitions: ``(blocker, blocked, 'out')`` and ``(blocked,
-blocker, 'in')`` (``both_ways``), written by the fan-out ``USING TIMESTAMP <lsn>``. A
-reader hides every ``other_id`` of its partition, whichever way the block goes.
+blocker, 'in')`` (``both_ways``), and a mute as one row in the muter's partition only:
+``(muter, muted, 'mute')`` (``mute_row``), all written by the fan-out ``USING TIMESTAMP
+<lsn>``. A reader hides every ``other_id`` of its partition, whichever way the block goes
+and whoever it mutes: the read path reads mutes with blocks, at no extra read. The
+fan-out's audience (who gets an author's posts) is blocks only: a user's mutes do not
+keep their own posts from the users they mute, so its reads carry the direction and
+``audience_other`` drops mute rows.
 
 - ``ReadPathBlocks``: the API's read path, a reader's partition in slices of ``page``
   rows (each slice after the last id of the one before) and one pair's rows.
@@ -19,11 +24,12 @@ from typing import NamedTuple
 
 from .statements import Cql, Statements
 
-OUT, IN = "out", "in"
+OUT, IN, MUTE = "out", "in", "mute"
+BLOCK_DIRECTIONS = (OUT, IN)
 
 
 class OtherRow(NamedTuple):
-    """``others`` / ``blocks`` reads: one user the partition's user blocks or is blocked by."""
+    """``blocks`` reads: one user hidden from the partition's user (blocked either way, or muted)."""
 
     other_id: int
 
@@ -41,8 +47,9 @@ class BlockRow(NamedTuple):
     direction: str
 
     def pair(self, user_id: int) -> tuple[int, int]:
-        """(blocker, blocked) of this row of ``user_id``'s partition."""
-        return (user_id, self.other_id) if self.direction == OUT else (self.other_id, user_id)
+        """(blocker, blocked) of this row of ``user_id``'s partition; (muter, muted) of a
+        ``MUTE`` row."""
+        return (user_id, self.other_id) if self.direction in (OUT, MUTE) else (self.other_id, user_id)
 
 
 class UserBlockRow(NamedTuple):
@@ -50,6 +57,13 @@ class UserBlockRow(NamedTuple):
 
     user_id: int
     other_id: int
+    direction: str
+
+
+def audience_other(direction: str) -> bool:
+    """Whether a row of an author's partition keeps its ``other_id`` from the author's
+    posts: a block either way does, the author's mute of them does not."""
+    return direction != MUTE
 
 
 def both_ways(blocker_id: int, blocked_id: int) -> tuple[tuple[int, int, str], tuple[int, int, str]]:
@@ -57,11 +71,17 @@ def both_ways(blocker_id: int, blocked_id: int) -> tuple[tuple[int, int, str], t
     return (blocker_id, blocked_id, OUT), (blocked_id, blocker_id, IN)
 
 
+def mute_row(muter_id: int, muted_id: int) -> tuple[int, int, str]:
+    """The one row a mute is: ``(user_id, other_id, direction)`` of the muter's partition."""
+    return muter_id, muted_id, MUTE
+
+
 _BETWEEN = "SELECT direction FROM blocks WHERE user_id=? AND other_id=?"
 
 
 class ReadPathBlocks(Statements):
-    """A reader's blocks for the read path; ``page``: rows per slice."""
+    """A reader's blocks and mutes for the read path (every row hides its ``other_id``);
+    ``page``: rows per slice."""
 
     blocks = Cql("SELECT other_id FROM blocks WHERE user_id=? LIMIT ?", paged=True)
     blocks_after = Cql("SELECT other_id FROM blocks WHERE user_id=? AND other_id > ? LIMIT ?", paged=True)
@@ -75,6 +95,7 @@ class FanoutBlocks(Statements):
     add = Cql("INSERT INTO blocks (user_id, other_id, direction) VALUES (?,?,?) USING TIMESTAMP ?")
     delete = Cql("DELETE FROM blocks USING TIMESTAMP ? WHERE user_id=? AND other_id=? AND direction=?")
     between = Cql(_BETWEEN)
-    others = Cql("SELECT other_id FROM blocks WHERE user_id=?", paged=True)
-    others_in = Cql("SELECT user_id, other_id FROM blocks WHERE user_id IN ?", paged=True)
+    # (other_id, direction) and (user_id, other_id, direction): ``audience_other`` picks.
+    others = Cql("SELECT other_id, direction FROM blocks WHERE user_id=?", paged=True)
+    others_in = Cql("SELECT user_id, other_id, direction FROM blocks WHERE user_id IN ?", paged=True)
     with_directions = Cql("SELECT other_id, direction FROM blocks WHERE user_id=?", paged=True)
