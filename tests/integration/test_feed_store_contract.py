@@ -71,6 +71,9 @@ class CassandraWriter:
     def block(self, blocker_id: int, blocked_id: int) -> None:
         self._run(self._copies.add_block(blocker_id, blocked_id, next(_TS)))
 
+    def mute(self, muter_id: int, muted_id: int) -> None:
+        self._run(self._copies.add_mute(muter_id, muted_id, next(_TS)))
+
     def write_post(self, post_id: int, author_id: int, created_at: datetime, text: str,
                    visibility: int = VISIBLE, deleted: bool = False,
                    media: Sequence[str] = ()) -> None:

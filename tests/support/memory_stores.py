@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, AsyncIterator, Iterable, Literal, Sequence, overload
 
-from services.api.copies.store import CelebrityRow, PostRow, PostTextRow, SourceRow
+from services.api.copies.store import NO_BLOCKS, Blocks, CelebrityRow, PostRow, PostTextRow, SourceRow
 from services.api.snapshots import snapshot
 from services.api.snapshots.snapshot_writer import SlotRow
 from services.fanout.audience import should_check_cap, trim_boundary
@@ -205,6 +205,10 @@ class InMemoryFeedStore:
         self.tables.blocks.setdefault(blocker_id, set()).add((blocked_id, "out"))
         self.tables.blocks.setdefault(blocked_id, set()).add((blocker_id, "in"))
 
+    def mute(self, muter_id: int, muted_id: int) -> None:
+        """The muter's one row, as ``CopyStore.add_mute`` writes it."""
+        self.tables.blocks.setdefault(muter_id, set()).add((muted_id, "mute"))
+
     def write_post(self, post_id: int, author_id: int, created_at_ms: int, text: str | None,
                    visibility: int, deleted: bool, media: Sequence[str] | None = None) -> None:
         """The copy's columns, as ``CopyStore.write_post`` sets them (the rank keys kept;
@@ -277,10 +281,11 @@ class InMemoryFeedStore:
     async def following_since(self, reader_id: int, author_id: int) -> int | None:
         return self.tables.following.get(reader_id, {}).get(author_id)
 
-    async def blocked(self, reader_id: int) -> frozenset[int]:
-        return frozenset(other for other, _ in self.tables.blocks.get(reader_id, ()))
+    async def blocks(self, reader_id: int) -> Blocks:
+        rows = sorted(self.tables.blocks.get(reader_id, ()))
+        return Blocks.of_rows(rows) if rows else NO_BLOCKS
 
-    async def blocked_between(self, reader_id: int, other_id: int) -> bool:
+    async def hidden_between(self, reader_id: int, other_id: int) -> bool:
         return any(other == other_id for other, _ in self.tables.blocks.get(reader_id, ()))
 
     async def celebrities(self) -> list[CelebrityRow]:

@@ -9,7 +9,7 @@ import asyncio
 from typing import Any, Sequence
 
 from services.api.copies.serving_cache import CachedFeedStore, ServingCache
-from services.api.copies.store import PostRow, PostTextRow, SourceRow
+from services.api.copies.store import Blocks, PostRow, PostTextRow, SourceRow
 from services.shared.domain import ids
 from services.shared.domain.rules import VISIBLE
 from tests.support.memory_stores import InMemoryFeedStore
@@ -60,9 +60,9 @@ class FakeStore(InMemoryFeedStore):
             await self.gate.wait()
         return await super().following(reader_id, limit)
 
-    async def blocked(self, reader_id: int) -> frozenset[int]:
-        self.calls.append("blocked")
-        return await super().blocked(reader_id)
+    async def blocks(self, reader_id: int) -> Blocks:
+        self.calls.append("blocks")
+        return await super().blocks(reader_id)
 
     async def following_among(self, reader_id: int, authors: Sequence[int]) -> dict[int, int]:
         self.calls.append("following_among")

@@ -29,6 +29,9 @@ class MemoryWriter:
     def block(self, blocker_id: int, blocked_id: int) -> None:
         self._store.block(blocker_id, blocked_id)
 
+    def mute(self, muter_id: int, muted_id: int) -> None:
+        self._store.mute(muter_id, muted_id)
+
     def write_post(self, post_id: int, author_id: int, created_at: datetime, text: str,
                    visibility: int = VISIBLE, deleted: bool = False,
                    media: Sequence[str] = ()) -> None:

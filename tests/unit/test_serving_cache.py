@@ -12,6 +12,7 @@ import pytest
 from services.api.copies.bodies import BodyCache, PostCopies
 from services.api.copies.notices import NoticeStats, _apply
 from services.api.copies.serving_cache import ServingCache
+from services.api.copies.store import NO_BLOCKS
 from services.shared.contracts.envelope import MalformedEnvelope
 from services.shared.contracts.serving_changes import MAX_IDS, ServingChange, encode, parse, split
 from services.shared.domain.rules import VISIBLE
@@ -30,25 +31,42 @@ def test_a_warm_page_reads_nothing_from_the_store():
     copies = views(cache, store)
     for _ in range(2):
         assert run(cached.following_among(READER, [AUTHOR, 99])) == {AUTHOR: 5}
-        assert run(cached.blocked(READER)) == frozenset()
+        assert run(cached.blocks(READER)).blocked == frozenset()
         assert run(cached.following_from(READER, AUTHOR + 1, 5)) == {OTHER: 6}
         fetched = run(copies.fetch([POST]))
         assert fetched.views[POST].body.text == "hi" and not fetched.failed
         assert run(cached.authors_top([AUTHOR], [BUCKET], 1)) == [(2.0, POST, AUTHOR)]
-    assert sorted(store.calls) == ["authors_top", "blocked", "following", "posts:True"]
+    assert sorted(store.calls) == ["authors_top", "blocks", "following", "posts:True"]
 
 
 def test_a_notice_drops_exactly_what_it_names():
     cached, store, cache, _ = make()
     copies = views(cache, store)
-    run(cached.blocked(READER))
+    run(cached.blocks(READER))
     run(copies.fetch([POST]))
     store.block(READER, AUTHOR)
     store.write_post(POST, AUTHOR, 7, "hi", VISIBLE, deleted=True)
-    assert run(cached.blocked(READER)) == frozenset()  # no notice yet: still the cached copy
+    assert run(cached.blocks(READER)).blocked == frozenset()  # no notice yet: still the cached copy
     cache.apply(ServingChange(graphs=(READER,), posts=(POST,)))
-    assert run(cached.blocked(READER)) == frozenset({AUTHOR})
+    assert run(cached.blocks(READER)).blocked == frozenset({AUTHOR})
     assert run(copies.fetch([POST])).views[POST].state.deleted is True
+
+
+def test_the_cached_graph_keeps_blocks_and_mutes_apart():
+    cached, store, cache, _ = make()
+    store.mute(READER, AUTHOR)
+    store.block(OTHER, READER)
+    for _ in range(2):  # the store's answer, then the cache's
+        blocks = run(cached.blocks(READER))
+        assert (blocks.blocked, blocks.muted, blocks.hidden) == (
+            frozenset({OTHER}), frozenset({AUTHOR}), frozenset({OTHER, AUTHOR}))
+        assert run(cached.hidden_between(READER, AUTHOR)) and run(cached.hidden_between(READER, OTHER))
+        # One way: the muted author's partition holds no row of the mute.
+        assert not run(cached.hidden_between(AUTHOR, READER))
+        assert run(cached.blocks(AUTHOR)).hidden == frozenset()
+    assert store.calls.count("following") == 2  # the reader's and the author's graphs
+    # A reader without blocks or mutes shares one empty value: nothing held per reader.
+    assert run(cached.blocks(44)) is run(cached.blocks(55)) is NO_BLOCKS
 
 
 def test_a_read_that_overlapped_a_notice_is_not_stored():
@@ -56,13 +74,13 @@ def test_a_read_that_overlapped_a_notice_is_not_stored():
 
     async def scenario():
         store.gate = asyncio.Event()
-        slow = asyncio.ensure_future(cached.blocked(READER))
+        slow = asyncio.ensure_future(cached.blocks(READER))
         await asyncio.sleep(0)
         cache.apply(ServingChange(graphs=(READER,)))  # arrives while the read is out
         store.gate.set()
         await slow
         store.gate = None
-        await cached.blocked(READER)
+        await cached.blocks(READER)
 
     run(scenario())
     assert store.calls.count("following") == 2 and cache.stale_fills == 1
@@ -73,7 +91,7 @@ def test_a_fill_survives_notices_about_other_keys_but_not_a_clear():
 
     async def overlapped(change):
         store.gate = asyncio.Event()
-        slow = asyncio.ensure_future(cached.blocked(READER))
+        slow = asyncio.ensure_future(cached.blocks(READER))
         await asyncio.sleep(0)
         change()
         store.gate.set()
@@ -89,17 +107,17 @@ def test_a_fill_survives_notices_about_other_keys_but_not_a_clear():
 
 def test_the_cache_stands_aside_until_live_and_when_notices_go_quiet():
     cached, store, cache, clock = make(live=False)
-    run(cached.blocked(READER))
-    run(cached.blocked(READER))
-    assert store.calls == ["blocked", "blocked"] and len(cache.graphs) == 0
+    run(cached.blocks(READER))
+    run(cached.blocks(READER))
+    assert store.calls == ["blocks", "blocks"] and len(cache.graphs) == 0
     cache.go_live({0: 5})
-    run(cached.blocked(READER))
-    run(cached.blocked(READER))
+    run(cached.blocks(READER))
+    run(cached.blocks(READER))
     assert store.calls.count("following") == 1
     clock.t += 3  # longer than max_silence_s without a fetch answer
     assert not cache.usable
-    run(cached.blocked(READER))
-    assert store.calls[-1] == "blocked"
+    run(cached.blocks(READER))
+    assert store.calls[-1] == "blocks"
     cache.stand_aside()
     assert not cache.usable and len(cache.graphs) == 0
 
@@ -182,8 +200,8 @@ def test_a_follow_list_at_the_read_bound_is_never_cached():
 def test_graphs_are_evicted_by_follow_entries():
     cached, store, cache, _ = make(follows=4)  # one graph of 2 follows weighs 3
     store.follow(OTHER, 1, 1)
-    run(cached.blocked(READER))
-    run(cached.blocked(OTHER))
+    run(cached.blocks(READER))
+    run(cached.blocks(OTHER))
     assert len(cache.graphs) == 1 and cache.graphs.load <= 4
 
 
@@ -265,7 +283,7 @@ def test_malformed_notices_are_refused(bad):
 
 def test_a_malformed_notice_clears_the_whole_cache():
     cached, _, cache, _ = make()
-    run(cached.blocked(READER))
+    run(cached.blocks(READER))
     stats = NoticeStats()
     _apply(cache, stats, b"not json")
     assert stats.malformed == 1 and len(cache.graphs) == 0

@@ -22,7 +22,7 @@ def build(cached, reuse: SnapshotReuse, celebrities=(), now_ms: int = NOW_MS) ->
     """A first page's snapshot as FeedReader builds it, then offered to ``reuse``."""
     epoch = reuse.epoch
     sources, _ = run(cand.SourceReader(cached, LIMITS).first(
-        READER, list(celebrities), cached.blocked(READER), cached.inbox_top(READER, 100), now_ms))
+        READER, list(celebrities), cached.blocks(READER), cached.inbox_top(READER, 100), now_ms))
     kept = reuse.remember(READER, "ranked", epoch, sources, list(celebrities), now_ms, "v-1",
                           b"blob", NOW, True)
     return sources, kept
@@ -100,7 +100,7 @@ def test_a_snapshot_built_across_a_notice_about_its_sources_is_not_held() -> Non
     cached, _, cache, _, reuse = setup()
     epoch = reuse.epoch
     sources, _ = run(cand.SourceReader(cached, LIMITS).first(
-        READER, [], cached.blocked(READER), cached.inbox_top(READER, 100), NOW_MS))
+        READER, [], cached.blocks(READER), cached.inbox_top(READER, 100), NOW_MS))
     cache.apply(ServingChange(inboxes=(READER,)))  # arrived while the page was being built
     assert not reuse.remember(READER, "ranked", epoch, sources, [], NOW_MS, "v-1", b"b", NOW, True)
     assert recall(reuse) is None
@@ -139,7 +139,7 @@ def test_the_oldest_readers_are_forgotten_beyond_the_size() -> None:
     assert reuse.remember(READER + 1, "ranked", reuse.epoch, sources, [], NOW_MS, "v-2", b"b",
                           NOW, True) is False  # its inbox and graph are not in the cache
     run(cached.inbox_top(READER + 1, 100))
-    run(cached.blocked(READER + 1))
+    run(cached.blocks(READER + 1))
     assert reuse.remember(READER + 1, "ranked", reuse.epoch, sources, [], NOW_MS, "v-2", b"b",
                           NOW, True)
     assert len(reuse) == 1 and recall(reuse) is None

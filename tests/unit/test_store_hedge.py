@@ -81,24 +81,24 @@ def _store(session: FakeSession, outcomes: list[str]) -> FeedStore:
 
 
 def test_a_node_that_does_not_answer_costs_the_hedge_delay_not_a_timeout():
-    session, outcomes = FakeSession(["dead", "live"], {"dead": None, "live": (0.0, [(7,)])}), []
+    session, outcomes = FakeSession(["dead", "live"], {"dead": None, "live": (0.0, [(7, "out")])}), []
     store = _store(session, outcomes)
-    rows = asyncio.run(store.blocked(1))
+    rows = asyncio.run(store.blocks(1)).blocked
     assert rows == frozenset({7})
     assert session.sent == ["dead", "live"] and outcomes == ["hedge"]
 
 
 def test_a_prompt_answer_sends_nothing_more():
-    session, outcomes = FakeSession(["a", "b"], {"a": (0.0, [(7,)]), "b": (0.0, [(8,)])}), []
-    assert asyncio.run(_store(session, outcomes).blocked(1)) == frozenset({7})
+    session, outcomes = FakeSession(["a", "b"], {"a": (0.0, [(7, "out")]), "b": (0.0, [(8, "out")])}), []
+    assert asyncio.run(_store(session, outcomes).blocks(1)).blocked == frozenset({7})
     assert session.sent == ["a"] and outcomes == []
 
 
 def test_a_fast_failure_is_hedged_at_once_and_the_slow_first_answer_still_counts():
     session = FakeSession(["a", "b"], {"a": (0.0, RuntimeError("connection reset")),
-                                       "b": (0.05, [(8,)])})
+                                       "b": (0.05, [(8, "out")])})
     outcomes: list[str] = []
-    assert asyncio.run(_store(session, outcomes).blocked(1)) == frozenset({8})
+    assert asyncio.run(_store(session, outcomes).blocks(1)).blocked == frozenset({8})
     assert outcomes == ["hedge"]
 
 
@@ -107,14 +107,14 @@ def test_when_both_nodes_fail_the_first_error_is_raised():
                                        "b": (0.0, RuntimeError("b down"))})
     outcomes: list[str] = []
     with pytest.raises(RuntimeError, match="a down"):
-        asyncio.run(_store(session, outcomes).blocked(1))
+        asyncio.run(_store(session, outcomes).blocks(1))
     assert outcomes == ["failed"]
 
 
 def test_with_one_node_a_slow_read_waits_for_its_timeout():
     session, outcomes = FakeSession(["only"], {"only": None}), []
     with pytest.raises(asyncio.TimeoutError):
-        asyncio.run(_store(session, outcomes).blocked(1))
+        asyncio.run(_store(session, outcomes).blocks(1))
     assert session.sent == ["only"] and outcomes == []
 
 
@@ -131,13 +131,13 @@ def test_hedges_are_capped_at_a_share_of_all_reads():
     from services.api.copies import store as store_module
     # The slow node answers far later than the hedge delay (0.02 s), so that a loaded
     # machine's timer jitter cannot let a first answer beat its hedge decision.
-    session = FakeSession(["slow", "fast"], {"slow": (0.3, [(7,)]), "fast": (0.0, [(8,)])})
+    session = FakeSession(["slow", "fast"], {"slow": (0.3, [(7, "out")]), "fast": (0.0, [(8, "out")])})
     outcomes: list[str] = []
     store = _store(session, outcomes)
     store._hedge_tokens = 1.0  # the burst spent but one
 
     async def reads():
-        return [await store.blocked(1) for _ in range(6)]
+        return [(await store.blocks(1)).blocked for _ in range(6)]
 
     got = asyncio.run(reads())
     hedged = outcomes.count("hedge") + outcomes.count("first")

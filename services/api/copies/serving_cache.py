@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeAlias, T
 from services.shared.contracts.serving_changes import ServingChange
 from services.shared.domain import ids
 
-from .store import FeedPort, SourceRow
+from .store import Blocks, FeedPort, SourceRow
 
 if TYPE_CHECKING:
     from .post_view import PostView
@@ -64,15 +64,15 @@ V = TypeVar("V")
 
 @dataclass(frozen=True, slots=True)
 class Graph:
-    """A reader's complete follow list and blocks, as read at one point."""
+    """A reader's complete follow list, blocks and mutes, as read at one point."""
 
     following: dict[int, int]       # author -> following_since (Unix ms)
     authors: list[int]              # sorted keys of ``following`` (for slices)
-    blocked: frozenset[int]
+    blocks: Blocks                  # NO_BLOCKS (shared) for a reader with none
 
     @property
     def size(self) -> int:
-        return len(self.following) + len(self.blocked) + 1
+        return len(self.following) + len(self.blocks.blocked) + len(self.blocks.muted) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,11 +367,11 @@ class CachedFeedStore:
             return graph
         cache.misses["graph"] += 1
         epoch = cache.epoch
-        following, blocked = await asyncio.gather(
-            self._store.following(reader_id, self._max_following), self._store.blocked(reader_id))
+        following, blocks = await asyncio.gather(
+            self._store.following(reader_id, self._max_following), self._store.blocks(reader_id))
         if len(following) >= self._max_following:
             return None  # maybe truncated: the exact reads answer for this reader
-        graph = Graph(following, sorted(following), blocked)
+        graph = Graph(following, sorted(following), blocks)
         cache.fill(cache.graphs, epoch, reader_id, graph)
         return graph
 
@@ -403,17 +403,17 @@ class CachedFeedStore:
             return await self._store.following_since(reader_id, author_id)
         return graph.following.get(author_id)
 
-    async def blocked(self, reader_id: int) -> frozenset[int]:
+    async def blocks(self, reader_id: int) -> Blocks:
         graph = await self._graph(reader_id)
         if graph is None:
-            return await self._store.blocked(reader_id)
-        return graph.blocked
+            return await self._store.blocks(reader_id)
+        return graph.blocks
 
-    async def blocked_between(self, reader_id: int, other_id: int) -> bool:
+    async def hidden_between(self, reader_id: int, other_id: int) -> bool:
         graph = await self._graph(reader_id)
         if graph is None:
-            return await self._store.blocked_between(reader_id, other_id)
-        return other_id in graph.blocked
+            return await self._store.hidden_between(reader_id, other_id)
+        return other_id in graph.blocks.blocked or other_id in graph.blocks.muted
 
     # -- inbox tops ----------------------------------------------------------------------
     async def inbox_top(self, reader_id: int, limit: int,

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timezone
-from typing import Any, Callable, Literal, Protocol, Sequence, overload
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Literal, Protocol, Sequence, overload
 
 from cassandra.cluster import ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
@@ -23,7 +24,7 @@ from cassandra.query import PreparedStatement, tuple_factory
 
 from services.shared.domain.rules import CELEBRITY_SHARD
 from services.shared.clients.cql import CONSISTENCY, SERIAL_CONSISTENCY
-from services.shared.stores.blocks import ReadPathBlocks
+from services.shared.stores.blocks import ReadPathBlocks, is_block
 from services.shared.stores.counted_edges import LIKE_EDGES, CountReads
 from services.shared.stores.cql_async import release
 from services.shared.stores.follows import ReadPathFollows
@@ -78,6 +79,36 @@ def install_profile(session: Session, timeout: float) -> None:
 
 
 
+@dataclass(frozen=True, slots=True)
+class Blocks:
+    """A reader's ``blocks`` partition as two sets (a user may be in both): ``blocked``,
+    everyone blocked either way with the reader (their timeline and lists answer 404,
+    as an unknown user's); ``muted``, everyone the reader mutes (hidden from the home
+    feed and the stream only). Nearly every reader mutes nobody: ``muted`` is then the
+    one empty frozenset and ``hidden`` is ``blocked`` itself."""
+
+    blocked: frozenset[int]
+    muted: frozenset[int] = frozenset()
+
+    @property
+    def hidden(self) -> frozenset[int]:
+        """Whoever the home feed and the stream hide from the reader: both sets."""
+        return self.blocked | self.muted if self.muted else self.blocked
+
+    @classmethod
+    def of_rows(cls, rows: Iterable[tuple[int, str]]) -> Blocks:
+        """The sets of a partition's ``(other_id, direction)`` rows."""
+        blocked: set[int] = set()
+        muted: set[int] = set()
+        for other, direction in rows:
+            (blocked if is_block(direction) else muted).add(other)
+        return cls(frozenset(blocked), frozenset(muted) if muted else NO_ONE)
+
+
+NO_ONE: frozenset[int] = frozenset()
+NO_BLOCKS = Blocks(NO_ONE, NO_ONE)
+
+
 class FeedPort(Protocol):
     """What the read path (``FeedReader``, ``SourceReader``, ``PageGraph``, ``PostCopies``,
     ``Preferences``, the stream's ``EligibilityGate``) needs of the serving store, and
@@ -96,8 +127,8 @@ class FeedPort(Protocol):
     async def following_among(self, reader_id: int, authors: Sequence[int]) -> dict[int, int]: ...
     async def following_from(self, reader_id: int, start: int, limit: int) -> dict[int, int]: ...
     async def following_since(self, reader_id: int, author_id: int) -> int | None: ...
-    async def blocked(self, reader_id: int) -> frozenset[int]: ...
-    async def blocked_between(self, reader_id: int, other_id: int) -> bool: ...
+    async def blocks(self, reader_id: int) -> Blocks: ...
+    async def hidden_between(self, reader_id: int, other_id: int) -> bool: ...
     async def celebrities(self) -> list[CelebrityRow]: ...
 
     # -- sources, in rank-key order
@@ -153,7 +184,7 @@ class FeedStore:
         self._hedge_tokens = HEDGE_BURST
         # The owners' statements (services/shared/stores): a reader's follows and blocks
         # in slices of max_following rows (one page each), each slice of blocks after the
-        # last id of the one before: the whole set, however large.
+        # last row of the one before: the whole set, however large.
         self._follows = ReadPathFollows(session, page=max_following)
         self._blocks_page = max_following
         self._blocks = ReadPathBlocks(session, page=max_following)
@@ -275,18 +306,22 @@ class FeedStore:
         rows = await self._rows(self._follows.following_one, (reader_id, author_id))
         return (rows[0][0] or 0) if rows else None
 
-    async def blocked(self, reader_id: int) -> frozenset[int]:
-        """Everyone the reader blocks or is blocked by (both directions share the partition),
-        read slice by slice: a set cut at a page would let the posts of the rest through."""
+    async def blocks(self, reader_id: int) -> Blocks:
+        """Everyone the reader blocks or is blocked by (both directions share the
+        partition), and everyone the reader mutes (one read: the same partition), read
+        slice by slice: a set cut at a page would let the posts of the rest through."""
         limit = self._blocks_page
         rows = await self._rows(self._blocks.blocks, (reader_id, limit))
-        out = {r[0] for r in rows}
+        out = list(rows)
         while len(rows) == limit:  # a full slice: the partition may go on
-            rows = await self._rows(self._blocks.blocks_after, (reader_id, rows[-1][0], limit))
-            out.update(r[0] for r in rows)
-        return frozenset(out)
+            last = rows[-1]
+            rows = await self._rows(self._blocks.blocks_after, (reader_id, last[0], last[1], limit))
+            out += rows
+        return Blocks.of_rows(out) if out else NO_BLOCKS
 
-    async def blocked_between(self, reader_id: int, other_id: int) -> bool:
+    async def hidden_between(self, reader_id: int, other_id: int) -> bool:
+        """Whether ``other_id`` is hidden from the reader's feed and stream: a block
+        either way, or the reader's mute of them (a row of the reader's partition)."""
         return bool(await self._rows(self._blocks.between, (reader_id, other_id)))
 
     async def following_from(self, reader_id: int, start: int, limit: int) -> dict[int, int]:

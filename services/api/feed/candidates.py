@@ -46,7 +46,7 @@ from typing import Awaitable, Callable, Iterable, Mapping, Sequence
 from services.shared.domain import ids
 from services.shared.domain.rules import DEMOTED_MERGE_S
 
-from ..copies.store import CelebrityRow, FeedPort, SourceRow
+from ..copies.store import Blocks, CelebrityRow, FeedPort, SourceRow
 
 from .awaiting import settled
 from .graph import GraphUnavailable
@@ -279,10 +279,11 @@ class SourceReader:
         self._limits = limits
 
     async def first(self, reader_id: int, celebrities: Sequence[CelebrityRow],
-                    blocks: Awaitable[frozenset[int]], inbox: Awaitable[list[SourceRow]],
+                    blocks: Awaitable[Blocks], inbox: Awaitable[list[SourceRow]],
                     now_ms: int, *, latest: bool = False,
                     regenerating: bool = False) -> tuple[Sources, frozenset[int]]:
-        """The snapshot's rows for a first page, and the reader's blocks. ``inbox`` and
+        """The snapshot's rows for a first page, and the authors hidden from the reader
+        (``Blocks.hidden``: blocked either way, or muted). ``inbox`` and
         ``blocks`` are reads the caller already started (they go out with the follow
         reads: ``depth`` rows, or ``latest_inbox`` for latest order); a failure of ``blocks`` raises
         ``GraphUnavailable`` (a correctness input). ``latest``, ``regenerating``: see the
@@ -324,7 +325,7 @@ class SourceReader:
         out.partitions = ([(a, b) for a in celebs for b in celeb_days]
                           + [(a, b) for a in fallback for b in fallback_days])
         try:
-            blocked = await blocks
+            blocked = (await blocks).hidden
         except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
             raise GraphUnavailable("the reader's blocks could not be read") from exc
         if latest:

@@ -1,5 +1,8 @@
 """The reader's graph (follows, blocks) as one page needs it. Thin I/O over ``FeedPort``.
 
+Its "blocked" authors are the ones hidden from the reader's feed (``Blocks.hidden``):
+blocked either way, or muted by the reader, both from the same read.
+
 A page only needs the authors of the items it may return: ``PageGraph.cover`` reads
 which of those the reader follows (one single-partition ``followed_id IN ?`` read) and
 the reader's blocks (one small partition, once), concurrently with the post states of
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 from typing import Awaitable, Iterable
 
-from ..copies.store import FeedPort
+from ..copies.store import Blocks, FeedPort
 from ..visibility.eligibility import ReaderGraph
 
 from .awaiting import settled
@@ -43,14 +46,14 @@ class PageGraph:
         new = sorted({a for a in authors if a is not None} - self._asked)
         if not new and self._blocked is not None:
             return
-        reads: list[Awaitable[dict[int, int] | frozenset[int]]] = [
+        reads: list[Awaitable[dict[int, int] | Blocks]] = [
             self._store.following_among(self._reader_id, new)]
         if self._blocked is None:
-            reads.append(self._store.blocked(self._reader_id))
+            reads.append(self._store.blocks(self._reader_id))
         results = await settled(reads, self._store.from_memory)
         if any(isinstance(r, BaseException) for r in results):
             raise GraphUnavailable("the reader's follows or blocks could not be read")
         self._following.update(results[0])  # type: ignore[arg-type]
         self._asked.update(new)
         if len(results) > 1:
-            self._blocked = results[1]  # type: ignore[assignment]
+            self._blocked = results[1].hidden  # type: ignore[union-attr]

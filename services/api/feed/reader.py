@@ -44,7 +44,7 @@ from services.shared.stores.activity import REGENERATING
 from ..copies.bodies import FetchResult, PostCopies
 from ..copies.likes import LikesRead, PageLikes
 from ..copies.post_view import PostBody, PostView
-from ..copies.store import CelebrityRow, FeedPort, SourceRow
+from ..copies.store import Blocks, CelebrityRow, FeedPort, SourceRow
 from ..snapshots import paging, snapshot
 from ..snapshots.snapshot_writer import RETRY_AFTER_S, PendingSnapshot, SnapshotWriter
 from ..visibility.eligibility import ReaderGraph, Verdict, judge
@@ -176,11 +176,11 @@ class FeedReader:
         # then overlap the follow reads); when the cache answers them, plain coroutines
         # made once the reader's last snapshot is known not to be reusable.
         inbox: Awaitable[list[SourceRow]] | None = None
-        blocks: Awaitable[frozenset[int]] | None = None
+        blocks: Awaitable[Blocks] | None = None
         if not self._store.from_memory:
             inbox = asyncio.ensure_future(self._store.inbox_top(
                 reader_id, self._settings.inbox_cap if latest else self._depth))
-            blocks = asyncio.ensure_future(self._store.blocked(reader_id))
+            blocks = asyncio.ensure_future(self._store.blocks(reader_id))
         regenerating = await self._regenerating(reader_id)
         if regenerating:
             warnings = (*warnings, "regenerating")
@@ -192,7 +192,7 @@ class FeedReader:
                 if held is not None:
                     return await self._again(held, reader_id, limit, order, warnings, fence_ticket)
             inbox = self._store.inbox_top(reader_id, self._settings.inbox_cap if latest else self._depth)
-            blocks = self._store.blocked(reader_id)
+            blocks = self._store.blocks(reader_id)
         try:
             sources, blocked = await self._sources.first(reader_id, celebrities, blocks, inbox,
                                                          now_ms, latest=latest,

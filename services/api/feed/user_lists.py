@@ -20,7 +20,10 @@ reader are left out of the items (not out of the counts).
 
 A block either way between the reader and the user answers as an unknown user does
 (``NotVisible``, a 404), on all three lists; so does ``GET /v1/posts/{id}`` for a post
-of a blocked author. The pure parts (``posts_below``, ``follows_below``) are here too.
+of a blocked author. A mute is not a block here: it hides the muted author from the
+muter's home feed and stream only, so the muter still opens their timeline and lists and
+sees them in other lists (``Blocks.blocked`` and ``ReaderChanges.blocked``, never the
+mutes). The pure parts (``posts_below``, ``follows_below``) are here too.
 """
 from __future__ import annotations
 
@@ -168,8 +171,9 @@ class UserLists:
             raise ListUnavailable(str(exc)) from exc
 
     async def _blocked(self, reader_id: int) -> frozenset[int]:
+        """Everyone blocked either way with the reader (not the reader's mutes)."""
         try:
-            return await self._store.blocked(reader_id)
+            return (await self._store.blocks(reader_id)).blocked
         except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
             raise ListUnavailable("the reader's blocks could not be read") from exc
 

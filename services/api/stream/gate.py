@@ -3,7 +3,8 @@ visibility log read after the check began (``visibility.fence``), as for a feed 
 
 The same rules as a feed page (``visibility.eligibility.judge``) for one (reader, post): the
 post copy must be visible and not deleted, the reader must still follow the author
-(since before the post) and neither may block the other. One author event is checked
+(since before the post), neither may block the other and the reader must not mute the
+author (the stream is the home feed's: a mute hides there). One author event is checked
 for every connected follower, so the post copy is read once per event
 (``POST_STATE_TTL_S``) and the per-reader reads are two single-row lookups; the log's
 read is shared by every check in flight (single-flight).
@@ -71,13 +72,13 @@ class EligibilityGate:
     async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
         """Whether ``reader_id`` may be told about ``post_id`` now. Raises
         ``FenceUnavailable`` when the visibility log cannot be read."""
-        post, since, blocked, changes = await asyncio.gather(
+        post, since, hidden, changes = await asyncio.gather(
             self._post_state(post_id), self._store.following_since(reader_id, author_id),
-            self._store.blocked_between(reader_id, author_id), self._changes())
+            self._store.hidden_between(reader_id, author_id), self._changes())
         if post is None or post.author_id != author_id:
             return False
         graph = ReaderGraph(reader_id, {} if since is None else {author_id: since},
-                            frozenset({author_id}) if blocked else frozenset())
+                            frozenset({author_id}) if hidden else frozenset())
         recent = await self._judged_by(changes, reader_id, post_id, author_id)
         return judge(post, graph, recent) is Verdict.ELIGIBLE
 

@@ -4,8 +4,10 @@ Table (0001_serving.cql): ``blocks (user_id, other_id, direction)``, both direct
 a block in the two users' partitions: ``(blocker, blocked, 'out')`` and ``(blocked,
 blocker, 'in')`` (``both_ways``), and a mute as one row in the muter's partition only:
 ``(muter, muted, 'mute')`` (``mute_row``), all written by the fan-out ``USING TIMESTAMP
-<lsn>``. A reader hides every ``other_id`` of its partition, whichever way the block goes
-and whoever it mutes: the read path reads mutes with blocks, at no extra read. The
+<lsn>``. The read path reads a reader's mutes with its blocks, at no extra read, with
+their direction: the home feed and the stream hide every ``other_id`` of the partition
+(blocked either way, or muted), an author's timeline and lists only the blocked ones
+(``is_block``: a mute hides nothing there). The
 fan-out's audience (who gets an author's posts) is blocks only: a user's mutes do not
 keep their own posts from the users they mute, so its reads carry the direction and
 ``audience_other`` drops mute rows.
@@ -29,9 +31,11 @@ BLOCK_DIRECTIONS = (OUT, IN)
 
 
 class OtherRow(NamedTuple):
-    """``blocks`` reads: one user hidden from the partition's user (blocked either way, or muted)."""
+    """``blocks`` reads: one user hidden from the partition's user, and how: blocked either
+    way (``OUT``, ``IN``) or muted by them (``MUTE``). A pair may have several rows."""
 
     other_id: int
+    direction: str
 
 
 class DirectionRow(NamedTuple):
@@ -63,6 +67,11 @@ class UserBlockRow(NamedTuple):
 def audience_other(direction: str) -> bool:
     """Whether a row of an author's partition keeps its ``other_id`` from the author's
     posts: a block either way does, the author's mute of them does not."""
+    return is_block(direction)
+
+
+def is_block(direction: str) -> bool:
+    """Whether a row is one way of a block (else the partition's user's mute)."""
     return direction != MUTE
 
 
@@ -80,11 +89,13 @@ _BETWEEN = "SELECT direction FROM blocks WHERE user_id=? AND other_id=?"
 
 
 class ReadPathBlocks(Statements):
-    """A reader's blocks and mutes for the read path (every row hides its ``other_id``);
-    ``page``: rows per slice."""
+    """A reader's blocks and mutes for the read path, with their direction (``OtherRow``);
+    ``page``: rows per slice, each after the last row (not the last id: a pair's rows
+    could be cut between a mute and a block)."""
 
-    blocks = Cql("SELECT other_id FROM blocks WHERE user_id=? LIMIT ?", paged=True)
-    blocks_after = Cql("SELECT other_id FROM blocks WHERE user_id=? AND other_id > ? LIMIT ?", paged=True)
+    blocks = Cql("SELECT other_id, direction FROM blocks WHERE user_id=? LIMIT ?", paged=True)
+    blocks_after = Cql("SELECT other_id, direction FROM blocks WHERE user_id=? "
+                       "AND (other_id, direction) > (?, ?) LIMIT ?", paged=True)
     between = Cql(_BETWEEN)
 
 
