@@ -99,3 +99,7 @@ def test_the_log_hides_an_authors_post_but_an_unfollow_does_not() -> None:
     assert judge_authored(post(), 5, frozenset(), deleted) is Verdict.FENCED
     blocked = ReaderChanges({}, {}, frozenset({5}))
     assert judge_authored(post(), 5, frozenset(), blocked) is Verdict.FENCED
+    # A mute hides the author from the muter's home feed only, not from their timeline.
+    muted = ReaderChanges({}, {}, frozenset(), frozenset({5}))
+    assert judge_authored(post(), 5, frozenset(), muted) is Verdict.ELIGIBLE
+    assert judge_authored(post(), 5, frozenset({5}), muted) is Verdict.BLOCKED

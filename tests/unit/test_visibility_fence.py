@@ -7,11 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.api.visibility.eligibility import PostState, ReaderGraph, Verdict, judge
+from services.api.visibility.eligibility import PostState, ReaderGraph, Verdict, judge, judge_authored
 from services.api.visibility.fence import WINDOW, FenceUnavailable, VisibilityFence
 from services.api.visibility.recent_changes import (BLOCK, FOLLOW, MUTE, NOTHING, POST, ReaderChanges,
                                                     RecentChanges, VisibilityChange)
 from services.api.visibility.visibility_log import LogRead
+from services.api.visibility.window_check import WINDOW_SQL, window_changes
 
 READER, AUTHOR, OTHER = 1, 2, 3
 
@@ -71,6 +72,25 @@ def test_a_mute_and_a_block_of_the_same_author_are_lifted_each_on_its_own() -> N
     assert not recent.for_reader(READER).hides(10, AUTHOR, 5)
 
 
+def test_a_mute_is_kept_apart_from_blocks_so_an_authors_own_list_still_shows_them() -> None:
+    recent = folded(change(1, MUTE, READER, AUTHOR, True), change(2, BLOCK, OTHER, READER, True))
+    view = recent.for_reader(READER)
+    assert (view.blocked, view.muted) == (frozenset({OTHER}), frozenset({AUTHOR}))
+    assert view.hides(10, AUTHOR, 5) and view.hides(11, OTHER, 5)   # the home feed: both
+    assert not view.hides_post(10, AUTHOR)                            # the author's timeline
+    assert view.hides_post(11, OTHER)                                 # a block hides there too
+    post = PostState(10, AUTHOR, 100, 1, False)
+    assert judge_authored(post, AUTHOR, frozenset(), view) is Verdict.ELIGIBLE
+    assert judge(post, ReaderGraph(READER, {AUTHOR: 0}, frozenset()), view) is Verdict.FENCED
+    # Muted and blocked: lifting the block leaves the mute, which hides in the feed only.
+    recent.apply([change(3, BLOCK, READER, AUTHOR, True), change(4, BLOCK, READER, AUTHOR, False)])
+    view = recent.for_reader(READER)
+    assert view.hides(10, AUTHOR, 5) and not view.hides_post(10, AUTHOR)
+    # The muted author's view holds nothing of the mute.
+    assert recent.for_reader(AUTHOR).muted == frozenset() and AUTHOR not in recent.for_reader(AUTHOR).blocked
+    assert NOTHING.muted == frozenset()
+
+
 def test_a_released_mute_is_forgotten_unless_a_later_entry_replaced_it() -> None:
     recent = folded(change(1, MUTE, READER, AUTHOR, True), change(2, MUTE, READER, OTHER, True),
                     change(3, MUTE, READER, OTHER, False), change(4, MUTE, READER, OTHER, True))
@@ -88,6 +108,16 @@ def test_judge_hides_a_muted_author_the_copies_still_show() -> None:
     assert judge(post, graph, folded(change(1, MUTE, READER, AUTHOR, True)).for_reader(READER)) is Verdict.FENCED
     # The copy of the mute (a row in the reader's blocks partition) hides it on its own.
     assert judge(post, ReaderGraph(READER, {AUTHOR: 0}, frozenset({AUTHOR}))) is Verdict.BLOCKED
+
+
+def test_the_window_check_answers_blocks_and_mutes_apart() -> None:
+    changes = window_changes([AUTHOR, OTHER, 4], [("p", 10, None), ("f", AUTHOR, 7), ("b", OTHER, None),
+                                                  ("m", AUTHOR, None), ("m", 4, None)])
+    assert (changes.blocked, changes.muted) == (frozenset({OTHER}), frozenset({AUTHOR, 4}))
+    assert changes.follows == {AUTHOR: 7, OTHER: None, 4: None}
+    assert changes.hides(11, AUTHOR, 100) and not changes.hides_post(11, AUTHOR)
+    assert changes.hides_post(10, AUTHOR) and changes.hides_post(12, OTHER)
+    assert "'m', muted_id" in WINDOW_SQL and "'b', muted_id" not in WINDOW_SQL
 
 
 def test_an_unfollow_hides_the_author_and_a_follow_again_only_what_came_before_it() -> None:
@@ -159,6 +189,10 @@ def test_the_fold_matches_the_last_entry_of_each_post_and_pair(
             for created in (0, 25, 60):
                 expected = _last_truth(changes, reader, author, post_id=99, created_ms=created)
                 assert view.hides(99, author, created) == expected
+            # Blocks and mutes apart: an author's timeline and lists consult blocks only.
+            blocked, muted = _last_blocked(changes, reader, author), _last_muted(changes, reader, author)
+            assert (author in view.blocked, author in view.muted) == (blocked, muted)
+            assert view.hides_post(99, author) == blocked
 
 
 _USERS = st.sampled_from([1, 2, 3, 4])
@@ -184,9 +218,12 @@ def test_forgetting_keeps_exactly_the_keys_whose_latest_entry_is_above_the_mark(
             for post in (91, 92, 93, 94):
                 for created in (0, 25, 60):
                     hidden = ((p := kept.get((POST, post, 0))) is not None and p.hidden)
-                    hidden |= any((b := kept.get((BLOCK, x, y))) is not None and b.hidden
+                    blocked = any((b := kept.get((BLOCK, x, y))) is not None and b.hidden
                                   for x, y in ((reader, author), (author, reader)))
-                    hidden |= (m := kept.get((MUTE, reader, author))) is not None and m.hidden
+                    muted = (m := kept.get((MUTE, reader, author))) is not None and m.hidden
+                    assert view.hides_post(post, author) == hidden | blocked, (reader, author, post)
+                    assert (author in view.blocked, author in view.muted) == (blocked, muted)
+                    hidden |= blocked | muted
                     f = kept.get((FOLLOW, reader, author))
                     if f is not None:
                         hidden |= f.hidden or created < (f.since_ms or 0)
@@ -196,17 +233,26 @@ def test_forgetting_keeps_exactly_the_keys_whose_latest_entry_is_above_the_mark(
 def _last_truth(changes: list[VisibilityChange], reader: int, author: int, post_id: int,
                 created_ms: int) -> bool:
     """What the latest entries say, computed the slow way."""
-    blocks = {(c.subject_id, c.object_id): c.hidden for c in changes if c.kind == BLOCK}
-    if blocks.get((reader, author)) or blocks.get((author, reader)):
-        return True
-    mutes = {(c.subject_id, c.object_id): c.hidden for c in changes if c.kind == MUTE}
-    if mutes.get((reader, author)):  # one way: the muted author still sees the muter
+    if _last_blocked(changes, reader, author) or _last_muted(changes, reader, author):
         return True
     follows = [c for c in changes if c.kind == FOLLOW and (c.subject_id, c.object_id) == (reader, author)]
     if follows:
         last = follows[-1]
         return last.hidden or created_ms < (last.since_ms or 0)
     return False
+
+
+def _last_blocked(changes: list[VisibilityChange], reader: int, author: int) -> bool:
+    """Whether the latest entries leave a block either way between the two."""
+    blocks = {(c.subject_id, c.object_id): c.hidden for c in changes if c.kind == BLOCK}
+    return bool(blocks.get((reader, author)) or blocks.get((author, reader)))
+
+
+def _last_muted(changes: list[VisibilityChange], reader: int, author: int) -> bool:
+    """Whether the latest entries leave ``reader``'s mute of ``author`` (one way: the
+    muted author still sees the muter)."""
+    mutes = {(c.subject_id, c.object_id): c.hidden for c in changes if c.kind == MUTE}
+    return bool(mutes.get((reader, author)))
 
 
 class _Log:

@@ -30,7 +30,8 @@ class PostState:
 @dataclass(frozen=True)
 class ReaderGraph:
     """The reader's follows (author -> following_since, Unix ms) and the authors hidden from
-    them: blocked either way, or muted by the reader (the ``blocks`` copy's partition)."""
+    their home feed and stream: blocked either way, or muted by the reader (the ``blocks``
+    copy's partition, ``Blocks.hidden``)."""
 
     reader_id: int
     following_since_ms: Mapping[int, int]
@@ -77,7 +78,9 @@ def judge_authored(post: PostState | None, author_id: int, blocked: frozenset[in
     """``judge`` for a post listed on its author's timeline (``GET /v1/users/{id}/posts``):
     the same rules but follows, which do not matter there. A copy of another author's
     post (never written) is MISSING. ``blocked``: everyone blocked either way with the
-    reader, from the copies; ``recent``: the visibility log, which can only hide."""
+    reader, from the copies (``Blocks.blocked``: not the reader's mutes, which hide an
+    author from the home feed only); ``recent``: the visibility log, which can only hide
+    (``hides_post``: blocks, not mutes)."""
     if post is None or post.author_id is None or post.created_at_ms is None:
         return Verdict.MISSING
     if post.author_id != author_id:

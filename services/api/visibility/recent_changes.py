@@ -8,6 +8,11 @@ therefore the truth as of the last read of the log; a key it does not hold has n
 left: its copies were verified against Postgres (repaired if wrong) and have settled
 (migration 0004, the fan-out's verifier), so the copies decide it.
 
+A reader's blocks (either way) and mutes are kept apart (``ReaderChanges.blocked``,
+``.muted``): the home feed and the stream hide both (``hides``), an author's timeline
+and lists only blocks (``hides_post``, and a block answers 404 there): a muter still
+opens the muted author's timeline and sees them in lists.
+
 It only ever hides: a page shows an entry when the copies say it is eligible AND the
 recent changes do not hide it. A restore, an unblock or an unmute removes the key (the
 copies decide again); a follow again keeps a lower bound (posts before its
@@ -46,11 +51,13 @@ class ReaderChanges:
 
     hidden_posts: Mapping[int, int]          # post_id -> seq (deleted or removed)
     follows: Mapping[int, FollowState]       # author_id -> follow state
-    blocked: frozenset[int]                  # authors blocked either way, or muted by the reader
+    blocked: frozenset[int]                  # users blocked either way with the reader
+    muted: frozenset[int] = frozenset()      # users the reader mutes (feed and stream only)
 
     def hides(self, post_id: int, author_id: int, created_at_ms: int) -> bool:
-        """Whether the log hides this post from the reader, whatever the copies say."""
-        if post_id in self.hidden_posts or author_id in self.blocked:
+        """Whether the log hides this post from the reader's home feed or stream,
+        whatever the copies say (a mute hides there, as a block does)."""
+        if post_id in self.hidden_posts or author_id in self.blocked or author_id in self.muted:
             return True
         if author_id in self.follows:
             since = self.follows[author_id]
@@ -59,7 +66,8 @@ class ReaderChanges:
 
     def hides_post(self, post_id: int, author_id: int) -> bool:
         """Whether the log hides this post whoever follows whom (an author's own list
-        of posts: deleted or removed, or its author blocked either way)."""
+        of posts: deleted or removed, or its author blocked either way; a mute does not
+        hide there)."""
         return post_id in self.hidden_posts or author_id in self.blocked
 
 
@@ -174,15 +182,12 @@ class RecentChanges:
         if len(self._seqs) == self._first:
             return NOTHING
         follows = self._follows.get(reader_id)
-        blocked = _others(self._blocks.get(reader_id))
-        muted = self._mutes.get(reader_id)
-        if muted is not None:
-            blocked = blocked | _others(muted)
         return ReaderChanges(
             self._posts,
             {} if follows is None else {follows[0]: follows[2]} if isinstance(follows, tuple)
             else {a: s for a, (_seq, s) in follows.items()},
-            blocked)
+            _others(self._blocks.get(reader_id)),
+            _others(self._mutes.get(reader_id)))
 
     def forget_through(self, upto: int) -> int:
         """Drop the entries with seq <= ``upto`` (verified and settled: they left the

@@ -6,7 +6,9 @@ page asks Postgres for its own window instead: one prepared statement over the w
 post ids and authors against ``posts``, ``follows``, ``blocks`` and ``mutes``. Its answer is a
 ``ReaderChanges`` like the fold's, so ``judge`` is unchanged: a post deleted or removed,
 an author not followed (or followed only after the post), an author blocked either way
-or muted by the reader is hidden, whatever the copies say. It goes out after the page arrived, so it honours
+or muted by the reader is hidden from the home feed, whatever the copies say (an author's
+timeline and lists consult its blocks only: ``ReaderChanges.hides_post``, ``.blocked``).
+It goes out after the page arrived, so it honours
 every write acknowledged before, as the fence's read does.
 
 Cost: one round trip and a few index probes per window (~30 ids), instead of one shared
@@ -22,8 +24,8 @@ from psycopg_pool import AsyncConnectionPool
 from .recent_changes import FollowState, ReaderChanges
 
 # kind 'p': a hidden post; 'f': a follow of a window author (its since, Unix ms); 'b': an
-# author blocked either way, or muted by the reader (one way: the muted author's pages
-# still show the muter).
+# author blocked either way; 'm': an author muted by the reader (one way: the muted
+# author's pages still show the muter).
 WINDOW_SQL = """
 SELECT 'p', post_id, NULL::bigint FROM posts
  WHERE post_id = ANY(%(posts)s) AND (deleted_at IS NOT NULL OR visibility <> 1)
@@ -35,24 +37,27 @@ SELECT 'b', blocked_id, NULL FROM blocks WHERE blocker_id = %(reader)s AND block
 UNION ALL
 SELECT 'b', blocker_id, NULL FROM blocks WHERE blocked_id = %(reader)s AND blocker_id = ANY(%(authors)s)
 UNION ALL
-SELECT 'b', muted_id, NULL FROM mutes WHERE muter_id = %(reader)s AND muted_id = ANY(%(authors)s)
+SELECT 'm', muted_id, NULL FROM mutes WHERE muter_id = %(reader)s AND muted_id = ANY(%(authors)s)
 """
 
 
 def window_changes(authors: Sequence[int], rows: Sequence[tuple[str, int, int | None]]) -> ReaderChanges:
     """The answer as the view ``judge`` consults: every window author has a follow state
-    (None: not followed now), hidden posts and blocked or muted authors as found. Pure."""
+    (None: not followed now), hidden posts, blocked and muted authors as found. Pure."""
     hidden: dict[int, int] = {}
     follows: dict[int, FollowState] = dict.fromkeys(authors)
     blocked: set[int] = set()
+    muted: set[int] = set()
     for kind, key, since in rows:
         if kind == "p":
             hidden[key] = 0
         elif kind == "f":
             follows[key] = since or 0
+        elif kind == "m":
+            muted.add(key)
         else:
             blocked.add(key)
-    return ReaderChanges(hidden, follows, frozenset(blocked))
+    return ReaderChanges(hidden, follows, frozenset(blocked), frozenset(muted))
 
 
 def pool_window_check(pool: AsyncConnectionPool[Any],
