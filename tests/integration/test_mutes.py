@@ -13,11 +13,12 @@ import json
 from collections.abc import Iterator
 from contextlib import ExitStack
 
+import httpx
 import pytest
 
 from services.shared.clients import pg
 from services.shared.settings import Settings
-from tests.support.api_server import RunningApi, new_user_id
+from tests.support.api_server import RunningApi, new_user_id, running_api
 from tests.support.fence_scene import Scene, posted
 from tests.support.feed_world import FeedWorld, feed_ids
 from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
@@ -133,6 +134,111 @@ def test_the_mutes_copy_hides_on_its_own_and_an_unmute_shows_again_once_it_is_re
     assert scene.every_page() == []
     world.unmute(scene.reader, scene.author)
     assert scene.every_page() == scene.posts[::-1]
+
+
+def _ids(client: httpx.Client, path: str, key: str) -> list[str]:
+    """Every item of a user list, walked page by page (small pages: the cursor too)."""
+    out: list[str] = []
+    params: dict[str, object] = {"limit": 3}
+    for _ in range(50):
+        resp = client.get(path, params=params)
+        assert resp.status_code == 200, (path, resp.text)
+        body = resp.json()
+        out += [item[key] for item in body["items"]]
+        if not body["next_cursor"]:
+            return out
+        params = {"limit": 3, "cursor": body["next_cursor"]}
+    raise AssertionError(f"{path}: no end")
+
+
+def _sees_the_muted_author_everywhere_but_the_feed(scene: Scene, fan: int, followed: int) -> None:
+    """The muter opens the muted author's timeline and lists (200, every post), finds
+    them in other users' lists and reads and likes their post by id; the home feed alone
+    hides them. ``fan`` follows the author, the author follows ``followed``."""
+    author, reader, http = scene.author, scene.reader, scene.as_reader
+    newest_first = [str(p) for p in scene.posts[::-1]]
+    assert _ids(http, f"/v1/users/{author}/posts", "post_id") == newest_first
+    assert set(_ids(http, f"/v1/users/{author}/followers", "user_id")) == {str(reader), str(fan)}
+    assert _ids(http, f"/v1/users/{author}/following", "user_id") == [str(followed)]
+    assert _ids(http, f"/v1/users/{reader}/following", "user_id") == [str(author)]
+    assert _ids(http, f"/v1/users/{followed}/followers", "user_id") == [str(author)]
+    assert _ids(http, f"/v1/users/{fan}/following", "user_id") == [str(author)]
+    post = scene.posts[0]
+    resp = http.get(f"/v1/posts/{post}")
+    assert resp.status_code == 200, resp.text
+    assert http.put(f"/v1/posts/{post}/like").status_code == 204
+    assert http.delete(f"/v1/posts/{post}/like").status_code == 204
+    assert scene.every_page() == []
+    assert scene.every_page(order="latest") == []
+
+
+def _fans(scene: Scene, world: FeedWorld) -> tuple[int, int]:
+    """A user following the author and one the author follows, through the API and as
+    the fan-out would have copied them."""
+    fan, followed = new_user_id(), new_user_id()
+    with scene.api.client(fan) as as_fan, scene.api.client(followed) as as_followed:
+        assert as_followed.get("/v1/feed").status_code == 200  # exists
+        assert as_fan.put(f"/v1/users/{scene.author}/follow").status_code == 200
+    assert scene.as_author.put(f"/v1/users/{followed}/follow").status_code == 200
+    world.follow(fan, scene.author)
+    world.follow(scene.author, followed)
+    return fan, followed
+
+
+def test_a_muter_still_opens_the_muted_authors_timeline_and_lists_before_and_after_the_copy(
+        scene: Scene, world: FeedWorld) -> None:
+    fan, followed = _fans(scene, world)
+    assert scene.every_page() == scene.posts[::-1]
+    assert scene.as_reader.put(f"/v1/users/{scene.author}/mute").status_code == 204
+    # The fan-out has not seen the mute: the visibility log alone hides, in the feed only.
+    _sees_the_muted_author_everywhere_but_the_feed(scene, fan, followed)
+    # The fan-out caught up: the copy (a 'mute' row of the reader's blocks partition)
+    # hides in the feed only, as the log did.
+    world.mute(scene.reader, scene.author)
+    _sees_the_muted_author_everywhere_but_the_feed(scene, fan, followed)
+    # The muted author sees the muter's lists as before (a mute is one way, and secret).
+    assert _ids(scene.as_author, f"/v1/users/{scene.reader}/following", "user_id") == [str(scene.author)]
+
+
+def test_a_block_on_top_of_a_mute_still_answers_404_on_the_timeline_and_lists(
+        scene: Scene, world: FeedWorld) -> None:
+    fan, followed = _fans(scene, world)
+    assert scene.as_reader.put(f"/v1/users/{scene.author}/mute").status_code == 204
+    world.mute(scene.reader, scene.author)
+    assert scene.as_reader.put(f"/v1/users/{scene.author}/block").status_code == 204
+    for path in ("posts", "followers", "following"):
+        resp = scene.as_reader.get(f"/v1/users/{scene.author}/{path}")
+        assert resp.status_code == 404, (path, resp.text)
+    assert str(scene.author) not in _ids(scene.as_reader, f"/v1/users/{fan}/following", "user_id")
+    assert scene.as_reader.get(f"/v1/posts/{scene.posts[0]}").status_code == 404
+    # The block lifted (the copies still hold it: the timeline waits for the fan-out).
+    assert scene.as_reader.delete(f"/v1/users/{scene.author}/block").status_code == 204
+    world.unblock(scene.reader, scene.author)
+    assert _ids(scene.as_reader, f"/v1/users/{scene.author}/posts", "post_id") == [
+        str(p) for p in scene.posts[::-1]]
+
+
+def test_in_window_mode_a_mute_hides_the_feed_and_not_the_timeline(
+        settings: Settings, world: FeedWorld) -> None:
+    # Past FEED_VISIBILITY_MAX_ENTRIES each page asks Postgres (window_check.py).
+    bounded = settings.model_copy(update={"visibility_max_entries": 4})
+    with running_api(bounded) as api:
+        scene = Scene(api, world, posts=5)
+        try:
+            for _ in range(3):  # entries of the log: past the bound whatever else is there
+                assert scene.as_reader.put(f"/v1/users/{scene.author}/mute").status_code == 204
+                assert scene.as_reader.delete(f"/v1/users/{scene.author}/mute").status_code == 204
+            assert scene.as_reader.put(f"/v1/users/{scene.author}/mute").status_code == 204
+            assert scene.every_page() == []
+            assert "feed_visibility_window_mode 1.0" in httpx.get(f"{api.base_url}/metrics").text
+            assert _ids(scene.as_reader, f"/v1/users/{scene.author}/posts", "post_id") == [
+                str(p) for p in scene.posts[::-1]]
+            assert _ids(scene.as_reader, f"/v1/users/{scene.reader}/following", "user_id") == [
+                str(scene.author)]
+            assert scene.as_reader.put(f"/v1/users/{scene.author}/block").status_code == 204
+            assert scene.as_reader.get(f"/v1/users/{scene.author}/posts").status_code == 404
+        finally:
+            scene.close()
 
 
 @pytest.fixture(scope="module")

@@ -142,6 +142,10 @@ class FeedWorld:
         self.run(self.copies.add_block(blocker, blocked, next(_TS)))
         self._settled()
 
+    def unblock(self, blocker: int, blocked: int) -> None:
+        self.run(self.copies.remove_block(blocker, blocked, next(_TS)))
+        self._settled()
+
     def mute(self, muter: int, muted: int) -> None:
         self.run(self.copies.add_mute(muter, muted, next(_TS)))
         self._settled()
