@@ -2,8 +2,9 @@
 
 Thin: the decisions are in ``services/api/feed/user_lists.py``. An unknown user and a
 user with a block between them and the caller (either way) get the same 404 (docs/api.md,
-"Blocks"); a cursor of another list, user or reader, or a tampered one, is a 400
-``invalid-cursor`` like the feed's.
+"Blocks"); a user the caller mutes does not (a mute hides them from the home feed
+only: docs/api.md, "Mutes"). A cursor of another list, user or reader, or a tampered
+one, is a 400 ``invalid-cursor`` like the feed's.
 """
 from __future__ import annotations
 
