@@ -136,3 +136,41 @@ def test_a_deletion_hides_everything_removes_the_graph_and_refuses_the_token(
         assert moderator.post(f"/internal/moderation/users/{a}",
                               json={"action": "unsuspend"}).status_code == 410
     assert scene.every_page() == []
+
+
+def test_the_fanout_writes_the_account_copy_and_a_deletions_unfollows_clean_inboxes(worker_env) -> None:
+    """CDC events through Kafka to the fan-out worker: a suspension writes the account
+    copy and purges nothing, an unsuspend deletes it; a deletion's follow removals (same
+    Postgres transaction) purge the deleted author's rows from each follower's inbox."""
+    from datetime import datetime, timedelta, timezone
+
+    from bench.harness.cdc_events import post_id_at
+    from bench.harness.pipeline import group_caught_up
+    from services.shared.contracts.topics import cdc_topic
+    from tests.support.worker_env import wait_for_workers
+
+    env, e = worker_env, worker_env.events
+    now = datetime.now(timezone.utc)
+    hour_ago = now - timedelta(hours=1)
+    reader, author = 51, 52
+    p1 = post_id_at(now - timedelta(minutes=5), 1)
+    topics = [cdc_topic(t, env.settings.topic_prefix) for t in ("posts", "follows", "account_states")]
+    env.send(*[e.followed(reader, author, hour_ago),
+               e.post_created(e.post_row(p1, author, now - timedelta(minutes=5)))])
+    env.start("services.fanout", "accounts")
+    wait_for_workers(lambda: group_caught_up(env.settings, "accounts", topics) and env.inbox(reader) == [p1],
+                     timeout=120, message="the fan-out pushed p1")
+    env.send(e.account_changed(author, "suspended", now))
+    wait_for_workers(lambda: bool(env.rows("SELECT state FROM account_states WHERE user_id=%s", author)),
+                     timeout=120, message="the suspension's account copy")
+    assert [r.state for r in env.rows("SELECT state FROM account_states WHERE user_id=%s", author)] \
+        == ["suspended"]
+    assert env.inbox(reader) == [p1]   # nothing purged: an unsuspend needs no backfill
+    env.send(e.account_changed(author, None, now))
+    wait_for_workers(lambda: env.rows("SELECT state FROM account_states WHERE user_id=%s", author) == [],
+                     timeout=120, message="the unsuspend removes the copy")
+    # A deletion: the account row, then the follow removals of the same transaction.
+    env.send(e.account_changed(author, "deleted", now), e.unfollowed(reader, author, hour_ago))
+    wait_for_workers(lambda: env.inbox(reader) == []
+                     and bool(env.rows("SELECT state FROM account_states WHERE user_id=%s", author)),
+                     timeout=120, message="the deletion's copy and inbox clean-up")
