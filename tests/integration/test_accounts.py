@@ -174,3 +174,37 @@ def test_the_fanout_writes_the_account_copy_and_a_deletions_unfollows_clean_inbo
     wait_for_workers(lambda: env.inbox(reader) == []
                      and bool(env.rows("SELECT state FROM account_states WHERE user_id=%s", author)),
                      timeout=120, message="the deletion's copy and inbox clean-up")
+
+
+@pytest.fixture(scope="module")
+def stream_api(settings: Settings) -> Iterator[RunningApi]:
+    from tests.support.stream_api import serve_stream_api
+    yield from serve_stream_api(settings)
+
+
+def test_the_stream_sends_nothing_of_a_suspended_author(stream_api: RunningApi, world: FeedWorld) -> None:
+    import json
+
+    from tests.support.stream_api import (DELIVERY_DEADLINE_S, next_new_item, open_stream,
+                                          wait_ready, wait_routed)
+    wait_ready(stream_api)
+    scene = Scene(stream_api, world, posts=2)
+    hidden_post, kept = scene.posts
+    stream = open_stream(stream_api, scene.reader)
+    try:
+        world.announce(world.write(scene.author, post_id=kept))
+        event = next_new_item(stream, DELIVERY_DEADLINE_S)
+        assert event is not None and json.loads(event["data"])["post_id"] == str(kept)
+        _moderate(stream_api, scene.author, "suspend")
+        # The fan-out has not seen the suspension: the author's next post reaches the hub.
+        world.announce(world.write(scene.author, post_id=hidden_post))
+        friend = new_user_id()
+        world.follow(scene.reader, friend)
+        wait_routed(stream_api, scene.reader, friend)
+        proof = world.write(friend, inbox_of=[scene.reader])
+        world.announce(proof)
+        event = next_new_item(stream, DELIVERY_DEADLINE_S)
+        assert event is not None and json.loads(event["data"])["post_id"] == str(proof.post_id)
+    finally:
+        stream.close()
+        scene.close()
