@@ -116,6 +116,13 @@ class CdcEvents:
         row = {"post_id": post_id, "user_id": user_id, "created_at": iso(at)}
         return self._edge("likes", "d", row, "post_id", "user_id")
 
+    def account_changed(self, user_id: int, state: str | None, at: datetime) -> list[CdcMessage]:
+        """An account suspended or deleted (``state``; an insert), or unsuspended (None:
+        the row's delete)."""
+        row = {"user_id": user_id, "state": state or "suspended", "reason": "",
+               "moderator_id": None, "changed_at": iso(at)}
+        return self._edge("account_states", "d" if state is None else "c", row, "user_id")
+
 
 def send(settings: KafkaSettings, messages: Iterable[CdcMessage]) -> int:
     """Produce messages (keyed, murmur2 like the Java client) and wait for every ack."""

@@ -3,6 +3,7 @@
 * ``app``: the faust agents and their wiring; ``__main__``: runs the worker
 * ``post_events``: a post's changes: its copy, then push to inboxes or unpush
 * ``relation_events``: follows and blocks: copies, follower counts, backfill, clean-up
+* ``account_events``: suspensions, unsuspends and deletions: the account copy
 * ``rank_moves``: moves a post's rows when the ranker moves its key
 * ``audience``: who gets a post, where its rows sort (pure)
 * ``tiering``: which authors are pushed, which merged at read time (pure)

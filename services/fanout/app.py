@@ -2,8 +2,8 @@
 the ranker's rank-key moves and the API's reader events (the fan-out owns every inbox
 row).
 
-One agent per topic (posts, follows, blocks, rank-key-moves, reader-events,
-follow-counts). Each takes messages in batches and applies a batch's keys concurrently
+One agent per topic (posts, follows, blocks, mutes, account_states, rank-key-moves,
+reader-events, follow-counts). Each takes messages in batches and applies a batch's keys concurrently
 (at most ``fanout_max_in_flight`` keys; the statements they send wait for the process's
 adaptive in-flight limit), each key's changes in order
 (services/shared/worker/batch_consumer.py ``consume_in_batches``). Acks are manual: a
@@ -59,6 +59,7 @@ from services.shared.worker.faust_app import (OpenedOnce, RawMessage, build_faus
 from services.shared.worker.notices import Notices
 from services.shared.worker.poison_guard import GuardedProcessing
 
+from .account_events import AccountChanges, AccountCopy
 from .copies import FOLLOW_EDGES, CopyStore
 from .copy_audit import CopyAudit, count_sink
 from .inactive import InactiveSweeper
@@ -92,6 +93,7 @@ class FanoutPorts:
     returning: ReturningReaders
     follow_counts: CountedEdges
     verifier: Verifier
+    accounts: AccountChanges
 
 
 class _PostFanoutOptions(TypedDict, total=False):
@@ -151,7 +153,9 @@ async def open_ports(settings: FanoutProcess) -> FanoutPorts:
                                         gate=pressure.retries),
                        **options)
     tune_worker_process(settings)
+    account_copy = AccountCopy(session, runner)
     return FanoutPorts(
+        accounts=AccountChanges(account_copy),
         posts=posts,
         relations=RelationChanges(copies, inbox, publisher, settings.topic_prefix, _utc_now,
                                   unflag=activity.unflag if tracked else None),
@@ -163,7 +167,8 @@ async def open_ports(settings: FanoutProcess) -> FanoutPorts:
         # The copies it repairs are written through this process's CopyStore, so their
         # notices reach the API's caches.
         verifier=Verifier(settings, CopyAudit(session, runner, copies,
-                                              count_sink(publisher, settings.topic_prefix))))
+                                              count_sink(publisher, settings.topic_prefix),
+                                              accounts=account_copy)))
 
 
 ChangeApplier = Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]]
@@ -222,6 +227,10 @@ def create_app(settings: FanoutProcess) -> faust.App:
     @app.agent(raw_topic(app, cdc_topic("mutes", prefix)), name="mutes")
     async def mutes(stream: faust.StreamT[bytes]) -> None:
         await consume(stream, changes(lambda p: p.relations.on_mute_changed))
+
+    @app.agent(raw_topic(app, cdc_topic("account_states", prefix)), name="account_states")
+    async def account_states(stream: faust.StreamT[bytes]) -> None:
+        await consume(stream, changes(lambda p: p.accounts.on_account_changed))
 
     @app.agent(raw_topic(app, rank_moves_topic(prefix)), name="rank_key_moves")
     async def rank_key_moves(stream: faust.StreamT[bytes]) -> None:

@@ -15,6 +15,8 @@ What is compared (``Key``: the kind, a subject and an object, as in ``visibility
 - ``block`` (blocker, blocked): the two ``blocks`` rows, ``(blocker, blocked, 'out')`` and
   ``(blocked, blocker, 'in')``.
 - ``mute`` (muter, muted): the one ``blocks`` row ``(muter, muted, 'mute')``.
+- ``account`` (user, 0): is the account hidden (a row of ``account_states``: suspended
+  or deleted) in Postgres and in the ``account_states`` copy (a row)?
 - ``timeline`` (post, author; the repair command only): a visible post has its row in
   the author's ``author_timeline``.
 
@@ -56,10 +58,11 @@ from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.follows import FanoutFollows, FollowedAuthors, SinceRow, followed_by
 from services.shared.worker.event_publisher import EventPublisher, delivered
 
+from .account_events import AccountCopy
 from .audience import PostCopy, PostFields, backfill_window, key_write_ts
 from .copies import CopyStore
 
-POST, FOLLOW, BLOCK, MUTE, TIMELINE = "post", "follow", "block", "mute", "timeline"
+POST, FOLLOW, BLOCK, MUTE, TIMELINE, ACCOUNT = "post", "follow", "block", "mute", "timeline", "account"
 # Parts of a follow's copies, each compared (and reported) on its own.
 FOLLOWING, FOLLOWERS, FOLLOW_COUNT = "following", "followers", "follow_count"
 BLOCK_OUT, BLOCK_IN = "block_out", "block_in"
@@ -118,6 +121,7 @@ class Truth:
     follows: Mapping[tuple[int, int], datetime]   # (follower, followed) -> following_since
     blocks: frozenset[tuple[int, int]]            # (blocker, blocked)
     mutes: frozenset[tuple[int, int]] = frozenset()   # (muter, muted)
+    accounts: Mapping[int, str] = field(default_factory=dict)   # hidden account -> state
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,7 @@ class Copies:
     blocks: Mapping[tuple[int, int], BlockCopies]
     timelines: Mapping[int, frozenset[int]]   # author -> post ids in the window's buckets
     mutes: Mapping[tuple[int, int], bool] = field(default_factory=dict)   # the 'mute' row exists
+    accounts: Mapping[int, str | None] = field(default_factory=dict)   # the copy's state (None: no row)
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,14 @@ def mute_differences(muted: bool, present: bool) -> tuple[Difference, ...]:
     return (Difference(MUTE, "muted" if muted else "not muted", "row" if present else "no row"),)
 
 
+def account_differences(state: str | None, copied: str | None) -> tuple[Difference, ...]:
+    """An account's state (None: not hidden) against its copy's; only hidden-ness
+    counts for the read path, but a suspended copy of a deleted account is repaired too."""
+    if state == copied:
+        return ()
+    return (Difference(ACCOUNT, state or "active", copied or "no row"),)
+
+
 def timeline_differences(truth: PostRow | None, in_timeline: bool) -> tuple[Difference, ...]:
     """A visible post without its author-timeline row (a hidden one's row is harmless:
     the read path checks the copy)."""
@@ -219,6 +232,8 @@ def differences(key: Key, truth: Truth, copies: Copies) -> tuple[Difference, ...
         return block_differences(key.pair in truth.blocks, copies.blocks[key.pair])
     if key.kind == MUTE:
         return mute_differences(key.pair in truth.mutes, copies.mutes[key.pair])
+    if key.kind == ACCOUNT:
+        return account_differences(truth.accounts.get(key.subject_id), copies.accounts[key.subject_id])
     if key.kind == TIMELINE:
         return timeline_differences(truth.posts.get(key.subject_id),
                                     key.subject_id in copies.timelines.get(key.object_id, frozenset()))
@@ -296,7 +311,13 @@ async def read_truth(conn: AsyncConn, keys: Iterable[Key]) -> Truth:
             " ON m.muter_id = k.a AND m.muted_id = k.b",
             ([a for a, _ in mutes], [b for _, b in mutes]))
         mute_rows = frozenset((r[0], r[1]) for r in await cur.fetchall())
-    return Truth(posts, follow_rows, block_rows, mute_rows)
+    accounts = sorted({k.subject_id for k in keys if k.kind == ACCOUNT})
+    account_rows: dict[int, str] = {}
+    if accounts:
+        cur = await conn.execute("SELECT user_id, state FROM account_states WHERE user_id = ANY(%s)",
+                                 (accounts,))
+        account_rows = {r[0]: r[1] for r in await cur.fetchall()}
+    return Truth(posts, follow_rows, block_rows, mute_rows, account_rows)
 
 
 class WritersStillOpen(RuntimeError):
@@ -356,10 +377,11 @@ class CopyAudit:
     (the follow-counts topic)."""
 
     def __init__(self, session: Session, runner: CqlRunner, copies: CopyStore, count: CountSink,
-                 *, keys_in_flight: int = KEYS_IN_FLIGHT, writers_wait_s: float = WRITERS_WAIT_S,
+                 *, accounts: AccountCopy | None = None, keys_in_flight: int = KEYS_IN_FLIGHT, writers_wait_s: float = WRITERS_WAIT_S,
                  now_us: Callable[[], int] = lambda: time.time_ns() // 1000,
                  clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
         self.copies = copies
+        self._accounts = accounts   # the account copy (None: a repair that never meets one)
         self._run = runner
         self._count = count
         self._keys_in_flight = max(1, keys_in_flight)
@@ -387,13 +409,21 @@ class CopyAudit:
                 return await coro
 
         posts = {c.post_id: c for c in await self.copies.read_posts(post_ids)} if post_ids else {}
-        follow_copies, block_copies, timelines, mute_copies = await asyncio.gather(
+        accounts = sorted({k.subject_id for k in keys if k.kind == ACCOUNT})
+        follow_copies, block_copies, timelines, mute_copies, account_copies = await asyncio.gather(
             asyncio.gather(*(bounded(self._follow_copies(*pair)) for pair in follows)),
             asyncio.gather(*(bounded(self._block_copies(*pair)) for pair in blocks)),
             asyncio.gather(*(bounded(self.timeline_posts(a)) for a in authors)),
-            asyncio.gather(*(bounded(self._mute_copy(*pair)) for pair in mutes)))
+            asyncio.gather(*(bounded(self._mute_copy(*pair)) for pair in mutes)),
+            asyncio.gather(*(bounded(self._account_copy(a)) for a in accounts)))
         return Copies(posts, dict(zip(follows, follow_copies)), dict(zip(blocks, block_copies)),
-                      dict(zip(authors, timelines)), dict(zip(mutes, mute_copies)))
+                      dict(zip(authors, timelines)), dict(zip(mutes, mute_copies)),
+                      dict(zip(accounts, account_copies)))
+
+    async def _account_copy(self, user_id: int) -> str | None:
+        if self._accounts is None:
+            raise RuntimeError("an account key without the account copy")
+        return await self._accounts.state(user_id)
 
     async def _follow_copies(self, follower: int, followed: int) -> FollowCopies:
         following, followers, edge = await asyncio.gather(
@@ -501,6 +531,13 @@ class CopyAudit:
                 await self.copies.add_mute(*key.pair, lsn)
             else:
                 await self.copies.remove_mute(*key.pair, lsn)
+        elif key.kind == ACCOUNT:
+            assert self._accounts is not None
+            state = truth.accounts.get(key.subject_id)
+            if state is None:
+                await self._accounts.delete(key.subject_id, lsn)
+            else:
+                await self._accounts.write(key.subject_id, state, None, lsn)
         elif key.kind == TIMELINE:
             await self._write_timeline_row(key)
 

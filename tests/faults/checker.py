@@ -253,6 +253,10 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
     by_pair: dict[tuple[int, int], list[Any]] = {}
     for h in led.pair_hidden:
         by_pair.setdefault((h.reader, h.author), []).append(h)
+    # A suspension hides the author's posts from every reader until its unsuspend started.
+    by_account: dict[int, list[Any]] = {}
+    for s in led.account_hidden:
+        by_account.setdefault(s.author, []).append(s)
     served = [(started, reader, post, "page") for started, reader, ids in led.pages for post in ids]
     # An event counts from when the server wrote it (its ``sent`` comment), not from when
     # this client's loop got to it: a delete's answer and an event written just before
@@ -272,6 +276,12 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
                           "after_ack_s": round(at - hidden_at, 3)})
             continue
         author = led.posts.get(post, (None, 0.0))[0]
+        suspended = next((s for s in by_account.get(author, ())  # type: ignore[arg-type]
+                          if s.since <= at < s.until), None)
+        if suspended is not None:
+            shown.append({"where": where, "reader": reader, "post": post, "why": "suspension",
+                          "after_ack_s": round(at - suspended.since, 3)})
+            continue
         for h in by_pair.get((reader, author), ()):  # type: ignore[arg-type]
             if h.since <= at < h.until:
                 shown.append({"where": where, "reader": reader, "post": post, "why": h.kind,

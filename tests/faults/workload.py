@@ -44,12 +44,23 @@ class PairHidden:
 
 
 @dataclass
+class AccountHidden:
+    """Every post of ``author`` hidden from every reader from ``since`` (a suspension's
+    ack) until ``until`` (the start of the unsuspend's request)."""
+
+    author: int
+    since: float
+    until: float = float("inf")
+
+
+@dataclass
 class Ledger:
     posts: dict[int, tuple[int, float]] = field(default_factory=dict)   # post -> (author, acked at)
     deleted: set[int] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)                      # by a moderator
     hidden_posts: dict[int, float] = field(default_factory=dict)        # post -> delete/removal acked at
     pair_hidden: list[PairHidden] = field(default_factory=list)
+    account_hidden: list[AccountHidden] = field(default_factory=list)  # suspensions
     actions: Counter = field(default_factory=Counter)                   # acked, by kind
     # Every feed page served: (request started at, reader, post ids shown).
     pages: list[tuple[float, int, tuple[int, ...]]] = field(default_factory=list)

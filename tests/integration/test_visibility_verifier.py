@@ -26,6 +26,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from deploy.migrate import migrate_postgres
+from services.fanout.account_events import AccountCopy
 from services.fanout.audience import PostFields
 from services.fanout.copies import CopyStore
 from services.fanout.copy_audit import CopyAudit, count_sink
@@ -79,8 +80,10 @@ class Scene:
         self.copies = CopyStore(self.session, runner, 500, notices)
         self.inbox = InboxStore(self.session, runner, max_in_flight=16, cap=500, trim_every=1_000_000,
                                 notices=NO_NOTICES)
+        self.account_copy = AccountCopy(self.session, runner)
         self.audit = CopyAudit(self.session, runner, self.copies,
-                               count_sink(self.publisher, settings.topic_prefix))
+                               count_sink(self.publisher, settings.topic_prefix),
+                               accounts=self.account_copy)
         self.pg = pg.connect(settings, autocommit=True)
         self.clock = ManualClock()
         self.verifiers: list[Verifier] = []
@@ -315,6 +318,33 @@ def test_a_mute_and_an_unmute_whose_events_were_lost_are_repaired_before_release
     scene.tick(v)
     assert scene.marks() == (mute_seq, mute_seq)
     assert scene.entries("mute", muter, muted) == []
+
+
+def test_a_suspension_and_an_unsuspend_whose_events_were_lost_are_repaired_before_release(scene: Scene):
+    suspended, lifted = scene.users(2)
+    # The pipeline applied a suspension of `lifted` but lost its unsuspend, and lost the
+    # suspension of `suspended`: ONE 'account' entry per change, whatever the posts.
+    for _ in range(3):
+        scene.post(suspended, datetime.now(timezone.utc) - timedelta(minutes=1))
+    scene.pg.execute("INSERT INTO account_states (user_id, state) VALUES (%s, 'suspended')", (lifted,))
+    scene.run(scene.account_copy.write(lifted, "suspended", None, scene.lsn()))
+    scene.pg.execute("DELETE FROM account_states WHERE user_id = %s", (lifted,))
+    scene.pg.execute("INSERT INTO account_states (user_id, state) VALUES (%s, 'suspended')", (suspended,))
+    [account_seq] = scene.entries("account", suspended, 0)
+    assert len(scene.entries("account", lifted, 0)) == 2
+    before = counter("feed_visibility_repairs_total", "account")
+    v = scene.verifier(repair_after_s=0.3, settle_s=5.0)
+    time.sleep(0.4)
+
+    scene.tick(v)
+    assert counter("feed_visibility_repairs_total", "account") - before >= 2
+    assert scene.run(scene.account_copy.state(suspended)) == "suspended"
+    assert scene.run(scene.account_copy.state(lifted)) is None
+    assert scene.marks() == (0, account_seq)
+    scene.clock.advance(5.1)
+    scene.tick(v)
+    assert scene.marks() == (account_seq, account_seq)
+    assert scene.entries("account", suspended, 0) == []
 
 
 def test_a_log_that_went_back_brings_the_marks_down_and_its_new_entries_are_walked(scene: Scene):

@@ -207,3 +207,26 @@ def test_a_muted_authors_post_served_to_the_muter_after_the_ack_counts_one_way_u
     count, examples = shown_after_ack(w)
     assert count == 1
     assert [(e["reader"], e["post"], e["why"]) for e in examples] == [(11, 601, "mute")]
+
+
+def test_a_suspended_authors_post_served_to_anyone_after_the_ack_counts_until_unsuspended() -> None:
+    from tests.faults.checker import shown_after_ack
+    from tests.faults.workload import AccountHidden, Cast, Ledger
+
+    class W:
+        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
+                    moderator=30)
+        ledger = Ledger()
+
+    w = W()
+    led = w.ledger
+    led.posts.update({701: (2, 100.0), 702: (3, 100.0)})
+    led.account_hidden.append(AccountHidden(2, 120.0, until=150.0))   # 2 suspended, then lifted
+    led.pages += [(119.0, 11, (701,)),    # before the suspension's ack: fine
+                  (121.0, 11, (701,)),    # after it: shown after the ack, to any reader
+                  (122.0, 10, (701, 702)),  # another reader too; 702's author is not suspended
+                  (151.0, 11, (701,))]    # unsuspended at 150
+    count, examples = shown_after_ack(w)
+    assert count == 2
+    assert [(e["reader"], e["post"], e["why"]) for e in examples] == [
+        (11, 701, "suspension"), (10, 701, "suspension")]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from services.api.visibility.eligibility import PostState, ReaderGraph, Verdict, judge, judge_authored
 from services.api.visibility.fence import WINDOW, FenceUnavailable, VisibilityFence
-from services.api.visibility.recent_changes import (BLOCK, FOLLOW, MUTE, NOTHING, POST, ReaderChanges,
+from services.api.visibility.recent_changes import (ACCOUNT, BLOCK, FOLLOW, MUTE, NOTHING, POST, ReaderChanges,
                                                     RecentChanges, VisibilityChange)
 from services.api.visibility.visibility_log import LogRead
 from services.api.visibility.window_check import WINDOW_SQL, window_changes
@@ -120,6 +120,33 @@ def test_the_window_check_answers_blocks_and_mutes_apart() -> None:
     assert "'m', muted_id" in WINDOW_SQL and "'b', muted_id" not in WINDOW_SQL
 
 
+def test_an_account_entry_hides_the_authors_posts_from_every_reader_until_unsuspended() -> None:
+    recent = folded(change(1, ACCOUNT, AUTHOR, 0, True))
+    for reader in (READER, OTHER, 77):   # no entry of their own: the one entry is global
+        view = recent.for_reader(reader)
+        assert view.hides(10, AUTHOR, 5) and view.hides_post(11, AUTHOR)
+        assert not view.hides(12, OTHER, 5)
+    graph = ReaderGraph(READER, {AUTHOR: 0}, frozenset())
+    assert judge(PostState(10, AUTHOR, 100, 1, False), graph, recent.for_reader(READER)) \
+        is Verdict.ACCOUNT_HIDDEN
+    recent.apply([change(2, ACCOUNT, AUTHOR, 0, False)])   # unsuspended
+    assert not recent.for_reader(READER).hides(10, AUTHOR, 5)
+    assert judge(PostState(10, AUTHOR, 100, 1, False), graph, recent.for_reader(READER)) \
+        is Verdict.ELIGIBLE
+
+
+def test_a_released_account_entry_is_forgotten_and_the_copy_decides() -> None:
+    recent = folded(change(1, ACCOUNT, AUTHOR, 0, True), change(2, ACCOUNT, OTHER, 0, True),
+                    change(3, ACCOUNT, OTHER, 0, False), change(4, ACCOUNT, OTHER, 0, True))
+    recent.forget_through(2)   # OTHER's seq 2 was replaced: still hidden by seq 4
+    assert not recent.for_reader(READER).hides(10, AUTHOR, 5)
+    assert recent.for_reader(READER).hides(10, OTHER, 5)
+    # The account copy's hidden authors hide as the entry did (hiding_authors).
+    view = NOTHING.hiding_authors(frozenset({AUTHOR}))
+    assert view.hides(10, AUTHOR, 5) and not view.hides(10, OTHER, 5)
+    assert NOTHING.hiding_authors(frozenset()) is NOTHING
+
+
 def test_an_unfollow_hides_the_author_and_a_follow_again_only_what_came_before_it() -> None:
     recent = folded(change(1, FOLLOW, READER, AUTHOR, True))
     assert recent.for_reader(READER).hides(10, AUTHOR, 10**12)
@@ -171,15 +198,15 @@ def test_judge_lets_the_log_hide_what_the_copies_still_show() -> None:
     assert judge(PostState(10, AUTHOR, 100, 1, True), graph, recent) is Verdict.DELETED
 
 
-_kinds = st.sampled_from([POST, FOLLOW, BLOCK, MUTE])
+_kinds = st.sampled_from([POST, FOLLOW, BLOCK, MUTE, ACCOUNT])
 
 
 @given(st.lists(st.tuples(_kinds, st.sampled_from([READER, AUTHOR]), st.sampled_from([AUTHOR, OTHER]),
                           st.booleans(), st.integers(0, 50)), max_size=30))
 def test_the_fold_matches_the_last_entry_of_each_post_and_pair(
         entries: list[tuple[str, int, int, bool, int]]) -> None:
-    changes = [change(i + 1, kind, s, o, hidden, since) for i, (kind, s, o, hidden, since)
-               in enumerate(entries) if s != o]
+    changes = [change(i + 1, kind, s, 0 if kind == ACCOUNT else o, hidden, since)
+               for i, (kind, s, o, hidden, since) in enumerate(entries) if s != o]
     recent = folded(*changes)
     for reader in (READER, AUTHOR):
         for author in (AUTHOR, OTHER):
@@ -192,7 +219,8 @@ def test_the_fold_matches_the_last_entry_of_each_post_and_pair(
             # Blocks and mutes apart: an author's timeline and lists consult blocks only.
             blocked, muted = _last_blocked(changes, reader, author), _last_muted(changes, reader, author)
             assert (author in view.blocked, author in view.muted) == (blocked, muted)
-            assert view.hides_post(99, author) == blocked
+            account = {c.subject_id: c.hidden for c in changes if c.kind == ACCOUNT}.get(author, False)
+            assert view.hides_post(99, author) == (blocked or account)
 
 
 _USERS = st.sampled_from([1, 2, 3, 4])
@@ -202,13 +230,14 @@ _USERS = st.sampled_from([1, 2, 3, 4])
        st.integers(0, 40))
 def test_forgetting_keeps_exactly_the_keys_whose_latest_entry_is_above_the_mark(
         entries: list[tuple[str, int, int, bool, int]], mark: int) -> None:
-    changes = [change(i + 1, kind, s if kind != POST else 90 + s, o, hidden, since)
-               for i, (kind, s, o, hidden, since) in enumerate(entries) if kind == POST or s != o]
+    changes = [change(i + 1, kind, s if kind != POST else 90 + s, 0 if kind == ACCOUNT else o, hidden, since)
+               for i, (kind, s, o, hidden, since) in enumerate(entries)
+               if kind in (POST, ACCOUNT) or s != o]
     recent = folded(*changes)
     recent.forget_through(mark)
     latest: dict[tuple[str, int, int], VisibilityChange] = {}
     for c in changes:
-        latest[(c.kind, c.subject_id, 0 if c.kind == POST else c.object_id)] = c
+        latest[(c.kind, c.subject_id, 0 if c.kind in (POST, ACCOUNT) else c.object_id)] = c
     kept = {k: c for k, c in latest.items() if c.seq > mark}
     for reader in (1, 2, 3, 4):
         view = recent.for_reader(reader)
@@ -221,9 +250,10 @@ def test_forgetting_keeps_exactly_the_keys_whose_latest_entry_is_above_the_mark(
                     blocked = any((b := kept.get((BLOCK, x, y))) is not None and b.hidden
                                   for x, y in ((reader, author), (author, reader)))
                     muted = (m := kept.get((MUTE, reader, author))) is not None and m.hidden
-                    assert view.hides_post(post, author) == hidden | blocked, (reader, author, post)
+                    account = (a := kept.get((ACCOUNT, author, 0))) is not None and a.hidden
+                    assert view.hides_post(post, author) == hidden | blocked | account, (reader, author, post)
                     assert (author in view.blocked, author in view.muted) == (blocked, muted)
-                    hidden |= blocked | muted
+                    hidden |= blocked | muted | account
                     f = kept.get((FOLLOW, reader, author))
                     if f is not None:
                         hidden |= f.hidden or created < (f.since_ms or 0)
@@ -233,6 +263,9 @@ def test_forgetting_keeps_exactly_the_keys_whose_latest_entry_is_above_the_mark(
 def _last_truth(changes: list[VisibilityChange], reader: int, author: int, post_id: int,
                 created_ms: int) -> bool:
     """What the latest entries say, computed the slow way."""
+    accounts = {c.subject_id: c.hidden for c in changes if c.kind == ACCOUNT}
+    if accounts.get(author):  # a suspended or deleted author: hidden from every reader
+        return True
     if _last_blocked(changes, reader, author) or _last_muted(changes, reader, author):
         return True
     follows = [c for c in changes if c.kind == FOLLOW and (c.subject_id, c.object_id) == (reader, author)]

@@ -31,7 +31,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, Sequence
+from typing import Awaitable, Callable, Iterable, Sequence, cast
 
 from services.api.snapshots.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
                                            decode_cursor, encode_cursor)
@@ -41,6 +41,7 @@ from services.shared.domain.ranking import Ranked
 from services.shared.settings import ApiProcess
 from services.shared.stores.activity import REGENERATING
 
+from ..copies.accounts import AccountCopies, AccountsUnavailable
 from ..copies.bodies import FetchResult, PostCopies
 from ..copies.likes import LikesRead, PageLikes
 from ..copies.post_view import PostBody, PostView
@@ -110,8 +111,11 @@ class FeedReader:
                  metrics: FeedMetrics, clock: Callable[[], datetime],
                  activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None,
                  notices: ChangeSink = NO_NOTICES, fence: VisibilityFence | None = None,
-                 likes: PageLikes | None = None) -> None:
+                 likes: PageLikes | None = None, accounts: AccountCopies | None = None) -> None:
         self._store = store
+        # The account copy (copies/accounts.py): authors suspended or deleted, hidden from
+        # every page; None only in unit tests of the paging logic.
+        self._accounts = accounts
         # Like counts and the reader's likes of each page's posts, read with its windows
         # (copies/likes.py); None: items carry neither.
         self._likes = likes
@@ -366,9 +370,13 @@ class FeedReader:
             win = paging.window(entries, index, limit - len(items), PAGE_SLACK)
             missing = [e.post_id for e in win if e.post_id not in known]
             likes.start(win)
-            fetched, covered = await settled(
+            fetched, covered, accounts = await settled(
                 [self._copies.fetch(missing) if missing else _nothing(),
-                 graph.cover(e.author_id for e in win)], self._store.from_memory)
+                 graph.cover(e.author_id for e in win),
+                 self._hidden_accounts(e.author_id for e in win)], self._store.from_memory)
+            if isinstance(accounts, BaseException):
+                raise FeedUnavailable(str(accounts)) from accounts
+            fetched = cast("FetchResult | BaseException | None", fetched)
             await likes.settle()
             if isinstance(covered, BaseException):
                 raise FeedUnavailable(str(covered)) from covered
@@ -386,6 +394,19 @@ class FeedReader:
                     judged = await fence.window(walk.reader_id, _window_items(usable, known))
                 except FenceUnavailable as exc:
                     raise FeedUnavailable(str(exc)) from exc
+            if accounts:
+                assert isinstance(accounts, frozenset)
+                judged = judged.hiding_authors(accounts)
+            if self._accounts is not None and fetched.views:
+                # A copy's author the snapshot entry did not name (rare): asked too.
+                named = {e.author_id for e in win}
+                extra = {a for v in fetched.views.values()
+                        if (a := v.state.author_id) is not None and a not in named}
+                if extra:
+                    try:
+                        judged = judged.hiding_authors(await self._accounts.hidden_among(extra))
+                    except AccountsUnavailable as exc:
+                        raise FeedUnavailable(str(exc)) from exc
             got = paging.fill(usable, limit - len(items),
                               lambda e: self._eligible(e, known.get(e.post_id), current, made_us,
                                                        latest, judged))
@@ -412,6 +433,12 @@ class FeedReader:
             next_cursor = encode_cursor(Cursor(walk.reader_id, walk.version, last.rank, last.post_id,
                                                walk.order), self._keys)
         return FeedPage(items, next_cursor, walk.version, walk.generated_at, warnings, walk.order)
+
+    async def _hidden_accounts(self, authors: Iterable[int | None]) -> frozenset[int]:
+        """The authors among ``authors`` suspended or deleted, as the account copy says."""
+        if self._accounts is None:
+            return frozenset()
+        return await self._accounts.hidden_among(authors)
 
     def _eligible(self, entry: Ranked, view: PostView | None, graph: ReaderGraph,
                   snapshot_us: int, latest: bool = False,

@@ -44,6 +44,7 @@ from ..snapshots.cursor import CursorKeys
 from ..snapshots.list_cursor import (FOLLOWERS, FOLLOWING, POSTS, ListCursor, decode_list_cursor,
                                      encode_list_cursor)
 from ..visibility.eligibility import Verdict, judge_authored
+from ..copies.accounts import AccountCopies, AccountsUnavailable
 from ..visibility.fence import FenceUnavailable, VisibilityFence
 from ..visibility.recent_changes import NOTHING, ReaderChanges
 
@@ -130,8 +131,9 @@ class UserLists:
     def __init__(self, store: FeedPort, runner: StatementRunner, copies: PostCopies,
                  fence: VisibilityFence | None, keys: CursorKeys, timelines: ReadPathTimelines,
                  follows: ReadPathFollowLists, counts: CountReads, list_max: int,
-                 clock_ms: Callable[[], int]) -> None:
+                 clock_ms: Callable[[], int], accounts: AccountCopies | None = None) -> None:
         assert counts.table is FOLLOW_EDGES
+        self._accounts = accounts
         self._store = store
         self._run = runner.run
         self._copies = copies
@@ -185,6 +187,14 @@ class UserLists:
         blocked = await self._blocked(reader_id)
         fold = await self._fold(ticket, reader_id)
         recent = fold if fold is not None else await self._window(reader_id, [(0, user_id)])
+        if self._accounts is not None:
+            # A suspended or deleted author: the account copy hides every post of theirs.
+            try:
+                hidden = await self._accounts.hidden_among([user_id])
+            except AccountsUnavailable as exc:
+                raise ListUnavailable(str(exc)) from exc
+            if hidden and fold is not None:
+                fold = fold.hiding_authors(hidden)   # (window mode asks Postgres itself)
         if user_id != reader_id and (user_id in blocked or user_id in recent.blocked):
             raise NotVisible(user_id)
         return fold, blocked

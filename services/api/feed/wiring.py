@@ -31,6 +31,7 @@ from services.shared.stores.follows import ReadPathFollowLists
 from services.shared.stores.timelines import ReadPathTimelines
 from services.shared.stores.store_health import watch_cassandra
 
+from ..copies.accounts import AccountCopies
 from ..copies.bodies import BodyCache, PostCopies
 from ..copies.likes import LikeCounts, PageLikes, pool_liked_reader
 from ..copies.notices import ApiNotices, NoticeStats, register_collector
@@ -97,15 +98,18 @@ def _build(app: FastAPI, settings: ApiProcess) -> None:
         # At most half the snapshot's TTL: a reused snapshot's next pages still have time.
         reuse = SnapshotReuse(cache, min(settings.snapshot_reuse_s, settings.snapshot_ttl_s / 2),
                               settings.snapshot_reuse_size)
+    accounts = AccountCopies(session, raw)
+    app.state.account_copies = accounts
     like_counts = LikeCounts(store, settings.like_count_cache_s)
     app.state.like_counts = like_counts
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices,
-                                fence, likes=PageLikes(like_counts, pool_liked_reader(app.state.pg)))
+                                fence, likes=PageLikes(like_counts, pool_liked_reader(app.state.pg)),
+                                accounts=accounts)
     app.state.user_lists = UserLists(
         store, raw, copies, fence, CursorKeys.parse(settings.cursor_keys.get_secret_value()),
         ReadPathTimelines(session), ReadPathFollowLists(session, page=settings.follow_list_max),
         CountReads(session, FOLLOW_EDGES), settings.follow_list_max,
-        lambda: int(utc_now().timestamp() * 1000))
+        lambda: int(utc_now().timestamp() * 1000), accounts)
 
 
 async def open_read_path(app: FastAPI) -> None:

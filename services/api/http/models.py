@@ -121,3 +121,17 @@ class FollowingPageOut(BaseModel):
     warnings: list[str] | None = Field(
         default=None, description="list_truncated: the list is longer than one page may "
                                   "read (FEED_FOLLOW_LIST_MAX); its first rows by id are listed")
+
+
+class AccountModerationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    action: Literal["suspend", "unsuspend"]
+    reason: Reason = ""
+
+
+class AccountModerationOut(BaseModel):
+    user_id: str
+    state: Literal["suspended", "active"]
+    reason: str
+    moderator_id: str

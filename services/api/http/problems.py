@@ -45,6 +45,9 @@ UNAUTHENTICATED = ProblemKind("unauthenticated", 401, "Authentication required")
 FORBIDDEN = ProblemKind("forbidden", 403, "Not allowed")
 NOT_FOUND = ProblemKind("not-found", 404, "Not found")
 METHOD_NOT_ALLOWED = ProblemKind("method-not-allowed", 405, "Method not allowed")
+# A suspended account may read but not write; a deleted one may do nothing (docs/api.md).
+ACCOUNT_SUSPENDED = ProblemKind("account-suspended", 403, "Account suspended")
+ACCOUNT_DELETED = ProblemKind("account-deleted", 410, "Account deleted")
 NOT_ACCEPTABLE = ProblemKind("not-acceptable", 406, "Not acceptable")
 CONFLICT = ProblemKind("conflict", 409, "Conflict")
 IDEMPOTENCY_IN_FLIGHT = ProblemKind("idempotency-key-in-flight", 409,
@@ -155,6 +158,18 @@ def install_problem_handlers(app: FastAPI) -> None:
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(allowed_methods(request))
         return problem_response(kind, detail, request=request, headers=headers)
+
+    @app.exception_handler(psycopg.errors.InsufficientPrivilege)
+    async def _hidden_account(request: Request, exc: psycopg.errors.InsufficientPrivilege) -> JSONResponse:
+        # Postgres refused a write of a suspended or deleted account (migration 0006:
+        # the HINT is the account's state).
+        if exc.diag.message_hint == "deleted":
+            return problem_response(ACCOUNT_DELETED, "this account was deleted", request=request)
+        if exc.diag.message_hint == "suspended":
+            return problem_response(ACCOUNT_SUSPENDED, "this account is suspended: it may read, "
+                                    "not write", request=request)
+        log.error("insufficient privilege in Postgres: %s", exc, extra={"path": request.url.path})
+        return problem_response(INTERNAL, request=request)
 
     @app.exception_handler(psycopg.OperationalError)
     async def _store_down(request: Request, exc: psycopg.OperationalError) -> JSONResponse:

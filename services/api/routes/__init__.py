@@ -8,6 +8,7 @@
 * ``user_lists``: ``GET /v1/users/{id}/posts``, ``/followers``, ``/following``
 * ``moderation``: remove or restore a post (moderators)
 * ``preferences``: ``GET|PUT /v1/me/preferences``
+* ``accounts``: ``DELETE /v1/me``; suspend and unsuspend an account (moderators)
 * ``health``: liveness, readiness and metrics
 * ``web``: the feed page at ``/``
 """

@@ -16,12 +16,14 @@ async def insert(conn: AsyncConnection, post: StoredPost) -> None:
 
 async def fetch_for_viewer(conn: AsyncConnection, post_id: int,
                            viewer_id: int) -> tuple[StoredPost, bool] | None:
-    """The post and whether its author and the viewer block each other (either way)."""
+    """The post and whether it is hidden from the viewer by its author: a block either
+    way, or the author's account suspended or deleted (account_states, migration 0006)."""
     row = await (await conn.execute(
         "SELECT p.post_id, p.author_id, p.text, p.media_ids, p.created_at, p.visibility, "
         "p.deleted_at, EXISTS (SELECT 1 FROM blocks b WHERE "
         "(b.blocker_id = %(viewer)s AND b.blocked_id = p.author_id) OR "
         "(b.blocker_id = p.author_id AND b.blocked_id = %(viewer)s)) "
+        "OR EXISTS (SELECT 1 FROM account_states a WHERE a.user_id = p.author_id) "
         "FROM posts p WHERE p.post_id = %(post)s",
         {"post": post_id, "viewer": viewer_id})).fetchone()
     if row is None:

@@ -27,6 +27,7 @@ from typing import Callable
 from services.shared.domain import ids
 from services.shared.stores.posts import PostStateRow
 
+from ..copies.accounts import AccountCopies
 from ..copies.store import FeedPort
 from ..visibility.eligibility import PostState, ReaderGraph, Verdict, judge
 from ..visibility.fence import WINDOW, FenceUnavailable, LogView, VisibilityFence
@@ -44,8 +45,9 @@ FRESH_READS = 4
 class EligibilityGate:
     def __init__(self, store: FeedPort, fence: VisibilityFence | None = None,
                  monotonic: Callable[[], float] = time.monotonic,
-                 fresh_s: float | None = None) -> None:
+                 fresh_s: float | None = None, accounts: AccountCopies | None = None) -> None:
         self._store = store
+        self._accounts = accounts   # the account copy: suspended or deleted authors
         self._fence = fence
         self._fresh_s = fresh_s
         self._monotonic = monotonic
@@ -72,10 +74,11 @@ class EligibilityGate:
     async def allows(self, reader_id: int, post_id: int, author_id: int) -> bool:
         """Whether ``reader_id`` may be told about ``post_id`` now. Raises
         ``FenceUnavailable`` when the visibility log cannot be read."""
-        post, since, hidden, changes = await asyncio.gather(
+        post, since, hidden, changes, account_hidden = await asyncio.gather(
             self._post_state(post_id), self._store.following_since(reader_id, author_id),
-            self._store.hidden_between(reader_id, author_id), self._changes())
-        if post is None or post.author_id != author_id:
+            self._store.hidden_between(reader_id, author_id), self._changes(),
+            self._hidden_account(author_id))
+        if post is None or post.author_id != author_id or account_hidden:
             return False
         graph = ReaderGraph(reader_id, {} if since is None else {author_id: since},
                             frozenset({author_id}) if hidden else frozenset())
@@ -111,6 +114,13 @@ class EligibilityGate:
             assert self._fence is not None
             recent = await self._fence.window(reader_id, [(post_id, author_id)])
         return recent
+
+    async def _hidden_account(self, author_id: int) -> bool:
+        """Whether the account copy says the author is suspended or deleted (a failed
+        read raises, as the other reads of ``allows`` do)."""
+        if self._accounts is None:
+            return False
+        return bool(await self._accounts.hidden_among([author_id]))
 
     async def _changes(self) -> LogView | None:
         return await self._fence.sync() if self._fence is not None else None

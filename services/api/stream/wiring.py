@@ -32,7 +32,8 @@ async def open_stream(app: FastAPI) -> None:
         StreamLeases, app.state.cassandra, store, int(settings.stream_heartbeat_s * 2) + 5,
         on_unchecked=metrics.stream_cap_unchecked.inc)
     gate = EligibilityGate(store, app.state.visibility_fence,
-                           fresh_s=stream_bound(settings.visibility_commit_wait_s))
+                           fresh_s=stream_bound(settings.visibility_commit_wait_s),
+                           accounts=getattr(app.state, "account_copies", None))
 
     async def followed(reader_id: int) -> frozenset[int]:
         return frozenset(await store.following(reader_id, settings.max_following))

@@ -47,6 +47,7 @@ class Verdict(str, Enum):
     NOT_FOLLOWED = "not_followed"
     BEFORE_FOLLOW = "before_follow"  # older than following_since: no surprise backfill
     FENCED = "fenced"            # the copies still show it; the visibility log hides it
+    ACCOUNT_HIDDEN = "account_hidden"  # its author is suspended or deleted (log or account copy)
 
 
 def judge(post: PostState | None, graph: ReaderGraph, recent: ReaderChanges = NOTHING) -> Verdict:
@@ -68,6 +69,8 @@ def judge(post: PostState | None, graph: ReaderGraph, recent: ReaderChanges = NO
         return Verdict.NOT_FOLLOWED
     if post.created_at_ms < since:
         return Verdict.BEFORE_FOLLOW
+    if recent is not NOTHING and post.author_id in recent.hidden_authors:
+        return Verdict.ACCOUNT_HIDDEN
     if recent is not NOTHING and recent.hides(post.post_id, post.author_id, post.created_at_ms):
         return Verdict.FENCED
     return Verdict.ELIGIBLE
@@ -91,6 +94,8 @@ def judge_authored(post: PostState | None, author_id: int, blocked: frozenset[in
         return Verdict.REMOVED
     if post.author_id in blocked:
         return Verdict.BLOCKED
+    if recent is not NOTHING and post.author_id in recent.hidden_authors:
+        return Verdict.ACCOUNT_HIDDEN
     if recent is not NOTHING and recent.hides_post(post.post_id, post.author_id):
         return Verdict.FENCED
     return Verdict.ELIGIBLE

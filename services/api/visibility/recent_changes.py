@@ -2,7 +2,8 @@
 
 Postgres appends an entry to ``visibility_changes`` in the same transaction as every
 post delete or moderation change, block, unblock, unfollow, follow-again of a pair
-it has logged (migration 0003), mute and unmute (migration 0005). ``RecentChanges`` folds the entries still in the log, in
+it has logged (migration 0003), mute and unmute (migration 0005), and account suspension,
+unsuspension and deletion (migration 0006: one entry per account, for every reader). ``RecentChanges`` folds the entries still in the log, in
 ``seq`` order, into the latest state of each post and pair. Every key it holds is
 therefore the truth as of the last read of the log; a key it does not hold has no entry
 left: its copies were verified against Postgres (repaired if wrong) and have settled
@@ -24,8 +25,8 @@ from array import array
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-POST, FOLLOW, BLOCK, MUTE = "post", "follow", "block", "mute"
-_KIND_CODE = {POST: 0, FOLLOW: 1, BLOCK: 2, MUTE: 3}
+POST, FOLLOW, BLOCK, MUTE, ACCOUNT = "post", "follow", "block", "mute", "account"
+_KIND_CODE = {POST: 0, FOLLOW: 1, BLOCK: 2, MUTE: 3, ACCOUNT: 4}
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +54,15 @@ class ReaderChanges:
     follows: Mapping[int, FollowState]       # author_id -> follow state
     blocked: frozenset[int]                  # users blocked either way with the reader
     muted: frozenset[int] = frozenset()      # users the reader mutes (feed and stream only)
+    # Accounts suspended or deleted: every post of theirs is hidden from every reader.
+    hidden_authors: frozenset[int] = frozenset()
 
     def hides(self, post_id: int, author_id: int, created_at_ms: int) -> bool:
         """Whether the log hides this post from the reader's home feed or stream,
-        whatever the copies say (a mute hides there, as a block does)."""
-        if post_id in self.hidden_posts or author_id in self.blocked or author_id in self.muted:
+        whatever the copies say (a mute hides there, as a block does; so does a
+        suspended or deleted account)."""
+        if (post_id in self.hidden_posts or author_id in self.blocked or author_id in self.muted
+                or author_id in self.hidden_authors):
             return True
         if author_id in self.follows:
             since = self.follows[author_id]
@@ -66,9 +71,18 @@ class ReaderChanges:
 
     def hides_post(self, post_id: int, author_id: int) -> bool:
         """Whether the log hides this post whoever follows whom (an author's own list
-        of posts: deleted or removed, or its author blocked either way; a mute does not
-        hide there)."""
-        return post_id in self.hidden_posts or author_id in self.blocked
+        of posts: deleted or removed, or its author blocked either way, suspended or
+        deleted; a mute does not hide there)."""
+        return (post_id in self.hidden_posts or author_id in self.blocked
+                or author_id in self.hidden_authors)
+
+    def hiding_authors(self, authors: frozenset[int]) -> ReaderChanges:
+        """This view, also hiding every post of ``authors`` (the account copy's hidden
+        accounts: the copies and the log both only hide)."""
+        if not authors or authors <= self.hidden_authors:
+            return self
+        return ReaderChanges(self.hidden_posts, self.follows, self.blocked, self.muted,
+                             self.hidden_authors | authors)
 
 
 NOTHING: ReaderChanges = ReaderChanges({}, {}, frozenset())
@@ -94,6 +108,10 @@ class RecentChanges:
         # One way only: (muter, muted) -> seq, and muter -> the one user muted, or a set.
         self._muted: dict[tuple[int, int], int] = {}
         self._mutes: dict[int, int | set[int]] = {}
+        # Accounts hidden from everyone (suspended or deleted): user -> seq, and the same
+        # ids as one frozenset shared by every reader's view (rebuilt when it changes).
+        self._accounts: dict[int, int] = {}
+        self._hidden_accounts: frozenset[int] = frozenset()
         # The entries in seq order, from ``_first`` on (the ones before were forgotten).
         self._seqs = array("q")
         self._subjects = array("q")
@@ -132,6 +150,12 @@ class RecentChanges:
                     _add_other(self._mutes, c.subject_id, c.object_id)
                 else:
                     self._unmute(c.subject_id, c.object_id)
+            elif c.kind == ACCOUNT:
+                if c.hidden:
+                    self._accounts[c.subject_id] = c.seq
+                else:
+                    self._accounts.pop(c.subject_id, None)
+                self._hidden_accounts = frozenset(self._accounts)
 
     def _follow(self, reader: int, author: int, seq: int, state: FollowState) -> None:
         held = self._follows.get(reader)
@@ -187,7 +211,7 @@ class RecentChanges:
             {} if follows is None else {follows[0]: follows[2]} if isinstance(follows, tuple)
             else {a: s for a, (_seq, s) in follows.items()},
             _others(self._blocks.get(reader_id)),
-            _others(self._mutes.get(reader_id)))
+            _others(self._mutes.get(reader_id)), self._hidden_accounts)
 
     def forget_through(self, upto: int) -> int:
         """Drop the entries with seq <= ``upto`` (verified and settled: they left the
@@ -206,8 +230,12 @@ class RecentChanges:
             elif kind == 2:
                 if self._directed.get((subject, obj)) == seq:
                     self._unblock(subject, obj)
-            elif self._muted.get((subject, obj)) == seq:
-                self._unmute(subject, obj)
+            elif kind == 3:
+                if self._muted.get((subject, obj)) == seq:
+                    self._unmute(subject, obj)
+            elif self._accounts.get(subject) == seq:
+                del self._accounts[subject]
+                self._hidden_accounts = frozenset(self._accounts)
         dropped = i - first
         self._first = i
         if self._first > 4096 and self._first * 2 > end:  # compact: the front is mostly gone

@@ -3,7 +3,8 @@
 When the visibility log holds more entries than ``FEED_VISIBILITY_MAX_ENTRIES`` (the
 verifier has been stopped for long: docs/read-path.md), the fence drops its fold and each
 page asks Postgres for its own window instead: one prepared statement over the window's
-post ids and authors against ``posts``, ``follows``, ``blocks`` and ``mutes``. Its answer is a
+post ids and authors against ``posts``, ``follows``, ``blocks``, ``mutes`` and
+``account_states``. Its answer is a
 ``ReaderChanges`` like the fold's, so ``judge`` is unchanged: a post deleted or removed,
 an author not followed (or followed only after the post), an author blocked either way
 or muted by the reader is hidden from the home feed, whatever the copies say (an author's
@@ -24,8 +25,10 @@ from psycopg_pool import AsyncConnectionPool
 from .recent_changes import FollowState, ReaderChanges
 
 # kind 'p': a hidden post; 'f': a follow of a window author (its since, Unix ms); 'b': an
+# kind 'p': a hidden post; 'f': a follow of a window author (its since, Unix ms); 'b': an
 # author blocked either way; 'm': an author muted by the reader (one way: the muted
-# author's pages still show the muter).
+# author's pages still show the muter); 'a': an author whose account is suspended or
+# deleted.
 WINDOW_SQL = """
 SELECT 'p', post_id, NULL::bigint FROM posts
  WHERE post_id = ANY(%(posts)s) AND (deleted_at IS NOT NULL OR visibility <> 1)
@@ -38,6 +41,8 @@ UNION ALL
 SELECT 'b', blocker_id, NULL FROM blocks WHERE blocked_id = %(reader)s AND blocker_id = ANY(%(authors)s)
 UNION ALL
 SELECT 'm', muted_id, NULL FROM mutes WHERE muter_id = %(reader)s AND muted_id = ANY(%(authors)s)
+UNION ALL
+SELECT 'a', user_id, NULL FROM account_states WHERE user_id = ANY(%(authors)s)
 """
 
 
@@ -48,6 +53,7 @@ def window_changes(authors: Sequence[int], rows: Sequence[tuple[str, int, int | 
     follows: dict[int, FollowState] = dict.fromkeys(authors)
     blocked: set[int] = set()
     muted: set[int] = set()
+    accounts: set[int] = set()
     for kind, key, since in rows:
         if kind == "p":
             hidden[key] = 0
@@ -55,9 +61,12 @@ def window_changes(authors: Sequence[int], rows: Sequence[tuple[str, int, int | 
             follows[key] = since or 0
         elif kind == "m":
             muted.add(key)
+        elif kind == "a":
+            accounts.add(key)
         else:
             blocked.add(key)
-    return ReaderChanges(hidden, follows, frozenset(blocked), frozenset(muted))
+    return ReaderChanges(hidden, follows, frozenset(blocked), frozenset(muted),
+                         hidden_authors=frozenset(accounts))
 
 
 def pool_window_check(pool: AsyncConnectionPool[Any],

@@ -31,6 +31,10 @@ class KnownUsers:
         self._ids.move_to_end(user_id)
         return True
 
+    def forget(self, user_id: int) -> None:
+        """The user's row is gone (their account was deleted)."""
+        self._ids.pop(user_id, None)
+
     def remember(self, user_id: int) -> None:
         self._ids[user_id] = None
         self._ids.move_to_end(user_id)
@@ -38,7 +42,9 @@ class KnownUsers:
             self._ids.popitem(last=False)
 
     async def ensure(self, pool: AsyncConnectionPool, user_id: int) -> None:
-        """Create the user row unless this process already knows it exists."""
+        """Create the user row unless this process already knows it exists. A deleted
+        account's row is never created again: Postgres refuses it (migration 0006,
+        ``psycopg.errors.InsufficientPrivilege``, answered 410 by the API)."""
         if self.touch(user_id):
             return
         async with pool.connection() as conn:

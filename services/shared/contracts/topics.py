@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping
 
-CAPTURED_TABLES = ("users", "posts", "follows", "blocks", "likes", "moderation_actions", "mutes")
+CAPTURED_TABLES = ("users", "posts", "follows", "blocks", "likes", "moderation_actions", "mutes",
+                   "account_states")
 
 
 class Growth(Enum):

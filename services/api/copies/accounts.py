@@ -1,0 +1,69 @@
+"""The account copy as the read path consults it: which authors are hidden from everyone.
+
+Cassandra's ``account_states`` (services/shared/stores/accounts.py) holds a row per
+account suspended or deleted, written by the fan-out from Postgres's ``account_states``.
+A page asks for its window's authors (one ``IN`` read of the ones it does not know) and
+hides every post of the hidden ones, whatever the post copies say. Until the copy has
+the row, the visibility log's 'account' entry hides them (recent_changes.py); the entry
+is released only after the verifier found the copy right and it settled
+(``visibility_settle_s``), far longer than ``ttl_s``, the time an answer is kept here.
+So a suspension or a deletion is never missed by both; an unsuspend shows the posts
+again within ``ttl_s`` of the copy's delete.
+
+A failed read raises ``AccountsUnavailable``: without it a page could show a suspended
+author's posts once the log released its entry.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+from cassandra.cluster import Session
+
+from services.shared.stores.accounts import AccountRow, ReadPathAccounts
+
+from .store import StatementRunner
+
+# Seconds an author's state is kept: well under the verifier's settle time (minutes).
+TTL_S = 2.0
+CAPACITY = 100_000
+
+
+class AccountsUnavailable(RuntimeError):
+    """The account copy could not be read."""
+
+
+class AccountCopies:
+    def __init__(self, session: Session, runner: StatementRunner, ttl_s: float = TTL_S,
+                 capacity: int = CAPACITY, clock: Callable[[], float] = time.monotonic) -> None:
+        self._statements = ReadPathAccounts(session)
+        self._run = runner
+        self._ttl_s = ttl_s
+        self._capacity = capacity
+        self._clock = clock
+        self._known: dict[int, tuple[float, bool]] = {}   # author -> (expires, hidden)
+
+    async def hidden_among(self, authors: Iterable[int | None]) -> frozenset[int]:
+        """The authors among ``authors`` whose account the copy says is hidden."""
+        now = self._clock()
+        hidden: set[int] = set()
+        unknown: list[int] = []
+        for author in set(a for a in authors if a is not None):
+            held = self._known.get(author)
+            if held is None or held[0] <= now:
+                unknown.append(author)
+            elif held[1]:
+                hidden.add(author)
+        if unknown:
+            try:
+                rows = await self._run.run(self._statements.hidden_in, (sorted(unknown),), hedge=True)
+            except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
+                raise AccountsUnavailable("the account copy could not be read") from exc
+            found = {AccountRow._make(r).user_id for r in rows}
+            hidden |= found
+            if len(self._known) + len(unknown) > self._capacity:
+                self._known.clear()
+            expires = now + self._ttl_s
+            for author in unknown:
+                self._known[author] = (expires, author in found)
+        return frozenset(hidden)
