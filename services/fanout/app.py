@@ -1,9 +1,10 @@
-"""The fan-out worker: faust agents over the CDC topics of posts, follows and blocks,
-the ranker's rank-key moves and the API's reader events (the fan-out owns every inbox
+"""The fan-out worker: faust agents over the CDC topics of posts, follows, blocks, mutes
+and users, the ranker's rank-key moves and the API's reader events (the fan-out owns every inbox
 row).
 
-One agent per topic (posts, follows, blocks, rank-key-moves, reader-events,
-follow-counts). Each takes messages in batches and applies a batch's keys concurrently
+One agent per topic (posts, follows, blocks, mutes, users, rank-key-moves,
+reader-events, follow-counts). The users agent keeps the read path's copy of names
+(``user_profiles``, profile_events.py). Each takes messages in batches and applies a batch's keys concurrently
 (at most ``fanout_max_in_flight`` keys; the statements they send wait for the process's
 adaptive in-flight limit), each key's changes in order
 (services/shared/worker/batch_consumer.py ``consume_in_batches``). Acks are manual: a
@@ -64,6 +65,7 @@ from .copy_audit import CopyAudit, count_sink
 from .inactive import InactiveSweeper
 from .inbox import InboxStore
 from .post_events import PostFanout
+from .profile_events import ProfileChanges
 from .rank_moves import RankMoves
 from .relation_events import RelationChanges
 from .returning import ReturningReaders
@@ -92,6 +94,7 @@ class FanoutPorts:
     returning: ReturningReaders
     follow_counts: CountedEdges
     verifier: Verifier
+    profiles: ProfileChanges
 
 
 class _PostFanoutOptions(TypedDict, total=False):
@@ -163,7 +166,8 @@ async def open_ports(settings: FanoutProcess) -> FanoutPorts:
         # The copies it repairs are written through this process's CopyStore, so their
         # notices reach the API's caches.
         verifier=Verifier(settings, CopyAudit(session, runner, copies,
-                                              count_sink(publisher, settings.topic_prefix))))
+                                              count_sink(publisher, settings.topic_prefix))),
+        profiles=ProfileChanges(copies))
 
 
 ChangeApplier = Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]]
@@ -222,6 +226,10 @@ def create_app(settings: FanoutProcess) -> faust.App:
     @app.agent(raw_topic(app, cdc_topic("mutes", prefix)), name="mutes")
     async def mutes(stream: faust.StreamT[bytes]) -> None:
         await consume(stream, changes(lambda p: p.relations.on_mute_changed))
+
+    @app.agent(raw_topic(app, cdc_topic("users", prefix)), name="users")
+    async def users(stream: faust.StreamT[bytes]) -> None:
+        await consume(stream, changes(lambda p: p.profiles.on_user_changed))
 
     @app.agent(raw_topic(app, rank_moves_topic(prefix)), name="rank_key_moves")
     async def rank_key_moves(stream: faust.StreamT[bytes]) -> None:

@@ -377,6 +377,7 @@ CQL_OWNERS = {
     "activity_sweeps": "services/shared/stores/activity.py",
     "feed_snapshot_slots": "services/shared/stores/snapshot_slots.py",
     "stream_leases": "services/shared/stores/stream_leases.py",
+    "user_profiles": "services/shared/stores/profiles.py",
 }
 CQL_CHECKED = ("services", "deploy")
 

@@ -3,7 +3,8 @@
 Owners (statements, columns and row types; ``statements`` says how a service uses them):
 ``posts``, ``follows``, ``blocks``, ``likes``, ``inbox``, ``timelines``, ``tiers``,
 ``preferences``, ``snapshot_slots``, ``stream_leases``, ``activity`` (reader activity,
-and which readers the fan-out skips), ``counted_edges`` (edges and their counts).
+and which readers the fan-out skips), ``counted_edges`` (edges and their counts),
+``profiles`` (the copy of users' handles and display names).
 
 * ``statements``: how an owner states its statements: ``Cql`` and ``Statements``
 * ``cql_async``: driver futures bridged to asyncio
