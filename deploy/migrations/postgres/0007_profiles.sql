@@ -10,7 +10,7 @@ ALTER TABLE users ADD COLUMN handle TEXT NULL
     CONSTRAINT users_handle_shape CHECK (handle ~ '^[A-Za-z0-9_]{3,30}$');
 ALTER TABLE users ADD COLUMN display_name TEXT NULL
     CONSTRAINT users_display_name_shape CHECK (char_length(display_name) BETWEEN 1 AND 64
-                                               AND display_name !~ '[[:cntrl:]]');
+                                               AND display_name !~ '[\x01-\x1f\x7f-\x9f]');
 CREATE UNIQUE INDEX users_handle_lower ON users (lower(handle));
 
 -- users is already captured (0001: REPLICA IDENTITY FULL, in the publication): the new

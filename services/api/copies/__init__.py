@@ -6,4 +6,5 @@
 * ``bodies``: ``PostCopies``, post copies read in batches behind a body cache
 * ``post_view``: ``PostView`` and ``PostBody``, a post as one request reads it
 * ``likes``: ``LikeCounts`` and ``PageLikes``, a page's like counts and the reader's likes
+* ``names``: ``Names`` and ``PageNames``, the authors' handles and display names
 """

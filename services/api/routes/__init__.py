@@ -8,6 +8,7 @@
 * ``user_lists``: ``GET /v1/users/{id}/posts``, ``/followers``, ``/following``
 * ``moderation``: remove or restore a post (moderators)
 * ``preferences``: ``GET|PUT /v1/me/preferences``
+* ``profiles``: ``PUT /v1/me/profile`` and ``GET /v1/users/{id}`` (handle, display name, counts)
 * ``health``: liveness, readiness and metrics
 * ``web``: the feed page at ``/``
 """

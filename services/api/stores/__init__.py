@@ -4,4 +4,5 @@
 * ``social``: ``follows``, ``blocks``, ``likes`` and ``mutes``
 * ``moderation``: ``posts.visibility`` and ``moderation_actions``, changed together
 * ``idempotency``: the ``idempotency_keys`` table
+* ``profiles``: a user's handle and display name (``users``)
 """
