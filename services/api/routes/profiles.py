@@ -32,7 +32,7 @@ NO_SUCH_USER = "no such user"
 
 @router.put("/v1/me/profile", response_model=ProfileOut,
             summary="Set the caller's handle and display name (idempotent)",
-            responses=problem_responses(401, 409, 422))
+            responses=problem_responses(400, 401, 409, 422))
 async def put_profile(body: ProfileIn, user: CurrentUser, pool: Pg) -> ProfileOut:
     """The caller's whole profile: a field left out or null is cleared."""
     try:
