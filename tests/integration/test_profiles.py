@@ -217,3 +217,27 @@ def test_the_fanout_writes_the_names_copy_from_users_changes(worker_env) -> None
     wait_until(lambda: group_caught_up(env.settings, "profiles", topics), timeout=60,
                message="the fan-out caught up")
     assert names() == [(None, "Ada")]
+
+
+def test_the_relay_sends_profile_changes_as_the_users_schema_says(source: Settings, relays) -> None:
+    """The relay maps the new columns like any other (text, null until set): a user's
+    creation, a profile set and a handle cleared, each valid against schemas/cdc/users.*."""
+    from tests.support.cdc_relay import changes, consume, wait_streaming
+    from tests.support.schemas import validation_errors
+
+    relays(source)
+    wait_streaming(source)
+    with pg.connect(source, autocommit=True) as conn:
+        conn.execute("INSERT INTO users (user_id) VALUES (7)")
+        conn.execute("UPDATE users SET handle = 'Ada_L', display_name = 'Ada Lovelace' "
+                     "WHERE user_id = 7")
+        conn.execute("UPDATE users SET handle = NULL WHERE user_id = 7")
+    events = [e for e in changes(consume(source, lambda ev: len(ev) >= 3)) if e.table == "users"]
+    assert [e.value["op"] for e in events] == ["c", "u", "u"]
+    for e in events:
+        assert validation_errors("public.users", e.key, e.value) == [], e.value
+    created, named, cleared = (e.value for e in events)
+    assert (created["after"]["handle"], created["after"]["display_name"]) == (None, None)
+    assert (named["before"]["handle"], named["after"]["handle"]) == (None, "Ada_L")
+    assert named["after"]["display_name"] == "Ada Lovelace"
+    assert (cleared["after"]["handle"], cleared["after"]["display_name"]) == (None, "Ada Lovelace")
