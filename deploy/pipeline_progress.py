@@ -78,7 +78,7 @@ def worker_topics(settings: Settings) -> dict[str, list[str]]:
     prefix = settings.topic_prefix
     return {
         settings.fanout_group_id or f"{prefix}.fanout":
-            [cdc_topic(t, prefix) for t in ("posts", "follows", "blocks", "mutes")]
+            [cdc_topic(t, prefix) for t in ("posts", "follows", "blocks", "mutes", "users")]
             + [rank_moves_topic(prefix), reader_events_topic(prefix), follow_counts_topic(prefix)],
         settings.ranker_group_id or f"{prefix}.ranker":
             [cdc_topic("likes", prefix), rank_features_topic(prefix), like_counts_topic(prefix)],

@@ -79,6 +79,20 @@ class CdcEvents:
     def post_deleted(self, row: dict) -> list[CdcMessage]:
         return self._envelope("posts", "d", row, None, {"post_id": row["post_id"]})
 
+    # -- users ---------------------------------------------------------------------------
+    @staticmethod
+    def user_row(user_id: int, created_at: datetime, *, handle: str | None = None,
+                 display_name: str | None = None) -> dict[str, Any]:
+        return {"user_id": user_id, "created_at": iso(created_at), "handle": handle,
+                "display_name": display_name}
+
+    def user_created(self, row: dict) -> list[CdcMessage]:
+        return self._envelope("users", "c", None, row, {"user_id": row["user_id"]})
+
+    def user_updated(self, before: dict, after: dict) -> list[CdcMessage]:
+        """A profile change (PUT /v1/me/profile): the row before and after."""
+        return self._envelope("users", "u", before, after, {"user_id": after["user_id"]})
+
     # -- follows / blocks / likes ------------------------------------------------------------
     def _edge(self, table: str, op: str, row: dict, *key: str) -> list[CdcMessage]:
         """An insert (``c``) or delete (``d``) of an edge row, keyed by its ``key`` columns."""

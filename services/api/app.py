@@ -44,6 +44,7 @@ from services.shared.worker import kafka_failover
 from .copies.notices import run_notice_consumer
 from .feed.wiring import close_read_path, open_read_path, run_fence_reader
 from .routes import accounts, feed, health, moderation, posts, preferences, social, stream, user_lists, web
+from .routes import profiles
 from .routes.feed_fast import FeedFastPath
 from .stream.consumer import run_stream_consumer
 from .stream.wiring import open_stream
@@ -63,7 +64,8 @@ NO_OTEL: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 ROUTERS: list[APIRouter] = [health.router, posts.router, social.router, moderation.router,
                             feed.router, stream.router, preferences.router, web.router,
-                            user_lists.router, accounts.router]
+                            user_lists.router, accounts.router,
+                            profiles.router]
 # Coroutines run for the life of the app, given the app (periodic clean-ups).
 BACKGROUND_TASKS: list[Callable[[FastAPI], Coroutine[Any, Any, None]]] = [
     purge_expired_periodically, run_stream_consumer, run_notice_consumer, run_fence_reader]

@@ -1,9 +1,10 @@
-"""The fan-out worker: faust agents over the CDC topics of posts, follows and blocks,
-the ranker's rank-key moves and the API's reader events (the fan-out owns every inbox
+"""The fan-out worker: faust agents over the CDC topics of posts, follows, blocks, mutes
+and users, the ranker's rank-key moves and the API's reader events (the fan-out owns every inbox
 row).
 
-One agent per topic (posts, follows, blocks, mutes, account_states, rank-key-moves,
-reader-events, follow-counts). Each takes messages in batches and applies a batch's keys concurrently
+One agent per topic (posts, follows, blocks, mutes, account_states, users, rank-key-moves,
+reader-events, follow-counts). The users agent keeps the read path's copy of names
+(``user_profiles``, profile_events.py). Each takes messages in batches and applies a batch's keys concurrently
 (at most ``fanout_max_in_flight`` keys; the statements they send wait for the process's
 adaptive in-flight limit), each key's changes in order
 (services/shared/worker/batch_consumer.py ``consume_in_batches``). Acks are manual: a
@@ -65,6 +66,7 @@ from .copy_audit import CopyAudit, count_sink
 from .inactive import InactiveSweeper
 from .inbox import InboxStore
 from .post_events import PostFanout
+from .profile_events import ProfileChanges
 from .rank_moves import RankMoves
 from .relation_events import RelationChanges
 from .returning import ReturningReaders
@@ -94,6 +96,7 @@ class FanoutPorts:
     follow_counts: CountedEdges
     verifier: Verifier
     accounts: AccountChanges
+    profiles: ProfileChanges
 
 
 class _PostFanoutOptions(TypedDict, total=False):
@@ -168,7 +171,8 @@ async def open_ports(settings: FanoutProcess) -> FanoutPorts:
         # notices reach the API's caches.
         verifier=Verifier(settings, CopyAudit(session, runner, copies,
                                               count_sink(publisher, settings.topic_prefix),
-                                              accounts=account_copy)))
+                                              accounts=account_copy)),
+        profiles=ProfileChanges(copies))
 
 
 ChangeApplier = Callable[[FanoutPorts], Callable[[ChangeRecord], Awaitable[None]]]
@@ -231,6 +235,10 @@ def create_app(settings: FanoutProcess) -> faust.App:
     @app.agent(raw_topic(app, cdc_topic("account_states", prefix)), name="account_states")
     async def account_states(stream: faust.StreamT[bytes]) -> None:
         await consume(stream, changes(lambda p: p.accounts.on_account_changed))
+
+    @app.agent(raw_topic(app, cdc_topic("users", prefix)), name="users")
+    async def users(stream: faust.StreamT[bytes]) -> None:
+        await consume(stream, changes(lambda p: p.profiles.on_user_changed))
 
     @app.agent(raw_topic(app, rank_moves_topic(prefix)), name="rank_key_moves")
     async def rank_key_moves(stream: faust.StreamT[bytes]) -> None:

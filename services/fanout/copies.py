@@ -1,7 +1,8 @@
-"""Cassandra copies the fan-out maintains: posts, author partitions, follows, blocks, mutes.
+"""Cassandra copies the fan-out maintains: posts, author partitions, follows, blocks, mutes,
+user names.
 
 The statements, columns and row types are their tables' owners' (services/shared/stores:
-posts.py, timelines.py, follows.py, blocks.py, counted_edges.py); this store decides how
+posts.py, timelines.py, follows.py, blocks.py, counted_edges.py, profiles.py); this store decides how
 they run (coalesced writes and reads, batches) and tells the API's caches what changed.
 
 Every write of a CDC-derived row carries ``USING TIMESTAMP <lsn>`` (idempotent replay,
@@ -31,6 +32,7 @@ from services.shared.stores.counted_edges import CountReads, count_of
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.follows import FanoutFollows, SinceRow, WrittenRow
 from services.shared.stores.posts import CopyRow, FanoutPosts
+from services.shared.stores.profiles import FanoutProfiles
 from services.shared.stores.read_coalescer import PartitionReads
 from services.shared.stores.timelines import FanoutTimelines
 from services.shared.stores.write_coalescer import Row, WriteCoalescer
@@ -61,6 +63,7 @@ class CopyStore:
         self._follows = FanoutFollows(session, page=follower_page)
         self._blocks = FanoutBlocks(session, page=follower_page)
         self._counts = CountReads(session, FOLLOW_EDGES)
+        self._profiles = FanoutProfiles(session)
         # With a linger, concurrent posts' reads of these partitions leave as one IN read
         # each (read_coalescer.py); without, each is its own request.
         self._coalesced: tuple[PartitionReads, PartitionReads, PartitionReads] | None = None
@@ -257,6 +260,17 @@ class CopyStore:
         user, other, direction = mute_row(muter_id, muted_id)
         await self._write(self._blocks.delete, (lsn, user, other, direction))
         await self._notices.changed(ServingChange(graphs=(muter_id,)))
+
+    # -- user names ----------------------------------------------------------------------
+    async def write_profile(self, user_id: int, handle: str | None, display_name: str | None,
+                            lsn: int) -> None:
+        """The user's names as of the change at ``lsn`` (a None is written as null)."""
+        await self._write(self._profiles.write, (user_id, handle, display_name, lsn))
+        await self._notices.changed(ServingChange(profiles=(user_id,)))
+
+    async def delete_profile(self, user_id: int, lsn: int) -> None:
+        await self._write(self._profiles.delete, (lsn, user_id))
+        await self._notices.changed(ServingChange(profiles=(user_id,)))
 
 
 _as_follower = functools.partial(tuple.__new__, Follower)

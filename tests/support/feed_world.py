@@ -154,6 +154,12 @@ class FeedWorld:
         self.run(self.copies.remove_mute(muter, muted, next(_TS)))
         self._settled()
 
+    def name(self, user: int, handle: str | None, display_name: str | None) -> None:
+        """The user's names in the read path's copy, written (and announced) as the
+        fan-out's users agent writes them (services/fanout/profile_events.py)."""
+        self.run(self.copies.write_profile(user, handle, display_name, next(_TS)))
+        self._settled()
+
     def store_preference(self, reader: int, order: str) -> None:
         """A feed order stored and announced as another API process does (preferences.py)."""
         self.session.execute("INSERT INTO reader_preferences (reader_id, feed_order, updated_at) "

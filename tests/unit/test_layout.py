@@ -378,6 +378,7 @@ CQL_OWNERS = {
     "feed_snapshot_slots": "services/shared/stores/snapshot_slots.py",
     "stream_leases": "services/shared/stores/stream_leases.py",
     "account_states": "services/shared/stores/accounts.py",
+    "user_profiles": "services/shared/stores/profiles.py",
 }
 CQL_CHECKED = ("services", "deploy")
 

@@ -42,5 +42,6 @@ def test_offsets_that_cannot_be_read_are_no_progress():
 def test_the_wait_reads_the_groups_and_topics_the_workers_consume():
     groups = worker_topics(Settings(topic_prefix="p"))
     assert groups == {"p.fanout": ["p.public.posts", "p.public.follows", "p.public.blocks", "p.public.mutes",
+                                   "p.public.users",
                                    "p.rank-key-moves", "p.reader-events", "p.follow-counts"],
                       "p.ranker": ["p.public.likes", "p.rank-features", "p.like-counts"]}

@@ -7,4 +7,5 @@
 * ``post_view``: ``PostView`` and ``PostBody``, a post as one request reads it
 * ``likes``: ``LikeCounts`` and ``PageLikes``, a page's like counts and the reader's likes
 * ``accounts``: ``AccountCopies``, which authors are suspended or deleted (the account copy)
+* ``names``: ``Names`` and ``PageNames``, the authors' handles and display names
 """

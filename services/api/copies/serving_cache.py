@@ -201,6 +201,10 @@ class ServingCache:
         # Called with the users a notice names as having new follows or blocks (the
         # stream hub re-reads their follow lists: stream/hub.py ``follows_changed``).
         self.graph_listeners: list[Callable[[tuple[int, ...]], None]] = []
+        # Called with the users a notice names as having new names (``profiles``), and
+        # with None when the cache is cleared (names.py ``Names.drop``): names are kept
+        # apart from these entries, with their own expiry.
+        self.profile_listeners: list[Callable[[tuple[int, ...] | None], None]] = []
 
     # -- the consumer's side -----------------------------------------------------------
     def heard(self) -> None:
@@ -263,6 +267,9 @@ class ServingCache:
             self.inboxes.pop(reader_id)
         for reader_id in change.preferences:
             self.preferences.pop(reader_id)
+        if change.profiles:
+            for profile_listener in self.profile_listeners:
+                profile_listener(change.profiles)
 
     def clear(self) -> None:
         self._stale_posts = None
@@ -276,6 +283,8 @@ class ServingCache:
         self.timelines.clear()
         self.inboxes.clear()
         self.preferences.clear()
+        for profile_listener in self.profile_listeners:
+            profile_listener(None)
 
     # -- the read path's side ----------------------------------------------------------
     @property

@@ -44,6 +44,7 @@ from services.shared.stores.activity import REGENERATING
 from ..copies.accounts import AccountCopies, AccountsUnavailable
 from ..copies.bodies import FetchResult, PostCopies
 from ..copies.likes import LikesRead, PageLikes
+from ..copies.names import Names, PageNames
 from ..copies.post_view import PostBody, PostView
 from ..copies.store import Blocks, CelebrityRow, FeedPort, SourceRow
 from ..snapshots import paging, snapshot
@@ -79,6 +80,9 @@ class PageItem:
     # when not read (no ``PageLikes``) or its read failed.
     like_count: int | None = None
     liked: bool | None = None
+    # The author's names (copies/names.py); None when unset, not read, or the read failed.
+    author_handle: str | None = None
+    author_display_name: str | None = None
 
 
 @dataclass
@@ -111,11 +115,15 @@ class FeedReader:
                  metrics: FeedMetrics, clock: Callable[[], datetime],
                  activity: ReaderActivity | None = None, reuse: SnapshotReuse | None = None,
                  notices: ChangeSink = NO_NOTICES, fence: VisibilityFence | None = None,
-                 likes: PageLikes | None = None, accounts: AccountCopies | None = None) -> None:
+                 likes: PageLikes | None = None, accounts: AccountCopies | None = None,
+                 names: Names | None = None) -> None:
         self._store = store
         # The account copy (copies/accounts.py): authors suspended or deleted, hidden from
         # every page; None only in unit tests of the paging logic.
         self._accounts = accounts
+        # The authors' names of each page's posts, read with its windows (copies/names.py);
+        # None: items carry none.
+        self._names = names
         # Like counts and the reader's likes of each page's posts, read with its windows
         # (copies/likes.py); None: items carry neither.
         self._likes = likes
@@ -361,6 +369,7 @@ class FeedReader:
         index = start
         stalled = stale = False
         likes = _PageLikes(self._likes, walk.reader_id)
+        names = PageNames(self._names)
         while len(items) < limit:
             if index >= len(entries):
                 extended = await self._extend(walk)
@@ -370,6 +379,7 @@ class FeedReader:
             win = paging.window(entries, index, limit - len(items), PAGE_SLACK)
             missing = [e.post_id for e in win if e.post_id not in known]
             likes.start(win)
+            names.start(e.author_id for e in win)
             fetched, covered, accounts = await settled(
                 [self._copies.fetch(missing) if missing else _nothing(),
                  graph.cover(e.author_id for e in win),
@@ -378,6 +388,7 @@ class FeedReader:
                 raise FeedUnavailable(str(accounts)) from accounts
             fetched = cast("FetchResult | BaseException | None", fetched)
             await likes.settle()
+            await names.settle()
             if isinstance(covered, BaseException):
                 raise FeedUnavailable(str(covered)) from covered
             if isinstance(fetched, BaseException):
@@ -426,6 +437,12 @@ class FeedReader:
         items = likes.on(items)
         if likes.read.failed and items:
             warnings.append("likes_unavailable")
+        if names.enabled and items:
+            names.start(i.body.author_id for i in items)  # entries that did not say (rare)
+            await names.settle()
+            items = _named(items, names)
+            if names.failed:
+                warnings.append("names_unavailable")
         next_cursor = None
         more = paging.has_more(entries, index) or snapshot.PackedEntries(walk.blob).more
         if items and (stalled or more):
@@ -501,6 +518,15 @@ class _PageLikes:
         read = self.read
         return [PageItem(i.entry, i.body, read.count_of(i.entry.post_id),
                          read.liked_of(i.entry.post_id)) for i in items]
+
+
+def _named(items: list[PageItem], names: PageNames) -> list[PageItem]:
+    """``items`` with their authors' names."""
+    out = []
+    for i in items:
+        name = names.name_of(i.body.author_id)
+        out.append(PageItem(i.entry, i.body, i.like_count, i.liked, name.handle, name.display_name))
+    return out
 
 
 async def _nothing() -> FetchResult:

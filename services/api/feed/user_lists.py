@@ -199,6 +199,22 @@ class UserLists:
             raise NotVisible(user_id)
         return fold, blocked
 
+    # -- a user's counts (GET /v1/users/{id}) -------------------------------------------
+    async def counts(self, reader_id: int, user_id: int) -> tuple[int, int]:
+        """(followers, following) of ``user_id``, as the lists count them; raises
+        ``NotVisible`` (a block either way) and ``ListUnavailable``."""
+        results = await asyncio.gather(
+            self._guard(reader_id, user_id),
+            self._run(self._counts.count, (user_id,), True),
+            self._run(self._follows.following_count, (user_id,), True, LIST_READ_TIMEOUT_S),
+            return_exceptions=True)
+        if isinstance(results[0], BaseException):
+            raise results[0]   # the guard's answer first: a block is a 404 whatever else failed
+        for result in results[1:]:
+            if isinstance(result, BaseException):
+                raise ListUnavailable("the user's counts could not be read") from result
+        return count_of(results[1]), count_of(results[2])
+
     # -- an author's posts --------------------------------------------------------------
     async def posts(self, reader_id: int, author_id: int, limit: int, token: str | None) -> PostsPage:
         """A page of ``author_id``'s posts, newest first; raises ``CursorRejected``,

@@ -13,7 +13,8 @@ through, then keeps an idle process's copy forgetting what the verifier released
 and ``user_lists`` (``UserLists``: an author's posts, followers, following) on the same
 store, copies and fence. The stream's parts are opened on that store by
 ``stream.wiring.open_stream``. ``like_counts`` (copies/likes.py) is the process's kept
-like counts, which pages and ``GET /v1/posts/{id}`` share.
+like counts, which pages and ``GET /v1/posts/{id}`` share; ``names`` (copies/names.py) the
+process's kept authors' names, which pages, post reads and timelines share.
 """
 from __future__ import annotations
 
@@ -28,12 +29,14 @@ from services.shared.stores.activity import ActivityStore, Window
 from services.shared.stores.counted_edges import FOLLOW_EDGES, CountReads
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.follows import ReadPathFollowLists
+from services.shared.stores.profiles import ProfileReads
 from services.shared.stores.timelines import ReadPathTimelines
 from services.shared.stores.store_health import watch_cassandra
 
 from ..copies.accounts import AccountCopies
 from ..copies.bodies import BodyCache, PostCopies
 from ..copies.likes import LikeCounts, PageLikes, pool_liked_reader
+from ..copies.names import Names, store_reader
 from ..copies.notices import ApiNotices, NoticeStats, register_collector
 from ..copies.serving_cache import CachedFeedStore, ServingCache
 from ..copies.store import FeedPort, FeedStore
@@ -102,9 +105,14 @@ def _build(app: FastAPI, settings: ApiProcess) -> None:
     app.state.account_copies = accounts
     like_counts = LikeCounts(store, settings.like_count_cache_s)
     app.state.like_counts = like_counts
+    # Authors' names (the user_profiles copy), kept name_cache_s and dropped by notices.
+    names = Names(store_reader(raw.run, ProfileReads(session).names_in), settings.name_cache_s)
+    if cache is not None:
+        cache.profile_listeners.append(names.drop)
+    app.state.names = names
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices,
                                 fence, likes=PageLikes(like_counts, pool_liked_reader(app.state.pg)),
-                                accounts=accounts)
+                                accounts=accounts, names=names)
     app.state.user_lists = UserLists(
         store, raw, copies, fence, CursorKeys.parse(settings.cursor_keys.get_secret_value()),
         ReadPathTimelines(session), ReadPathFollowLists(session, page=settings.follow_list_max),

@@ -57,6 +57,14 @@ class PostOut(BaseModel):
     liked: bool | None = Field(
         default=False, description="Whether the caller likes the post (read from the source "
                                    "of truth: the caller's own like shows at once)")
+    author_handle: str | None = Field(
+        default=None, description="The author's handle; null when the author set none (or it "
+                                  "could not be read). From the read path's copy, as on feed "
+                                  "items: a new name shows within the pipeline's lag plus "
+                                  "name_cache_s at most")
+    author_display_name: str | None = Field(
+        default=None, description="The author's display name; null when the author set none "
+                                  "(or it could not be read)")
 
 
 class FollowOut(BaseModel):
@@ -86,6 +94,10 @@ class AuthorPostOut(BaseModel):
     author_id: str
     text: str
     created_at: str
+    author_handle: str | None = Field(default=None, description="The author's handle; null "
+                                      "when none is set (or names_unavailable)")
+    author_display_name: str | None = Field(default=None, description="The author's display "
+                                            "name; null when none is set (or names_unavailable)")
 
 
 class AuthorPostsPageOut(BaseModel):
@@ -95,7 +107,8 @@ class AuthorPostsPageOut(BaseModel):
                                                 "the limit (even none) and still have one")
     warnings: list[str] | None = Field(
         default=None,
-        description="partial_page: ended before a post whose state could not be read")
+        description="partial_page: ended before a post whose state could not be read; "
+                    "names_unavailable: the author's names could not be read (null)")
 
 
 class FollowEntryOut(BaseModel):
@@ -135,3 +148,67 @@ class AccountModerationOut(BaseModel):
     state: Literal["suspended", "active"]
     reason: str
     moderator_id: str
+
+
+# -- profiles (PUT /v1/me/profile, GET /v1/users/{id}) ------------------------------------
+# A handle: 3-30 ASCII letters, digits or underscores, stored as typed, unique whatever
+# the case (Postgres' unique index on lower(handle)).
+HANDLE_PATTERN = r"^[A-Za-z0-9_]{3,30}$"
+MAX_DISPLAY_NAME_CHARS = 64
+# What trimming removes from a display name's ends: the Unicode White_Space characters
+# (written out: "\s" differs between the regex engines that read the pattern). Those
+# below U+00A0 other than the space are control characters, allowed only at the ends.
+_TRIMMED_SPACES = r" \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_TRIMMED_CONTROLS = r"\t\n\x0b\x0c\r\x85"
+_CONTROLS = r"\x00-\x1f\x7f-\x9f"
+# 1-64 characters without control characters once trimmed: first and last not a space,
+# whatever spaces and line breaks around them. Written so that every engine reading the
+# OpenAPI document (Rust's here, Python's, ECMAScript's) agrees with the API.
+DISPLAY_NAME_PATTERN = (
+    f"^[{_TRIMMED_SPACES}{_TRIMMED_CONTROLS}]*"
+    f"[^{_CONTROLS}{_TRIMMED_SPACES}]"
+    f"(?:[^{_CONTROLS}]{{0,{MAX_DISPLAY_NAME_CHARS - 2}}}[^{_CONTROLS}{_TRIMMED_SPACES}])?"
+    f"[{_TRIMMED_SPACES}{_TRIMMED_CONTROLS}]*$")
+_TRIM = ("".join(chr(c) for c in range(0x2000, 0x200B)) + " \xa0\u1680\u2028\u2029\u202f"
+         "\u205f\u3000\t\n\x0b\x0c\r\x85")
+
+
+def _trimmed(value: str) -> str:
+    """The display name as stored: its ends' spaces and line breaks removed."""
+    return _encodable(value).strip(_TRIM)
+
+
+Handle = Annotated[str, StringConstraints(pattern=HANDLE_PATTERN)]
+DisplayName = Annotated[str, StringConstraints(pattern=DISPLAY_NAME_PATTERN),
+                        AfterValidator(_trimmed)]
+
+
+class ProfileIn(BaseModel):
+    """``PUT /v1/me/profile``: the caller's whole profile (a field left out or null is
+    cleared)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    handle: Handle | None = Field(
+        default=None, description="3-30 letters, digits or underscores, kept as typed; "
+                                  "unique whatever the case (another user's: 409)")
+    display_name: DisplayName | None = Field(
+        default=None, description="1-64 characters once trimmed (spaces and line breaks "
+                                  "at the ends are removed), no control characters")
+
+
+class ProfileOut(BaseModel):
+    user_id: str
+    handle: str | None
+    display_name: str | None
+
+
+class UserOut(BaseModel):
+    user_id: str
+    handle: str | None = Field(description="null when the user set none")
+    display_name: str | None = Field(description="null when the user set none")
+    created_at: datetime
+    followers_count: int = Field(description="The user's follower count (exact as of the "
+                                             "serving copies, as /followers shows it)")
+    following_count: int = Field(description="How many users the user follows (as "
+                                             "/following shows it)")

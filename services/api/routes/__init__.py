@@ -9,6 +9,7 @@
 * ``moderation``: remove or restore a post (moderators)
 * ``preferences``: ``GET|PUT /v1/me/preferences``
 * ``accounts``: ``DELETE /v1/me``; suspend and unsuspend an account (moderators)
+* ``profiles``: ``PUT /v1/me/profile`` and ``GET /v1/users/{id}`` (handle, display name, counts)
 * ``health``: liveness, readiness and metrics
 * ``web``: the feed page at ``/``
 """

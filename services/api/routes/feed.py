@@ -55,6 +55,14 @@ class FeedItemOut(BaseModel):
         description="Whether the caller likes the post, read from the source of truth: "
                     "the caller's own like or unlike shows on the next request; null when "
                     "it could not be read (likes_unavailable)")
+    author_handle: str | None = Field(
+        default=None, description="The author's handle (PUT /v1/me/profile); null when the "
+                                  "author set none or it could not be read (names_unavailable). "
+                                  "A new name shows within the pipeline's lag plus "
+                                  "name_cache_s at most")
+    author_display_name: str | None = Field(
+        default=None, description="The author's display name; null when the author set none "
+                                  "or it could not be read (names_unavailable)")
 
 
 class FeedPageOut(BaseModel):
@@ -75,7 +83,8 @@ class FeedPageOut(BaseModel):
                     "(ranked used), regenerating (an inactive reader's inbox is being refilled; "
                     "the page is built from the followed authors' partitions meanwhile), "
                     "likes_unavailable (like_count or liked could not be read: null on "
-                    "the items concerned)")
+                    "the items concerned), names_unavailable (the authors' names could not "
+                    "be read: author_handle and author_display_name are null)")
 
 
 _second_prefix: tuple[int, str] = (-1, "")
@@ -116,7 +125,9 @@ def page_json(page: FeedPage) -> bytes:
         "items": [{"post_id": str(i.entry.post_id), "author_id": str(i.body.author_id),
                    "text": i.body.text, "created_at": _iso_ms(i.body.created_at_ms),
                    "rank": rank(i.entry.rank), "media_ids": i.body.media_ids,
-                   "like_count": i.like_count, "liked": i.liked} for i in page.items],
+                   "like_count": i.like_count, "liked": i.liked,
+                   "author_handle": i.author_handle,
+                   "author_display_name": i.author_display_name} for i in page.items],
         "next_cursor": page.next_cursor, "feed_version": page.feed_version,
         "generated_at": _generated_at(page.generated_at), "order": page.order}
     if page.warnings:
@@ -131,7 +142,8 @@ def page_out(page: FeedPage) -> FeedPageOut:
                          created_at=iso_utc(datetime.fromtimestamp(i.body.created_at_ms / 1000,
                                                                    tz=timezone.utc)),
                          rank=rank(i.entry.rank), media_ids=list(i.body.media_ids),
-                         like_count=i.like_count, liked=i.liked) for i in page.items]
+                         like_count=i.like_count, liked=i.liked, author_handle=i.author_handle,
+                         author_display_name=i.author_display_name) for i in page.items]
     out = FeedPageOut(items=items, next_cursor=page.next_cursor, feed_version=page.feed_version,
                       generated_at=iso_utc(page.generated_at), order=page.order)  # type: ignore[arg-type]
     if page.warnings:

@@ -1,11 +1,13 @@
 """``POST /v1/posts`` (Idempotency-Key), ``GET`` and ``DELETE /v1/posts/{post_id}``.
 
 ``GET`` reads the post from Postgres, with whether the caller likes it (Postgres too: the
-caller's own like shows at once) and its like count as pages show it (the process's
-kept counts over Cassandra's, services/api/copies/likes.py; null when it cannot be read).
+caller's own like shows at once), its like count as pages show it (the process's
+kept counts over Cassandra's, services/api/copies/likes.py; null when it cannot be read)
+and its author's names as pages show them (services/api/copies/names.py).
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Annotated, Any
 
@@ -13,6 +15,7 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse
 
 from services.api.copies.likes import LikeCounts, liked_among
+from services.api.copies.names import NO_NAME, Name, Names
 from services.api.http.auth import CurrentUser
 from services.api.http.deps import CommitWait, Ids, Metrics, Pg
 from services.api.http.models import IdempotencyKey, PostCreate, PostIdPath, PostOut
@@ -33,12 +36,25 @@ router = APIRouter(prefix="/v1/posts", tags=["posts"])
 log = logging.getLogger(__name__)
 
 
-def post_json(post: StoredPost, like_count: int | None = 0, liked: bool | None = False) -> dict[str, Any]:
-    """The API's view of a post; ids as strings (a new post: no likes)."""
+def post_json(post: StoredPost, like_count: int | None = 0, liked: bool | None = False,
+              name: Name = NO_NAME) -> dict[str, Any]:
+    """The API's view of a post; ids as strings (a new post: no likes; its author's names
+    are not stored with it: null in the creation's answer and its replays)."""
     return PostOut(post_id=str(post.post_id), author_id=str(post.author_id), text=post.text,
                    media_ids=list(post.media_ids), created_at=post.created_at,
                    visibility="visible" if post.visibility == VISIBLE else "removed",
-                   like_count=like_count, liked=liked).model_dump(mode="json")
+                   like_count=like_count, liked=liked, author_handle=name.handle,
+                   author_display_name=name.display_name).model_dump(mode="json")
+
+
+async def _name(request: Request, author_id: int) -> Name:
+    """The author's names from the read path's copy (copies/names.py), as pages show them;
+    none without the store or when the read fails."""
+    names: Names | None = getattr(request.app.state, "names", None)
+    if names is None:
+        return NO_NAME
+    found = await names.maybe([author_id])
+    return found.get(author_id, NO_NAME) if found is not None else NO_NAME
 
 
 async def _like_count(request: Request, post_id: int) -> int | None:
@@ -124,7 +140,9 @@ async def get_post(post_id: PostIdPath, user: CurrentUser, pool: Pg, request: Re
         if found is None or not visible_to(found[0], user.user_id, blocked=found[1]):
             raise ProblemError(NOT_FOUND, "no such post")
         liked = post_id in await liked_among(conn, user.user_id, [post_id])
-    return post_json(found[0], await _like_count(request, post_id), liked)
+    count, name = await asyncio.gather(_like_count(request, post_id),
+                                       _name(request, found[0].author_id))
+    return post_json(found[0], count, liked, name)
 
 
 @router.delete("/{post_id}", status_code=204, response_class=Response,

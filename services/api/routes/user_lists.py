@@ -8,11 +8,13 @@ one, is a 400 ``invalid-cursor`` like the feed's.
 """
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
+from services.api.copies.names import NO_NAME, Name, Names
 from services.api.http.auth import CurrentUser
 from services.api.http.deps import Pg
 from services.api.http.models import (AuthorPostOut, AuthorPostsPageOut, FollowEntryOut,
@@ -46,7 +48,9 @@ def _lists(request: Request) -> UserLists:
 
 
 async def _existing(request: Request, pool: Pg, user_id: int) -> None:
-    """404 unless the user exists (users are never deleted: a known one is remembered)."""
+    """404 unless the user exists. A known one is remembered: a user deleted since then
+    answers empty pages here (the account copy and the log hide every post of theirs),
+    a process that never saw them answers 404."""
     known: KnownUsers = request.app.state.known_users
     if known.touch(user_id):
         return
@@ -80,18 +84,30 @@ async def author_posts(request: Request, user_id: UserIdPath, user: CurrentUser,
                        limit: Limit = DEFAULT_LIMIT, cursor: CursorParam = None) -> AuthorPostsPageOut:
     lists = _lists(request)
     await _existing(request, pool, user_id)
+    # The author's names (copies/names.py) are read with the page, not after it.
+    names: Names | None = getattr(request.app.state, "names", None)
+    named = asyncio.ensure_future(names.maybe([user_id]) if names is not None else _no_names())
     try:
         page = await lists.posts(user.user_id, user_id, limit, cursor)
     except (CursorRejected, NotVisible, ListUnavailable) as exc:
+        named.cancel()
         raise _problems(exc) from exc
+    found = await named
+    name = found.get(user_id, NO_NAME) if found is not None else NO_NAME
     out = AuthorPostsPageOut(
         items=[AuthorPostOut(post_id=str(i.post_id), author_id=str(i.body.author_id),
-                             text=i.body.text, created_at=_iso_ms(i.body.created_at_ms))
+                             text=i.body.text, created_at=_iso_ms(i.body.created_at_ms),
+                             author_handle=name.handle, author_display_name=name.display_name)
                for i in page.items],
         next_cursor=page.next_cursor)
-    if page.warnings:
-        out.warnings = page.warnings
+    warnings = page.warnings + (["names_unavailable"] if found is None and page.items else [])
+    if warnings:
+        out.warnings = warnings
     return out
+
+
+async def _no_names() -> dict[int, Name]:
+    return {}
 
 
 @router.get("/{user_id}/followers", response_model=FollowersPageOut,

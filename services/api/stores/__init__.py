@@ -5,4 +5,5 @@
 * ``moderation``: ``posts.visibility`` and ``moderation_actions``, changed together
 * ``idempotency``: the ``idempotency_keys`` table
 * ``accounts``: ``account_states``: an account's deletion (with what it removes) and suspension
+* ``profiles``: a user's handle and display name (``users``)
 """

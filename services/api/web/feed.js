@@ -72,13 +72,24 @@ function button(label, onClick, extra = {}) {
   return b;
 }
 
+// The author as a reader knows them: their display name and handle when they set them
+// (author_display_name, author_handle), their id otherwise.
+function authorName(item) {
+  const handle = item.author_handle ? `@${item.author_handle}` : "";
+  if (item.author_display_name) {
+    return handle ? `${item.author_display_name} (${handle})` : item.author_display_name;
+  }
+  return handle || `User ${item.author_id}`;
+}
+
 function render(item) {
   const li = document.createElement("li");
   li.dataset.postId = item.post_id;
   const meta = document.createElement("div");
   meta.className = "meta";
   const likes = typeof item.like_count === "number" ? ` · ${item.like_count} likes` : "";
-  meta.textContent = `User ${item.author_id} · ${age(item.created_at)}${likes}`;
+  const who = authorName(item);
+  meta.textContent = `${who} · ${age(item.created_at)}${likes}`;
   const text = document.createElement("p");
   text.className = "text";
   text.textContent = item.text;
@@ -94,10 +105,10 @@ function render(item) {
   }, { "aria-pressed": String(item.liked === true) });
   actions.append(like);
   if (item.author_id !== state.userId) {
-    actions.append(button(`Unfollow ${item.author_id}`, async () => {
+    actions.append(button(`Unfollow ${who}`, async () => {
       try {
         await api(`/v1/users/${item.author_id}/follow`, { method: "DELETE" });
-        say(`Unfollowed user ${item.author_id}: their posts leave your feed on the next page.`);
+        say(`Unfollowed ${who}: their posts leave your feed on the next page.`);
       } catch (e) { failed(e); }
     }));
   }

@@ -34,15 +34,17 @@ class ServingChange:
     timelines: tuple[tuple[int, int], ...] = ()    # (author_id, day bucket)
     inboxes: tuple[int, ...] = ()                  # readers whose feed_inbox rows changed
     preferences: tuple[int, ...] = ()              # readers whose stored preferences changed
+    profiles: tuple[int, ...] = ()                 # users whose names (user_profiles) changed
 
     def __bool__(self) -> bool:
-        return bool(self.posts or self.graphs or self.timelines or self.inboxes or self.preferences)
+        return bool(self.posts or self.graphs or self.timelines or self.inboxes or self.preferences
+                    or self.profiles)
 
 
 def encode(change: ServingChange) -> tuple[bytes, bytes]:
     """(key, value) of a notice (ids as decimal strings, like every JSON body)."""
     first = next(iter(change.posts or change.graphs or change.inboxes or change.preferences
-                      or tuple(a for a, _ in change.timelines)), 0)
+                      or change.profiles or tuple(a for a, _ in change.timelines)), 0)
     value: dict[str, object] = {}
     if change.posts:
         value["posts"] = [str(p) for p in change.posts]
@@ -54,6 +56,8 @@ def encode(change: ServingChange) -> tuple[bytes, bytes]:
         value["inboxes"] = [str(r) for r in change.inboxes]
     if change.preferences:
         value["preferences"] = [str(r) for r in change.preferences]
+    if change.profiles:
+        value["profiles"] = [str(u) for u in change.profiles]
     return json.dumps(str(first)).encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
@@ -75,7 +79,7 @@ def parse(raw_value: bytes | str | None) -> ServingChange | None:
     value = json_object(raw_value, "serving-changes value")
     if value is None:
         return None
-    extra = set(value) - {"posts", "graphs", "timelines", "inboxes", "preferences"}
+    extra = set(value) - {"posts", "graphs", "timelines", "inboxes", "preferences", "profiles"}
     if extra:
         raise MalformedEnvelope(f"unknown fields {sorted(extra)}")
     timelines = value.get("timelines") or []
@@ -89,7 +93,8 @@ def parse(raw_value: bytes | str | None) -> ServingChange | None:
         parts.append((_ids([pair[0]], "timelines")[0], pair[1]))
     return ServingChange(_ids(value.get("posts"), "posts"), _ids(value.get("graphs"), "graphs"),
                          tuple(parts), _ids(value.get("inboxes"), "inboxes"),
-                         _ids(value.get("preferences"), "preferences"))
+                         _ids(value.get("preferences"), "preferences"),
+                         _ids(value.get("profiles"), "profiles"))
 
 
 class ChangeSink(Protocol):
@@ -115,23 +120,25 @@ def merge(changes: Iterable[ServingChange]) -> ServingChange:
     timelines: set[tuple[int, int]] = set()
     inboxes: set[int] = set()
     preferences: set[int] = set()
+    profiles: set[int] = set()
     for c in changes:
         posts.update(c.posts)
         graphs.update(c.graphs)
         timelines.update(c.timelines)
         inboxes.update(c.inboxes)
         preferences.update(c.preferences)
+        profiles.update(c.profiles)
     return ServingChange(tuple(sorted(posts)), tuple(sorted(graphs)), tuple(sorted(timelines)),
-                         tuple(sorted(inboxes)), tuple(sorted(preferences)))
+                         tuple(sorted(inboxes)), tuple(sorted(preferences)), tuple(sorted(profiles)))
 
 
 def split(change: ServingChange) -> Iterable[ServingChange]:
     """``change`` as notices of at most ``MAX_IDS`` ids per list."""
     n = max(len(change.posts), len(change.graphs), len(change.timelines), len(change.inboxes),
-            len(change.preferences))
+            len(change.preferences), len(change.profiles))
     for i in range(0, max(n, 1), MAX_IDS):
         part = ServingChange(change.posts[i:i + MAX_IDS], change.graphs[i:i + MAX_IDS],
                              change.timelines[i:i + MAX_IDS], change.inboxes[i:i + MAX_IDS],
-                             change.preferences[i:i + MAX_IDS])
+                             change.preferences[i:i + MAX_IDS], change.profiles[i:i + MAX_IDS])
         if part:
             yield part

@@ -76,6 +76,9 @@ class ApiSettings(FeedSettings):
     preferences_cache_s: float = 5.0
     # Seconds a post's like count is kept in the process (feed items, GET /v1/posts/{id}).
     like_count_cache_s: float = 5.0
+    # Seconds an author's names are kept in the process at most (feed items, posts,
+    # timelines); a serving-changes notice drops a renamed user's sooner.
+    name_cache_s: float = Field(default=2.0, ge=0)
     # Entries a snapshot holds at most as walks extend it.
     max_candidates: int = 800
     # Follows read per request, at most; the rest are ignored for the page.

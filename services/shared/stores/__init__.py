@@ -4,7 +4,8 @@ Owners (statements, columns and row types; ``statements`` says how a service use
 ``posts``, ``follows``, ``blocks``, ``likes``, ``inbox``, ``timelines``, ``tiers``,
 ``preferences``, ``snapshot_slots``, ``stream_leases``, ``activity`` (reader activity,
 and which readers the fan-out skips), ``counted_edges`` (edges and their counts),
-``accounts`` (suspended and deleted accounts).
+``accounts`` (suspended and deleted accounts),
+``profiles`` (the copy of users' handles and display names).
 
 * ``statements``: how an owner states its statements: ``Cql`` and ``Statements``
 * ``cql_async``: driver futures bridged to asyncio
