@@ -136,7 +136,8 @@ def plan(load: Load, c: Costs, *, utilisation: float, cores_per_node: int, rf: i
 # The topics the fan-out's workers consume (services/fanout/app.py): each worker needs a
 # partition of each. The ranker's (likes, like-counts, rank-features) are not modelled:
 # its cost per like was not measured, so they keep the default count.
-FANOUT_TOPICS = ("posts", "follows", "blocks", "rank-key-moves", "reader-events", "follow-counts")
+FANOUT_TOPICS = ("posts", "follows", "blocks", "mutes", "users", "account_states",
+                 "rank-key-moves", "reader-events", "follow-counts")
 DEFAULT_PARTITIONS = 3
 
 
