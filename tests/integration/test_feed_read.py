@@ -39,7 +39,7 @@ def test_first_page_merges_inbox_and_followed_celebrity_posts(api_server: Runnin
     page = pages[-1]
     item = page["items"][0]
     assert set(item) == {"post_id", "author_id", "text", "created_at", "rank", "media_ids",
-                         "like_count", "liked"}
+                         "like_count", "liked", "author_handle", "author_display_name"}
     assert isinstance(item["post_id"], str) and isinstance(item["author_id"], str)
     assert item["created_at"].endswith("Z")
     assert page["next_cursor"] is None and page["feed_version"].startswith("v-")
