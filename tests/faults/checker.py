@@ -16,9 +16,9 @@
 - DLQs: every ``*.dlq`` topic of the prefix is empty.
 - Shown after the acknowledgement (``shown_after_ack``): every feed page the workload
   was served (its request started after the ack) and every stream event it received
-  (after the ack), against each acknowledged delete, removal, block, mute, unfollow and
+  (after the ack), against each acknowledged delete, removal, block, mute, unfollow,
   suspension (every post of the author, to every reader, until the unsuspend's request
-  started): an item the action should have hid is counted, whatever the pipeline was
+  started) and account deletion (the same, for good): an item the action should have hid is counted, whatever the pipeline was
   doing. This is the window the settled feeds above cannot see.
 - Refusals: a write the API refused with 403 ``account-suspended`` while no suspension of
   its author may have been in force (from the suspension's request to the unsuspend's
@@ -69,7 +69,8 @@ class Verdict:
     dlq_records: int = 0
     stream_gaps: int = 0
     shown_after_ack: int = 0
-    hiding_actions: int = 0       # acknowledged deletes, removals, blocks, mutes, unfollows, suspensions
+    hiding_actions: int = 0       # acknowledged deletes, removals, blocks, mutes, unfollows,
+    #                               suspensions and account deletions
     wrongly_refused: int = 0      # writes refused as suspended while no suspension was in force
     pages_checked: int = 0
     cdc_unsent: int | None = None   # None: no delivery trace to check against
@@ -230,7 +231,8 @@ async def check(settings: Settings, w: Workload) -> Verdict:
     v.examples["feed_lost"] = missing[:10]
     v.examples["wrongly_visible"] = wrong[:10]
     v.shown_after_ack, v.examples["shown_after_ack"] = shown_after_ack(w)
-    v.hiding_actions = sum(led.actions[k] for k in ("delete", "remove", "block", "mute", "unfollow", "suspend"))
+    v.hiding_actions = sum(led.actions[k] for k in ("delete", "remove", "block", "mute", "unfollow", "suspend",
+                                                    "delete_account"))
     v.wrongly_refused = wrongly_refused(w)
     v.pages_checked = len(led.pages)
     v.follower_drift, v.like_drift, v.examples["counter_drift"] = _counts(settings, w)
@@ -266,7 +268,8 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
     by_pair: dict[tuple[int, int], list[Any]] = {}
     for h in led.pair_hidden:
         by_pair.setdefault((h.reader, h.author), []).append(h)
-    # A suspension hides the author's posts from every reader until its unsuspend started.
+    # A suspension hides the author's posts from every reader until its unsuspend started,
+    # a deletion (DELETE /v1/me) for good.
     by_account: dict[int, list[Any]] = {}
     for s in led.account_hidden:
         by_account.setdefault(s.author, []).append(s)
@@ -292,7 +295,7 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
         suspended = next((s for s in by_account.get(author, ())  # type: ignore[arg-type]
                           if s.since <= at < s.until), None)
         if suspended is not None:
-            shown.append({"where": where, "reader": reader, "post": post, "why": "suspension",
+            shown.append({"where": where, "reader": reader, "post": post, "why": suspended.kind,
                           "after_ack_s": round(at - suspended.since, 3)})
             continue
         for h in by_pair.get((reader, author), ()):  # type: ignore[arg-type]

@@ -6,7 +6,9 @@ that must hide something at once (``_hiding``, several a second): deletes and mo
 removals of earlier posts, blocks and unblocks, mutes and unmutes, unfollows and follows
 again, and suspensions of ordinary authors lifted a few seconds later, each followed by a
 read of the affected reader's feed. A suspended author's posts are refused (403
-``account-suspended``): counted as expected refusals per phase, never as acked posts. Readers page their feeds
+``account-suspended``): counted as expected refusals per phase, never as acked posts.
+And a few users who posted and are followed delete their accounts (``DELETE /v1/me``)
+during the load, one every ``LEAVE_EVERY_S``. Readers page their feeds
 and one watcher polls its first page to time freshness, and holds the feed's SSE stream
 open from the end of the set-up to the check (reconnecting with ``Last-Event-ID``), so
 the checker can ask whether any post reached neither the stream nor a ``resync``. Every 2xx is recorded in the
@@ -60,6 +62,7 @@ class AccountHidden:
     until: float = float("inf")
     requested: float | None = None
     lifted: float | None = None
+    kind: str = "suspension"   # or "deletion" (DELETE /v1/me: final, never lifted)
 
     def window(self) -> tuple[float, float]:
         """From the suspension's request to the unsuspend's ack."""
@@ -74,7 +77,7 @@ class Ledger:
     removed: set[int] = field(default_factory=set)                      # by a moderator
     hidden_posts: dict[int, float] = field(default_factory=dict)        # post -> delete/removal acked at
     pair_hidden: list[PairHidden] = field(default_factory=list)
-    account_hidden: list[AccountHidden] = field(default_factory=list)  # suspensions
+    account_hidden: list[AccountHidden] = field(default_factory=list)  # suspensions, deletions
     # Writes refused because the account was suspended (403 ``account-suspended``), per
     # phase: "account-suspended" while a suspension's window was open (expected), and
     # "account-suspended while active" otherwise (a wrong refusal: the checker counts it).
@@ -114,6 +117,9 @@ class Cast:
     fans: list[int]  # follow the celebrity only: its audience is past the tier line
     watcher: int
     moderator: int
+    # Post a few posts in the set-up, are followed by a few readers (not the watcher), and
+    # delete their accounts during the load (``_leaving``).
+    leaving: list[int] = field(default_factory=list)
 
     @property
     def posting(self) -> list[int]:
@@ -121,7 +127,7 @@ class Cast:
 
     @property
     def everyone(self) -> list[int]:
-        return [*self.posting, *self.readers, *self.fans]
+        return [*self.posting, *self.readers, *self.fans, *self.leaving]
 
 
 # The hiding actions, in turn (a cycle of eight): deletes and removals two turns, about
@@ -145,6 +151,13 @@ CELEBRITY_SHARE = 0.15
 # two of the eight ordinary authors are suspended at any moment, and a post of theirs is
 # refused (403).
 SUSPEND_HOLD_S = 3.0
+# Users who delete their accounts, each with LEAVING_POSTS posts (made in the set-up) and
+# LEAVING_FOLLOWERS followers; one deletion every LEAVE_EVERY_S from the start of the load
+# (with the suite's 20 s before the fault, one before it and one during it).
+LEAVING = 2
+LEAVING_POSTS = 3
+LEAVING_FOLLOWERS = 4
+LEAVE_EVERY_S = 15.0
 # After the load: the suspensions still in force are lifted (the settled feeds then show
 # the posts again), asked again up to this many times, 1 s apart.
 LIFT_ATTEMPTS = 10
@@ -153,7 +166,7 @@ LIFT_ATTEMPTS = 10
 class Workload:
     def __init__(self, settings: Settings, *, seed: int = 7, post_every_s: float = 0.25,
                  readers: int = 24, authors: int = 8, fans: int = 16,
-                 paging_loops: int = 6) -> None:
+                 paging_loops: int = 6, leaving: int = LEAVING) -> None:
         self.settings = settings
         self.rng = random.Random(seed)
         self.ledger = Ledger()
@@ -167,7 +180,8 @@ class Workload:
         cast_readers = [next(ids) for _ in range(readers)]
         self.cast = Cast(wide=wide, celebrity=celebrity, authors=cast_authors,
                          readers=cast_readers, fans=[next(ids) for _ in range(fans)],
-                         watcher=cast_readers[0], moderator=next(ids))
+                         watcher=cast_readers[0], moderator=next(ids),
+                         leaving=[next(ids) for _ in range(leaving)])
         self._moderator_token = mint_token(self.cast.moderator, settings.jwt_secret.get_secret_value(),
                                            roles=("moderator",), ttl_seconds=7200)
         self._hiding_turns = [itertools.cycle([self._delete, self._block, self._refollow, self._mute,
@@ -265,8 +279,8 @@ class Workload:
     # -- set-up ----------------------------------------------------------------------------
     async def setup(self) -> None:
         """Every user exists (a first authenticated request creates the row), then every
-        reader follows the wide author, the celebrity and three ordinary ones, and every
-        fan the celebrity."""
+        reader follows the wide author, the celebrity and three ordinary ones, every fan
+        the celebrity, and a few readers each leaving user, who then posts."""
         for user in self.cast.everyone:
             await self.call("GET", "/v1/feed", user, params={"limit": 1})
         for reader in self.cast.readers:
@@ -274,6 +288,15 @@ class Workload:
                 await self._follow(reader, author, True)
         for fan in self.cast.fans:
             await self._follow(fan, self.cast.celebrity, True)
+        others = self.cast.readers[1:]
+        for user in self.cast.leaving:
+            for reader in self.rng.sample(others, min(LEAVING_FOLLOWERS, len(others))):
+                await self._follow(reader, user, True)
+            for _ in range(LEAVING_POSTS):
+                r = await self.call("POST", "/v1/posts", user, json={"text": f"fault-suite {uuid.uuid4().hex[:8]}"},
+                                    headers={"Idempotency-Key": uuid.uuid4().hex})
+                if r is not None and r.status_code == 201:
+                    self.ledger.posts[int(r.json()["post_id"])] = (user, time.time())
 
     async def _follow(self, reader: int, author: int, on: bool) -> bool:
         started = time.time()
@@ -341,13 +364,19 @@ class Workload:
             return
         reader = await step(loop)
         if reader is not None:
-            r = await self.feed(reader, {"limit": 20})
-            if r is not None and r.status_code == 200 and r.json().get("next_cursor"):
-                await self.feed(reader, {"limit": 20, "cursor": r.json()["next_cursor"]})
+            await self._read(reader)
+
+    async def _read(self, reader: int) -> None:
+        """The reader's first page, then the next."""
+        r = await self.feed(reader, {"limit": 20})
+        if r is not None and r.status_code == 200 and r.json().get("next_cursor"):
+            await self.feed(reader, {"limit": 20, "cursor": r.json()["next_cursor"]})
 
     def _older_alive_post(self) -> int | None:
+        """A post to delete or remove: not deleted or removed yet, by a user who stays."""
         led = self.ledger
-        alive = [p for p in led.posts if p not in led.hidden_posts]
+        leaving = set(self.cast.leaving)
+        alive = [p for p, (author, _) in led.posts.items() if p not in led.hidden_posts and author not in leaving]
         if len(alive) < 10:
             return None
         return self.rng.choice(alive[:-5])  # not the newest: those are being timed
@@ -507,6 +536,39 @@ class Workload:
         del self._suspended[loop]
         return True
 
+    async def _leaving(self) -> None:
+        """One leaving user every ``LEAVE_EVERY_S`` deletes their account, then one of
+        their followers reads."""
+        for user in self.cast.leaving:
+            try:
+                await asyncio.wait_for(self._stop.wait(), LEAVE_EVERY_S)
+                return  # the load ended first
+            except asyncio.TimeoutError:
+                pass
+            follower = await self._delete_account(user)
+            if follower is not None:
+                await self._read(follower)
+
+    async def _delete_account(self, user: int) -> int | None:
+        """``DELETE /v1/me``: every post of the user hidden from every reader for good,
+        their follows removed. A follower of theirs (before), or None if no one was."""
+        led = self.ledger
+        followers = [r for (r, a), on in led.follows.items() if a == user and on]
+        gone = AccountHidden(user, float("inf"), requested=time.time(), lifted=float("inf"),
+                             kind="deletion")
+        led.account_hidden.append(gone)
+        r = await self.call("DELETE", "/v1/me", user)
+        if r is not None and r.status_code == 204:
+            gone.since = time.time()
+            led.actions["delete_account"] += 1
+        elif r is not None and r.status_code < 500 and r.status_code != 410:
+            led.account_hidden.remove(gone)  # refused: nothing happened
+            return None
+        # Deleted (or, unanswered, maybe): the follows went with it.
+        for reader in followers:
+            led.follows[(reader, user)] = False
+        return self.rng.choice(followers) if followers else None
+
     async def lift_suspensions(self) -> int:
         """After the load: lift every suspension still in force (asked again, 1 s apart,
         up to ``LIFT_ATTEMPTS`` times); the number left suspended."""
@@ -572,7 +634,7 @@ class Workload:
         still in force are lifted."""
         loops = [self._every(self.post_every_s, self._post),
                  *(self._every(HIDING_EVERY_S, lambda k=k: self._hiding(k)) for k in range(HIDING_LOOPS)),
-                 self._every(0.5, self._like), self._watch()]
+                 self._every(0.5, self._like), self._watch(), self._leaving()]
         loops += [self._every(0.05, self._page) for _ in range(self.paging_loops)]
         tasks = [asyncio.ensure_future(loop) for loop in loops]
         try:

@@ -5,7 +5,9 @@ none of the author's posts (``shown_after_ack`` 0), a post of the suspended auth
 expected refusal (403, not in the ledger), the checker's Postgres truth leaves the
 author's posts out, and the next turn lifts the suspension and the posts come back. The
 lost-hide scenario's audit compares the 'account' keys those turns make (no fan-out:
-the account copy never gets the suspension, so it differs while it lasts).
+the account copy never gets the suspension, so it differs while it lasts). And a leaving
+user's ``DELETE /v1/me`` (``_delete_account``): the follower's next read shows none of
+their posts, the follow is gone, and the posts stay in Postgres.
 """
 from __future__ import annotations
 
@@ -105,3 +107,33 @@ def test_the_suspension_turn_hides_at_once_refuses_posts_and_its_lift_brings_the
             await w._client.aclose()
 
     asyncio.run(run())
+
+
+def test_a_leaving_users_deletion_hides_their_posts_at_once_and_for_good(
+        scene: Scene, api_server: RunningApi) -> None:
+    w = wl.Workload(api_server.settings, seed=2, readers=2, authors=1, fans=0, leaving=0)
+    w.cast = dataclasses.replace(w.cast, readers=[new_user_id(), scene.reader], leaving=[scene.author])
+    w.ledger.posts.update({p: (scene.author, 0.0) for p in scene.posts})
+    w.ledger.follows[(scene.reader, scene.author)] = True
+
+    async def run() -> None:
+        w._client = httpx.AsyncClient(base_url=api_server.base_url, timeout=30.0)
+        try:
+            assert await w._delete_account(scene.author) == scene.reader
+            await w._read(scene.reader)
+        finally:
+            await w._client.aclose()
+
+    asyncio.run(run())
+    gone = w.ledger.account_hidden[0]
+    assert gone.kind == "deletion" and gone.since < float("inf")
+    assert w.ledger.actions["delete_account"] == 1
+    after = [ids for started, reader, ids in w.ledger.pages if started >= gone.since]
+    assert after and not any(set(ids) & set(scene.posts) for ids in after)
+    assert checker.shown_after_ack(w)[0] == 0
+    assert _account_entries(api_server, scene.author) == 1
+    with pg.connect(api_server.settings) as conn:
+        kept = conn.execute("SELECT count(*) FROM posts WHERE post_id = ANY(%s)", (scene.posts,)).fetchone()
+        follows = conn.execute("SELECT count(*) FROM follows WHERE followed_id = %s",
+                               (scene.author,)).fetchone()
+    assert kept == (len(scene.posts),) and follows == (0,)

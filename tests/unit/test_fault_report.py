@@ -421,3 +421,44 @@ def test_a_post_held_back_by_a_suspension_is_no_freshness_sample(monkeypatch) ->
         await w._client.aclose()
 
     asyncio.run(scene())
+
+
+def test_a_deleted_accounts_post_counts_for_good_and_the_deletion_drops_the_follows() -> None:
+    import asyncio
+
+    import httpx
+
+    from tests.faults.checker import shown_after_ack
+    from tests.faults.workload import AccountHidden
+
+    answers = [204]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert (request.method, request.url.path) == ("DELETE", "/v1/me")
+        return httpx.Response(answers.pop(0))
+
+    w = _fake_workload(handler)
+    leaving = w.cast.leaving[0]
+    assert len(w.cast.leaving) == 2 and leaving in w.cast.everyone and leaving not in w.cast.posting
+    follower = w.cast.readers[1]
+    w.ledger.follows[(follower, leaving)] = True
+    w.ledger.posts.update({i: (leaving, 100.0) for i in range(1, 13)})
+
+    async def scene() -> None:
+        assert await w._delete_account(leaving) == follower
+        gone = w.ledger.account_hidden[0]
+        assert gone.kind == "deletion" and gone.since < float("inf") and gone.until == float("inf")
+        assert w.ledger.actions["delete_account"] == 1
+        assert w.ledger.follows[(follower, leaving)] is False
+        assert w._older_alive_post() is None      # never deleted or removed by the workload
+        await w._client.aclose()
+
+    asyncio.run(scene())
+    since = w.ledger.account_hidden[0].since
+    w.ledger.pages += [(since - 1.0, follower, (1,)), (since + 1000.0, follower, (1,))]
+    count, examples = shown_after_ack(w)
+    assert count == 1 and examples[0]["why"] == "deletion"
+    # A deletion never answered may have happened: it counts nothing, nor does an old one
+    # by hand without a request time.
+    w.ledger.account_hidden[:] = [AccountHidden(leaving, float("inf"), kind="deletion")]
+    assert shown_after_ack(w)[0] == 0
