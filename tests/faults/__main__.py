@@ -213,7 +213,7 @@ def quantile(values: list[float], q: float) -> float | None:
 def failed(statuses: Counter) -> int:
     """Answers that failed: 5xx (503 included) and transport errors. (The workload's 403s
     and 404s answer what it does on purpose: liking a deleted post, reading a blocked
-    author.)"""
+    author, posting while suspended.)"""
     return sum(n for code, n in statuses.items() if code.startswith("5") or not code.isdigit())
 
 
@@ -313,6 +313,9 @@ async def run_one(name: str, after_s: float, settings: Settings, layout: Layout)
         "seconds": round(time.time() - started, 1),
         "faults": log.injected, "verdict": verdict.as_dict(), "ok": verdict.ok(),
         "statuses": {k: dict(v) for k, v in w.ledger.statuses.items()},
+        # Writes refused as suspended (403, also in "statuses"), per phase: expected while
+        # a suspension of the author was in force, else wrong (the verdict's wrongly_refused).
+        "refusals": {k: dict(v) for k, v in w.ledger.refusals.items()},
         "non_2xx_during": reads_failed, "requests_during": sum(during.values()),
         "server_errors_other_than_503": sum(n for p in w.ledger.statuses.values() for code, n in p.items()
                                             if code.startswith("5") and code != "503"),

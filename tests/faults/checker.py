@@ -3,8 +3,10 @@
 - Acked and lost: every post the API acknowledged (201) is in Postgres.
 - Feeds: for every reader, the whole feed walked page by page through the API against
   what Postgres says the reader may see (posts of authors followed now, made since the
-  follow, not deleted, visible, no block either way, not muted by the reader): missing, duplicated and wrongly
-  visible posts. An inbox keeps its ``inbox_cap`` highest rows (the tail is trimmed by
+  follow, not deleted, visible, no block either way, not muted by the reader, the author
+  not suspended or deleted): missing, duplicated and wrongly visible posts. The workload
+  lifts its suspensions when the load ends, so a suspended author's posts are owed again
+  here: an unsuspend must bring them back. An inbox keeps its ``inbox_cap`` highest rows (the tail is trimmed by
   design), so a reader owed more than the cap less its slack cannot tell loss from trim:
   such readers are counted (``readers_over_cap``) and fail the run as inconclusive
   (``make faults`` runs the services with a cap far above the workload).
@@ -14,13 +16,21 @@
 - DLQs: every ``*.dlq`` topic of the prefix is empty.
 - Shown after the acknowledgement (``shown_after_ack``): every feed page the workload
   was served (its request started after the ack) and every stream event it received
-  (after the ack), against each acknowledged delete, removal, block, mute and unfollow: an
-  item the action should have hid is counted, whatever the pipeline was doing. This is
-  the window the settled feeds above cannot see.
+  (after the ack), against each acknowledged delete, removal, block, mute, unfollow,
+  suspension (every post of the author, to every reader, until the unsuspend's request
+  started) and account deletion (the same, for good): an item the action should have hid is counted, whatever the pipeline was
+  doing. This is the window the settled feeds above cannot see.
+- Refusals: a write the API refused with 403 ``account-suspended`` while no suspension of
+  its author may have been in force (from the suspension's request to the unsuspend's
+  ack) is counted (``wrongly_refused``); the others are expected (the report's
+  ``refusals``), neither an error nor an acked post.
 - The stream: every post of an author the watcher follows (it never unfollows and is
   never blocked, and mutes no one), acked after its SSE stream first opened and not deleted, arrived as a
   ``new_item`` or was covered by a ``resync`` sent after it was acked (``stream_gaps``:
-  neither, a silent gap).
+  neither, a silent gap). A post whose author was suspended at some time after its ack
+  is left out: the stream never announces a suspended author's post, and an unsuspend
+  does not announce it again (the workload never suspends an author the watcher follows,
+  so this only guards the check).
 - Postgres to Kafka, when the relay writes its delivery trace
   (``Settings.cdc_delivery_trace``, set by ``make faults``): the last change of every
   follow, like, block, mute and post row of the run (its ``xmin``) was acknowledged by Kafka
@@ -59,7 +69,9 @@ class Verdict:
     dlq_records: int = 0
     stream_gaps: int = 0
     shown_after_ack: int = 0
-    hiding_actions: int = 0       # acknowledged deletes, removals, blocks, mutes and unfollows
+    hiding_actions: int = 0       # acknowledged deletes, removals, blocks, mutes, unfollows,
+    #                               suspensions and account deletions
+    wrongly_refused: int = 0      # writes refused as suspended while no suspension was in force
     pages_checked: int = 0
     cdc_unsent: int | None = None   # None: no delivery trace to check against
     kafka_lost: int | None = None
@@ -69,7 +81,7 @@ class Verdict:
     def ok(self) -> bool:
         return not (self.lost_writes or self.feed_lost or self.feed_duplicated or self.wrongly_visible
                     or self.follower_drift or self.like_drift or self.dlq_records
-                    or self.stream_gaps or self.shown_after_ack or self.cdc_unsent or self.kafka_lost or self.readers_over_cap)
+                    or self.stream_gaps or self.shown_after_ack or self.wrongly_refused or self.cdc_unsent or self.kafka_lost or self.readers_over_cap)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,7 +132,8 @@ def _visible(settings: Settings, readers: list[int], authors: list[int]) -> dict
             " SELECT 1 FROM blocks b WHERE (b.blocker_id = f.follower_id AND b.blocked_id = p.author_id)"
             " OR (b.blocker_id = p.author_id AND b.blocked_id = f.follower_id))"
             " AND NOT EXISTS (SELECT 1 FROM mutes m WHERE m.muter_id = f.follower_id"
-            " AND m.muted_id = p.author_id)",
+            " AND m.muted_id = p.author_id)"
+            " AND NOT EXISTS (SELECT 1 FROM account_states a WHERE a.user_id = p.author_id)",
             (readers, authors)).fetchall()
     out: dict[int, set[int]] = {r: set() for r in readers}
     for reader, post in rows:
@@ -218,7 +231,9 @@ async def check(settings: Settings, w: Workload) -> Verdict:
     v.examples["feed_lost"] = missing[:10]
     v.examples["wrongly_visible"] = wrong[:10]
     v.shown_after_ack, v.examples["shown_after_ack"] = shown_after_ack(w)
-    v.hiding_actions = sum(led.actions[k] for k in ("delete", "remove", "block", "mute", "unfollow"))
+    v.hiding_actions = sum(led.actions[k] for k in ("delete", "remove", "block", "mute", "unfollow", "suspend",
+                                                    "delete_account"))
+    v.wrongly_refused = wrongly_refused(w)
     v.pages_checked = len(led.pages)
     v.follower_drift, v.like_drift, v.examples["counter_drift"] = _counts(settings, w)
     v.dlq_records = _dlq_records(settings)
@@ -253,7 +268,8 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
     by_pair: dict[tuple[int, int], list[Any]] = {}
     for h in led.pair_hidden:
         by_pair.setdefault((h.reader, h.author), []).append(h)
-    # A suspension hides the author's posts from every reader until its unsuspend started.
+    # A suspension hides the author's posts from every reader until its unsuspend started,
+    # a deletion (DELETE /v1/me) for good.
     by_account: dict[int, list[Any]] = {}
     for s in led.account_hidden:
         by_account.setdefault(s.author, []).append(s)
@@ -279,7 +295,7 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
         suspended = next((s for s in by_account.get(author, ())  # type: ignore[arg-type]
                           if s.since <= at < s.until), None)
         if suspended is not None:
-            shown.append({"where": where, "reader": reader, "post": post, "why": "suspension",
+            shown.append({"where": where, "reader": reader, "post": post, "why": suspended.kind,
                           "after_ack_s": round(at - suspended.since, 3)})
             continue
         for h in by_pair.get((reader, author), ()):  # type: ignore[arg-type]
@@ -290,8 +306,15 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
     return len(shown), shown[:10]
 
 
+def wrongly_refused(w: Workload) -> int:
+    """Writes refused as suspended (403 ``account-suspended``) while no suspension of
+    their author may have been in force."""
+    return sum(phase["account-suspended while active"] for phase in w.ledger.refusals.values())
+
+
 def stream_gaps(w: Workload) -> tuple[int, list[Any]]:
-    """Posts the watcher's stream owed it and never sent, with no later ``resync``."""
+    """Posts the watcher's stream owed it and never sent, with no later ``resync``
+    (a post whose author was suspended at some time after its ack is not owed)."""
     led = w.ledger
     if not led.stream_opened:
         return 0, [{"stream": "never opened", "statuses": dict(led.stream_statuses)}]
@@ -302,7 +325,8 @@ def stream_gaps(w: Workload) -> tuple[int, list[Any]]:
     resyncs = [at for at, kind, _, _ in led.stream if kind == "resync"]
     gaps = [post for post, (author, acked) in led.posts.items()
             if author in followed and post not in led.hidden_posts and acked >= opened
-            and post not in announced and not any(at >= acked for at in resyncs)]
+            and post not in announced and not any(at >= acked for at in resyncs)
+            and not led.suspended_between(author, acked, float("inf"))]
     return len(gaps), sorted(gaps)[:10]
 
 

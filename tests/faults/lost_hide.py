@@ -4,8 +4,8 @@ The relay is frozen (SIGSTOP), its walsender ended and its replication slot drop
 ``hold_s`` of the workload's deletes, removals, blocks, mutes and unfollows; then the relay is
 let go. It finds no slot, creates one and snapshots every captured table again
 (docs/cdc.md): a snapshot emits ``op: "r"`` only for rows that still exist, so an
-unfollow made meanwhile (the follows row deleted, also by a block), or an unblock or
-unmute, never reaches Cassandra. Those are the hides lost. Only the visibility fence hides them, and only the
+unfollow made meanwhile (the follows row deleted, also by a block), or an unblock,
+unmute or unsuspend, never reaches Cassandra. Those are the hides lost. Only the visibility fence hides them, and only the
 verifier (services/fanout/verifier.py) can repair them before the fence lets them go.
 
 ``audit`` counts them once the fan-out has applied the relay's new snapshot and before
@@ -16,8 +16,8 @@ it whose copies differ from Postgres. ``settle`` then waits until the verifier h
 checked past them and released them, and reads how many it repaired
 (``feed_visibility_repairs_total`` on the fan-out's /metrics) and what still differs.
 The target: repairs = lost, none left, and the checker's ``shown_after_ack`` 0 for the
-whole run. From the lift until the entries are released the workload's block, mute and
-follow toggles pause (posting, deletes, likes and reads go on): a later write to a pair sets its
+whole run. From the lift until the entries are released the workload's block, mute,
+follow and suspension toggles pause (posting, deletes, likes and reads go on): a later write to a pair sets its
 copies through the working pipeline, healing a lost hide before the verifier gets to it.
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 
 from cassandra.cluster import Session
 
+from services.fanout.account_events import AccountCopy
 from services.fanout.copies import CopyStore
 from services.fanout.copy_audit import CopyAudit, Key
 from services.shared.clients import cql, pg
@@ -142,8 +143,9 @@ async def _no_counts(change: EdgeCounted) -> None:
 
 async def _differing(settings: Settings, session: Session, keys: list[Key]) -> dict[Key, Any]:
     runner = CqlRunner(session)
+    # The account copy too: the workload's suspensions and unsuspends make 'account' entries.
     audit = CopyAudit(session, runner, CopyStore(session, runner, settings.fanout_follower_page),
-                      _no_counts)
+                      _no_counts, accounts=AccountCopy(session, runner))
     async with await pg.async_connect(settings, autocommit=True, connect_timeout=10) as conn:
         return await audit.check(conn, keys)
 

@@ -4,7 +4,11 @@ Writers: posts (one wide author every reader follows, one celebrity every reader
 ``fans`` more users follow, and ordinary authors), likes and unlikes, and the actions
 that must hide something at once (``_hiding``, several a second): deletes and moderation
 removals of earlier posts, blocks and unblocks, mutes and unmutes, unfollows and follows
-again, each followed by a read of the affected reader's feed. Readers page their feeds
+again, and suspensions of ordinary authors lifted a few seconds later, each followed by a
+read of the affected reader's feed. A suspended author's posts are refused (403
+``account-suspended``): counted as expected refusals per phase, never as acked posts.
+And a few users who posted and are followed delete their accounts (``DELETE /v1/me``)
+during the load, one every ``LEAVE_EVERY_S``. Readers page their feeds
 and one watcher polls its first page to time freshness, and holds the feed's SSE stream
 open from the end of the set-up to the check (reconnecting with ``Last-Event-ID``), so
 the checker can ask whether any post reached neither the stream nor a ``resync``. Every 2xx is recorded in the
@@ -46,11 +50,24 @@ class PairHidden:
 @dataclass
 class AccountHidden:
     """Every post of ``author`` hidden from every reader from ``since`` (a suspension's
-    ack) until ``until`` (the start of the unsuspend's request)."""
+    ack; inf when it was never acknowledged, a transport error or a 5xx: it may have
+    happened) until ``until`` (the start of the unsuspend's request).
+
+    ``requested`` (the suspension's request started) and ``lifted`` (the unsuspend's ack,
+    inf until then) bound when the author may have been suspended: its new posts refused,
+    its posts missing from pages and the stream (``window``). None: ``since``, ``until``."""
 
     author: int
     since: float
     until: float = float("inf")
+    requested: float | None = None
+    lifted: float | None = None
+    kind: str = "suspension"   # or "deletion" (DELETE /v1/me: final, never lifted)
+
+    def window(self) -> tuple[float, float]:
+        """From the suspension's request to the unsuspend's ack."""
+        return (self.since if self.requested is None else self.requested,
+                self.until if self.lifted is None else self.lifted)
 
 
 @dataclass
@@ -60,7 +77,12 @@ class Ledger:
     removed: set[int] = field(default_factory=set)                      # by a moderator
     hidden_posts: dict[int, float] = field(default_factory=dict)        # post -> delete/removal acked at
     pair_hidden: list[PairHidden] = field(default_factory=list)
-    account_hidden: list[AccountHidden] = field(default_factory=list)  # suspensions
+    account_hidden: list[AccountHidden] = field(default_factory=list)  # suspensions, deletions
+    # Writes refused because the account was suspended (403 ``account-suspended``), per
+    # phase: "account-suspended" while a suspension's window was open (expected), and
+    # "account-suspended while active" otherwise (a wrong refusal: the checker counts it).
+    refusals: dict[str, Counter[str]] = field(default_factory=lambda: {
+        "before": Counter(), "during": Counter(), "after": Counter()})
     actions: Counter = field(default_factory=Counter)                   # acked, by kind
     # Every feed page served: (request started at, reader, post ids shown).
     pages: list[tuple[float, int, tuple[int, ...]]] = field(default_factory=list)
@@ -79,6 +101,12 @@ class Ledger:
     stream_opened: list[float] = field(default_factory=list)
     stream_statuses: Counter = field(default_factory=Counter)
 
+    def suspended_between(self, author: int, start: float, end: float) -> bool:
+        """Whether a suspension of ``author`` may have been in force at some time in
+        [``start``, ``end``] (its ``window`` overlaps it)."""
+        return any(s.author == author and s.window()[0] <= end and start <= s.window()[1]
+                   for s in self.account_hidden)
+
 
 @dataclass(frozen=True)
 class Cast:
@@ -89,6 +117,9 @@ class Cast:
     fans: list[int]  # follow the celebrity only: its audience is past the tier line
     watcher: int
     moderator: int
+    # Post a few posts in the set-up, are followed by a few readers (not the watcher), and
+    # delete their accounts during the load (``_leaving``).
+    leaving: list[int] = field(default_factory=list)
 
     @property
     def posting(self) -> list[int]:
@@ -96,13 +127,14 @@ class Cast:
 
     @property
     def everyone(self) -> list[int]:
-        return [*self.posting, *self.readers, *self.fans]
+        return [*self.posting, *self.readers, *self.fans, *self.leaving]
 
 
-# The hiding actions, in turn (a cycle of seven): deletes and removals two turns, about
+# The hiding actions, in turn (a cycle of eight): deletes and removals two turns, about
 # half of the posts (4/s); block and follow toggles two turns each, since half of them
-# lift a hiding; a mute toggle one turn (half of them unmutes, which lift one). At most
-# one every 0.12 s per loop (HIDING_LOOPS below).
+# lift a hiding; a mute toggle one turn (half of them unmutes, which lift one); a
+# suspension toggle one turn (a suspension, lifted at the loop's next such turn once
+# SUSPEND_HOLD_S have passed). At most one every 0.12 s per loop (HIDING_LOOPS below).
 HIDING_EVERY_S = 0.12
 # Loops of hiding actions at once: one action waits for its answer and a feed read or two
 # (0.3-0.5 s on the loaded three nodes), so one loop acknowledged only 170-310 hiding
@@ -113,12 +145,28 @@ HIDING_LOOPS = 4
 # authors'.
 WIDE_SHARE = 0.25
 CELEBRITY_SHARE = 0.15
+# How long a suspension lasts at least (lifted at the first suspension turn after it: a
+# loop's turns come round every 2-4 s under load). Each loop suspends its own share of the
+# ordinary authors the watcher does not follow (``_suspendable``), one at a time: about
+# two of the eight ordinary authors are suspended at any moment, and a post of theirs is
+# refused (403).
+SUSPEND_HOLD_S = 3.0
+# Users who delete their accounts, each with LEAVING_POSTS posts (made in the set-up) and
+# LEAVING_FOLLOWERS followers; one deletion every LEAVE_EVERY_S from the start of the load
+# (with the suite's 20 s before the fault, one before it and one during it).
+LEAVING = 2
+LEAVING_POSTS = 3
+LEAVING_FOLLOWERS = 4
+LEAVE_EVERY_S = 15.0
+# After the load: the suspensions still in force are lifted (the settled feeds then show
+# the posts again), asked again up to this many times, 1 s apart.
+LIFT_ATTEMPTS = 10
 
 
 class Workload:
     def __init__(self, settings: Settings, *, seed: int = 7, post_every_s: float = 0.25,
                  readers: int = 24, authors: int = 8, fans: int = 16,
-                 paging_loops: int = 6) -> None:
+                 paging_loops: int = 6, leaving: int = LEAVING) -> None:
         self.settings = settings
         self.rng = random.Random(seed)
         self.ledger = Ledger()
@@ -132,12 +180,16 @@ class Workload:
         cast_readers = [next(ids) for _ in range(readers)]
         self.cast = Cast(wide=wide, celebrity=celebrity, authors=cast_authors,
                          readers=cast_readers, fans=[next(ids) for _ in range(fans)],
-                         watcher=cast_readers[0], moderator=next(ids))
+                         watcher=cast_readers[0], moderator=next(ids),
+                         leaving=[next(ids) for _ in range(leaving)])
         self._moderator_token = mint_token(self.cast.moderator, settings.jwt_secret.get_secret_value(),
                                            roles=("moderator",), ttl_seconds=7200)
         self._hiding_turns = [itertools.cycle([self._delete, self._block, self._refollow, self._mute,
-                                               self._remove, self._block, self._refollow])
+                                               self._remove, self._block, self._refollow,
+                                               self._suspend])
                               for _ in range(HIDING_LOOPS)]
+        # Per hiding loop, its suspension not yet lifted (acknowledged or not).
+        self._suspended: dict[int, AccountHidden] = {}
         self.phase = "before"
         self._stop = asyncio.Event()
         self._client: httpx.AsyncClient | None = None
@@ -145,8 +197,9 @@ class Workload:
         self._seen: set[int] = set()  # posts the watcher's first page has shown
         self.backlog: Any = None       # backlog.Backlog, loaded by the backlog scenario
         self.lost_hide: Any = None     # lost_hide.LostHide, made by the lost-hide scenario
-        # Block and follow toggles held back (the lost-hide scenario, from its lift until
-        # the verifier has released the hold's entries): posting, deletes and reads go on.
+        # Block, follow, mute and suspension toggles held back (the lost-hide scenario,
+        # from its lift until the verifier has released the hold's entries): posting,
+        # deletes and reads go on.
         self.toggles_paused = False
 
     # -- plumbing --------------------------------------------------------------------------
@@ -226,8 +279,8 @@ class Workload:
     # -- set-up ----------------------------------------------------------------------------
     async def setup(self) -> None:
         """Every user exists (a first authenticated request creates the row), then every
-        reader follows the wide author, the celebrity and three ordinary ones, and every
-        fan the celebrity."""
+        reader follows the wide author, the celebrity and three ordinary ones, every fan
+        the celebrity, and a few readers each leaving user, who then posts."""
         for user in self.cast.everyone:
             await self.call("GET", "/v1/feed", user, params={"limit": 1})
         for reader in self.cast.readers:
@@ -235,6 +288,15 @@ class Workload:
                 await self._follow(reader, author, True)
         for fan in self.cast.fans:
             await self._follow(fan, self.cast.celebrity, True)
+        others = self.cast.readers[1:]
+        for user in self.cast.leaving:
+            for reader in self.rng.sample(others, min(LEAVING_FOLLOWERS, len(others))):
+                await self._follow(reader, user, True)
+            for _ in range(LEAVING_POSTS):
+                r = await self.call("POST", "/v1/posts", user, json={"text": f"fault-suite {uuid.uuid4().hex[:8]}"},
+                                    headers={"Idempotency-Key": uuid.uuid4().hex})
+                if r is not None and r.status_code == 201:
+                    self.ledger.posts[int(r.json()["post_id"])] = (user, time.time())
 
     async def _follow(self, reader: int, author: int, on: bool) -> bool:
         started = time.time()
@@ -270,10 +332,24 @@ class Workload:
         author = (self.cast.wide if pick < WIDE_SHARE else
                   self.cast.celebrity if pick < WIDE_SHARE + CELEBRITY_SHARE else
                   self.rng.choice(self.cast.authors))
+        started = time.time()
         r = await self.call("POST", "/v1/posts", author, json={"text": f"fault-suite {uuid.uuid4().hex[:8]}"},
                             headers={"Idempotency-Key": uuid.uuid4().hex})
         if r is not None and r.status_code == 201:
             self.ledger.posts[int(r.json()["post_id"])] = (author, time.time())
+        elif r is not None:
+            self._refused(r, author, started)
+
+    def _refused(self, r: httpx.Response, user: int, started: float) -> bool:
+        """Whether ``r`` is a write refused because ``user`` is suspended (403
+        ``account-suspended``); counted in ``refusals`` as expected when a suspension of
+        the user may have been in force during the request, else as a wrong refusal."""
+        if r.status_code != 403 or not _problem_type(r).endswith("account-suspended"):
+            return False
+        expected = self.ledger.suspended_between(user, started, time.time())
+        self.ledger.refusals[self.phase]["account-suspended" if expected
+                                         else "account-suspended while active"] += 1
+        return True
 
     def _own_readers(self, loop: int) -> list[int]:
         """The readers whose blocks, mutes and follows hiding loop ``loop`` toggles (never
@@ -284,17 +360,23 @@ class Workload:
         """One of the actions that must hide something at once, in turn, then a read of
         the feed of a reader it concerns."""
         step = next(self._hiding_turns[loop])
-        if self.toggles_paused and step in (self._block, self._refollow, self._mute):
+        if self.toggles_paused and step in (self._block, self._refollow, self._mute, self._suspend):
             return
         reader = await step(loop)
         if reader is not None:
-            r = await self.feed(reader, {"limit": 20})
-            if r is not None and r.status_code == 200 and r.json().get("next_cursor"):
-                await self.feed(reader, {"limit": 20, "cursor": r.json()["next_cursor"]})
+            await self._read(reader)
+
+    async def _read(self, reader: int) -> None:
+        """The reader's first page, then the next."""
+        r = await self.feed(reader, {"limit": 20})
+        if r is not None and r.status_code == 200 and r.json().get("next_cursor"):
+            await self.feed(reader, {"limit": 20, "cursor": r.json()["next_cursor"]})
 
     def _older_alive_post(self) -> int | None:
+        """A post to delete or remove: not deleted or removed yet, by a user who stays."""
         led = self.ledger
-        alive = [p for p in led.posts if p not in led.hidden_posts]
+        leaving = set(self.cast.leaving)
+        alive = [p for p, (author, _) in led.posts.items() if p not in led.hidden_posts and author not in leaving]
         if len(alive) < 10:
             return None
         return self.rng.choice(alive[:-5])  # not the newest: those are being timed
@@ -344,11 +426,15 @@ class Workload:
     async def _block(self, loop: int) -> int | None:
         """An author blocks a reader, or lifts its block. A block also ends both follows
         (the API does, in the same transaction), which only a follow again lifts."""
-        blocker = self.rng.choice(self.cast.authors)
+        now = time.time()  # a suspended author may not block (403): one who is not
+        blocker = self.rng.choice([a for a in self.cast.authors
+                                   if not self.ledger.suspended_between(a, now, now)] or self.cast.authors)
         blocked = self.rng.choice(self._own_readers(loop))
         on = (blocker, blocked) not in self.ledger.blocks
         started = time.time()
         r = await self.call("PUT" if on else "DELETE", f"/v1/users/{blocked}/block", blocker)
+        if r is not None and r.status_code != 204:
+            self._refused(r, blocker, started)  # suspended by another loop meanwhile
         if r is None or r.status_code != 204:
             return blocked
         led = self.ledger
@@ -385,6 +471,115 @@ class Workload:
             self._lift(muter, muted, "mute", started)
         return muter
 
+    def _suspendable(self, loop: int) -> list[int]:
+        """The ordinary authors hiding loop ``loop`` suspends: its share of those the
+        watcher does not follow (its freshness and stream checks keep every author they
+        watch; the wide author and the celebrity, which every reader follows, are never
+        suspended)."""
+        watcher = self.cast.watcher
+        return [a for a in self.cast.authors if not self.ledger.follows.get((watcher, a))][loop::HIDING_LOOPS]
+
+    def _a_follower(self, author: int) -> int:
+        """A reader (not the watcher) who follows ``author`` now, as the ledger says."""
+        followers = [r for (r, a), on in self.ledger.follows.items()
+                     if a == author and on and r != self.cast.watcher]
+        return self.rng.choice(followers or self.cast.readers[1:])
+
+    async def _moderate_account(self, author: int, action: str) -> httpx.Response | None:
+        return await self.call("POST", f"/internal/moderation/users/{author}", self.cast.moderator,
+                               json={"action": action, "reason": "fault suite"},
+                               headers={"Authorization": "Bearer " + self._moderator_token})
+
+    async def _suspend(self, loop: int) -> int | None:
+        """A moderator suspends one of the loop's authors, or lifts the loop's suspension
+        once it has lasted ``SUSPEND_HOLD_S``; then a follower of the author reads."""
+        held = self._suspended.get(loop)
+        if held is not None:
+            if time.time() - held.window()[0] < SUSPEND_HOLD_S:
+                return None
+            await self._unsuspend(loop)
+            return self._a_follower(held.author)
+        candidates = self._suspendable(loop)
+        if not candidates:
+            return None
+        author = self.rng.choice(candidates)
+        # In the ledger from the request on (unacknowledged: since = inf): a post of the
+        # author may be refused from then, and the next turn lifts it whatever the answer.
+        held = AccountHidden(author, float("inf"), requested=time.time(), lifted=float("inf"))
+        self.ledger.account_hidden.append(held)
+        self._suspended[loop] = held
+        r = await self._moderate_account(author, "suspend")
+        if r is not None and r.status_code == 200:
+            held.since = time.time()
+            self.ledger.actions["suspend"] += 1
+        elif r is not None and r.status_code < 500:  # refused: nothing happened
+            self.ledger.account_hidden.remove(held)
+            del self._suspended[loop]
+            return None
+        return self._a_follower(author)
+
+    async def _unsuspend(self, loop: int) -> bool:
+        """Lift the loop's suspension; False when it may still be in force (asked again
+        at the next turn)."""
+        held = self._suspended[loop]
+        started = time.time()
+        r = await self._moderate_account(held.author, "unsuspend")
+        if r is not None and r.status_code != 200 and r.status_code < 500:
+            return False  # refused: still suspended
+        # From this request on a page may show the author's posts again (it may have
+        # committed even without an answer).
+        held.until = min(held.until, started)
+        if r is None or r.status_code != 200:
+            return False
+        held.lifted = time.time()
+        self.ledger.actions["unsuspend"] += 1
+        del self._suspended[loop]
+        return True
+
+    async def _leaving(self) -> None:
+        """One leaving user every ``LEAVE_EVERY_S`` deletes their account, then one of
+        their followers reads."""
+        for user in self.cast.leaving:
+            try:
+                await asyncio.wait_for(self._stop.wait(), LEAVE_EVERY_S)
+                return  # the load ended first
+            except asyncio.TimeoutError:
+                pass
+            follower = await self._delete_account(user)
+            if follower is not None:
+                await self._read(follower)
+
+    async def _delete_account(self, user: int) -> int | None:
+        """``DELETE /v1/me``: every post of the user hidden from every reader for good,
+        their follows removed. A follower of theirs (before), or None if no one was."""
+        led = self.ledger
+        followers = [r for (r, a), on in led.follows.items() if a == user and on]
+        gone = AccountHidden(user, float("inf"), requested=time.time(), lifted=float("inf"),
+                             kind="deletion")
+        led.account_hidden.append(gone)
+        r = await self.call("DELETE", "/v1/me", user)
+        if r is not None and r.status_code == 204:
+            gone.since = time.time()
+            led.actions["delete_account"] += 1
+        elif r is not None and r.status_code < 500 and r.status_code != 410:
+            led.account_hidden.remove(gone)  # refused: nothing happened
+            return None
+        # Deleted (or, unanswered, maybe): the follows went with it.
+        for reader in followers:
+            led.follows[(reader, user)] = False
+        return self.rng.choice(followers) if followers else None
+
+    async def lift_suspensions(self) -> int:
+        """After the load: lift every suspension still in force (asked again, 1 s apart,
+        up to ``LIFT_ATTEMPTS`` times); the number left suspended."""
+        for _attempt in range(LIFT_ATTEMPTS):
+            for loop in list(self._suspended):
+                await self._unsuspend(loop)
+            if not self._suspended:
+                break
+            await asyncio.sleep(1.0)
+        return len(self._suspended)
+
     async def _page(self) -> None:
         reader = self.rng.choice(self.cast.readers)
         r = await self.feed(reader, {"limit": 20})
@@ -408,13 +603,19 @@ class Workload:
                 post = int(item["post_id"])
                 if post not in self._seen and post in self.ledger.posts:
                     self._seen.add(post)
-                    acked = self.ledger.posts[post][1]
-                    self.ledger.freshness_s.append((acked, max(0.0, now - acked)))
+                    author, acked = self.ledger.posts[post]
+                    # A suspension between the ack and now held the post back on purpose:
+                    # not a freshness sample.
+                    if not self.ledger.suspended_between(author, acked, now):
+                        self.ledger.freshness_s.append((acked, max(0.0, now - acked)))
 
     def owed_to_watcher(self) -> set[int]:
-        """Posts the watcher's feed owes it now: by an author it follows, not deleted."""
+        """Posts the watcher's feed owes it now: by an author it follows, not deleted, the
+        author not suspended."""
         led = self.ledger
-        followed = {a for (r, a), on in led.follows.items() if r == self.cast.watcher and on}
+        now = time.time()
+        followed = {a for (r, a), on in led.follows.items() if r == self.cast.watcher and on
+                    and not led.suspended_between(a, now, now)}
         return {p for p, (author, _) in led.posts.items()
                 if author in followed and p not in led.hidden_posts}
 
@@ -429,10 +630,11 @@ class Workload:
 
     async def run(self, after_s: float, fault) -> None:  # noqa: ANN001 - async callable(workload)
         """Writers, readers and the watcher, with ``fault(self)`` alongside, until the fault
-        is lifted and ``after_s`` more (the recovery under load)."""
+        is lifted and ``after_s`` more (the recovery under load); then the suspensions
+        still in force are lifted."""
         loops = [self._every(self.post_every_s, self._post),
                  *(self._every(HIDING_EVERY_S, lambda k=k: self._hiding(k)) for k in range(HIDING_LOOPS)),
-                 self._every(0.5, self._like), self._watch()]
+                 self._every(0.5, self._like), self._watch(), self._leaving()]
         loops += [self._every(0.05, self._page) for _ in range(self.paging_loops)]
         tasks = [asyncio.ensure_future(loop) for loop in loops]
         try:
@@ -441,3 +643,13 @@ class Workload:
         finally:
             self._stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.lift_suspensions()
+
+
+def _problem_type(r: httpx.Response) -> str:
+    """The problem+json ``type`` of an answer ("" when it has none)."""
+    try:
+        body = r.json()
+    except ValueError:
+        return ""
+    return str(body.get("type", "")) if isinstance(body, dict) else ""

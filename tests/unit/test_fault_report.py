@@ -18,7 +18,8 @@ def test_lag_is_back_to_zero_at_the_first_zero_sample_after_the_lift():
 def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
     assert Verdict().ok()
     for field in ("lost_writes", "feed_lost", "feed_duplicated", "wrongly_visible",
-                  "follower_drift", "like_drift", "dlq_records", "stream_gaps", "cdc_unsent", "kafka_lost", "readers_over_cap"):
+                  "follower_drift", "like_drift", "dlq_records", "stream_gaps", "cdc_unsent", "kafka_lost", "readers_over_cap",
+                  "wrongly_refused"):
         assert not Verdict(**{field: 1}).ok(), field
     result = {"scenario": "cassandra-kill", "faults": ["SIGKILL cassandra-3"],
               "verdict": Verdict(acked_writes=10, feed_lost=2).as_dict(), "ok": False,
@@ -230,3 +231,234 @@ def test_a_suspended_authors_post_served_to_anyone_after_the_ack_counts_until_un
     assert count == 2
     assert [(e["reader"], e["post"], e["why"]) for e in examples] == [
         (11, 701, "suspension"), (10, 701, "suspension")]
+
+
+def test_an_unacknowledged_suspension_counts_nothing_and_the_unsuspend_request_ends_it() -> None:
+    from tests.faults.checker import shown_after_ack
+    from tests.faults.workload import AccountHidden, Cast, Ledger
+
+    class W:
+        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
+                    moderator=30)
+        ledger = Ledger()
+
+    w = W()
+    led = w.ledger
+    led.posts.update({801: (2, 100.0), 802: (3, 100.0)})
+    inf = float("inf")
+    # 2: requested at 119, acked at 120, the unsuspend's request at 150, its ack at 151.
+    led.account_hidden.append(AccountHidden(2, 120.0, until=150.0, requested=119.0, lifted=151.0))
+    # 3: a suspension whose answer never came (it may have happened): nothing to count.
+    led.account_hidden.append(AccountHidden(3, inf, until=140.0, requested=130.0, lifted=141.0))
+    led.pages += [(119.5, 11, (801,)),   # during the request, before the ack: fine
+                  (150.0, 11, (801,)),   # the unsuspend's request had started: fine
+                  (149.9, 11, (801,)),   # counted
+                  (135.0, 10, (802,))]   # unacknowledged: not counted
+    led.stream.append((149.0, "new_item", 801, 148.0))   # the watcher's stream: counted
+    count, examples = shown_after_ack(w)
+    assert count == 2
+    assert [(e["where"], e["post"], e["why"]) for e in examples] == [
+        ("page", 801, "suspension"), ("stream", 801, "suspension")]
+    assert led.suspended_between(2, 151.0, 160.0) and not led.suspended_between(2, 151.1, 160.0)
+    assert led.suspended_between(3, 0.0, 130.0) and not led.suspended_between(3, 0.0, 129.9)
+
+
+def test_a_post_whose_author_was_suspended_after_its_ack_is_no_stream_gap() -> None:
+    from tests.faults.checker import stream_gaps
+    from tests.faults.workload import AccountHidden, Cast, Ledger
+
+    class W:
+        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
+                    moderator=30)
+        ledger = Ledger()
+
+    w = W()
+    led = w.ledger
+    led.follows[(10, 2)] = True
+    led.stream_opened.append(100.0)
+    led.posts.update({901: (2, 105.0),    # suspended at 106, lifted at 112: never announced
+                      902: (2, 113.0),    # after the lift: owed, never sent, a gap
+                      903: (1, 105.0)})   # the wide author's, never suspended: a gap
+    led.account_hidden.append(AccountHidden(2, 106.5, until=111.0, requested=106.0, lifted=112.0))
+    assert stream_gaps(w) == (2, [902, 903])
+    # A suspension still in force (never lifted) covers every later post of its author.
+    led.account_hidden.append(AccountHidden(1, 120.0, requested=119.0, lifted=float("inf")))
+    assert stream_gaps(w) == (1, [902])
+
+
+def _fake_workload(handler):  # noqa: ANN001, ANN202 - a Workload on a fake API
+    import httpx
+
+    from services.shared.settings import Settings
+    from tests.faults.workload import Workload
+
+    w = Workload(Settings(), seed=3, readers=6, authors=4, fans=1)
+    w._client = httpx.AsyncClient(base_url="http://api.test", transport=httpx.MockTransport(handler))
+    return w
+
+
+def _suspended_problem():  # noqa: ANN202
+    import httpx
+
+    return httpx.Response(403, json={"type": "https://feed.example/problems/account-suspended",
+                                     "title": "Account suspended", "status": 403},
+                          headers={"content-type": "application/problem+json"})
+
+
+def test_a_suspended_authors_refused_post_is_an_expected_refusal_not_an_error_nor_acked() -> None:
+    import asyncio
+
+    import httpx
+
+    from tests.faults.__main__ import failed
+    from tests.faults.checker import Verdict, wrongly_refused
+    from tests.faults.workload import AccountHidden
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/posts"
+        return _suspended_problem()
+
+    async def scene() -> None:
+        w = _fake_workload(handler)
+        w.rng.random = lambda: 0.99   # an ordinary author posts
+        w.rng.choice = lambda seq: seq[0]
+        author = w.cast.authors[0]
+        w.ledger.account_hidden.append(AccountHidden(author, 50.0, requested=49.0, lifted=float("inf")))
+        await w._post()
+        assert w.ledger.posts == {}
+        assert w.ledger.refusals["before"] == {"account-suspended": 1}
+        assert w.ledger.statuses["before"] == {"403": 1} and failed(w.ledger.statuses["before"]) == 0
+        assert wrongly_refused(w) == 0
+        # Lifted (acked) before the next post started: a refusal now is a wrong one.
+        w.ledger.account_hidden[0].until, w.ledger.account_hidden[0].lifted = 60.0, 61.0
+        w.phase = "during"
+        await w._post()
+        assert w.ledger.refusals["during"] == {"account-suspended while active": 1}
+        assert wrongly_refused(w) == 1 and not Verdict(wrongly_refused=1).ok()
+        await w._client.aclose()
+
+    asyncio.run(scene())
+
+
+def test_the_suspension_turn_suspends_an_author_the_watcher_does_not_follow_then_lifts_it(monkeypatch) -> None:
+    import asyncio
+    import json
+
+    import httpx
+
+    from tests.faults import workload as wl
+
+    calls: list[tuple[str, str]] = []
+    lift_answers = [503, 200]   # the first unsuspend fails: asked again at the next turn
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        action = json.loads(request.content)["action"]
+        calls.append((request.url.path, action))
+        assert request.headers["Authorization"] == "Bearer " + w._moderator_token
+        status = 200 if action == "suspend" else lift_answers.pop(0)
+        return httpx.Response(status, json={"user_id": request.url.path.rsplit("/", 1)[1],
+                                            "state": "suspended" if action == "suspend" else "active"})
+
+    w = _fake_workload(handler)
+    watcher = w.cast.watcher
+    followed = w.cast.authors[:3]
+    for author in [w.cast.wide, w.cast.celebrity, *followed]:
+        w.ledger.follows[(watcher, author)] = True
+    w.ledger.follows[(w.cast.readers[2], w.cast.authors[3])] = True
+    clock = [1000.0]
+    monkeypatch.setattr(wl.time, "time", lambda: clock[0])
+
+    async def scene() -> None:
+        # Loop 0's share is the one author the watcher does not follow.
+        assert w._suspendable(0) == [w.cast.authors[3]] and w._suspendable(1) == []
+        assert await w._suspend(1) is None and not calls
+        reader = await w._suspend(0)
+        assert reader == w.cast.readers[2]        # a follower of the suspended author reads
+        held = w.ledger.account_hidden[0]
+        assert (held.author, held.since, held.requested) == (w.cast.authors[3], 1000.0, 1000.0)
+        assert w.ledger.actions["suspend"] == 1
+        clock[0] += 1.0
+        assert await w._suspend(0) is None        # held less than SUSPEND_HOLD_S: kept
+        clock[0] += wl.SUSPEND_HOLD_S
+        await w._suspend(0)                       # 503: may have lifted; asked again
+        assert held.until == clock[0] and held.lifted == float("inf") and w._suspended
+        clock[0] += 1.0
+        assert await w.lift_suspensions() == 0
+        assert held.until == clock[0] - 1.0 and held.lifted == clock[0] and not w._suspended
+        assert w.ledger.actions["unsuspend"] == 1
+        assert calls == [(f"/internal/moderation/users/{w.cast.authors[3]}", a)
+                         for a in ("suspend", "unsuspend", "unsuspend")]
+        await w._client.aclose()
+
+    asyncio.run(scene())
+
+
+def test_a_post_held_back_by_a_suspension_is_no_freshness_sample(monkeypatch) -> None:
+    import asyncio
+
+    import httpx
+
+    from tests.faults import workload as wl
+    from tests.faults.workload import AccountHidden
+
+    shown: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"items": [{"post_id": str(p)} for p in shown],
+                                         "next_cursor": None})
+
+    w = _fake_workload(handler)
+    a, b = w.cast.authors[0], w.cast.authors[1]
+    w.ledger.posts.update({1: (a, 100.0), 2: (b, 100.0)})
+    w.ledger.account_hidden.append(AccountHidden(a, 101.0, until=110.0, requested=100.5, lifted=111.0))
+    monkeypatch.setattr(wl.time, "time", lambda: 112.0)
+
+    async def scene() -> None:
+        shown.extend([1, 2])
+        await w._look()
+        assert w.ledger.freshness_s == [(100.0, 12.0)]   # b's post only
+        assert w._seen == {1, 2}
+        await w._client.aclose()
+
+    asyncio.run(scene())
+
+
+def test_a_deleted_accounts_post_counts_for_good_and_the_deletion_drops_the_follows() -> None:
+    import asyncio
+
+    import httpx
+
+    from tests.faults.checker import shown_after_ack
+    from tests.faults.workload import AccountHidden
+
+    answers = [204]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        assert (request.method, request.url.path) == ("DELETE", "/v1/me")
+        return httpx.Response(answers.pop(0))
+
+    w = _fake_workload(handler)
+    leaving = w.cast.leaving[0]
+    assert len(w.cast.leaving) == 2 and leaving in w.cast.everyone and leaving not in w.cast.posting
+    follower = w.cast.readers[1]
+    w.ledger.follows[(follower, leaving)] = True
+    w.ledger.posts.update({i: (leaving, 100.0) for i in range(1, 13)})
+
+    async def scene() -> None:
+        assert await w._delete_account(leaving) == follower
+        gone = w.ledger.account_hidden[0]
+        assert gone.kind == "deletion" and gone.since < float("inf") and gone.until == float("inf")
+        assert w.ledger.actions["delete_account"] == 1
+        assert w.ledger.follows[(follower, leaving)] is False
+        assert w._older_alive_post() is None      # never deleted or removed by the workload
+        await w._client.aclose()
+
+    asyncio.run(scene())
+    since = w.ledger.account_hidden[0].since
+    w.ledger.pages += [(since - 1.0, follower, (1,)), (since + 1000.0, follower, (1,))]
+    count, examples = shown_after_ack(w)
+    assert count == 1 and examples[0]["why"] == "deletion"
+    # A deletion never answered may have happened: it counts nothing, nor does an old one
+    # by hand without a request time.
+    w.ledger.account_hidden[:] = [AccountHidden(leaving, float("inf"), kind="deletion")]
+    assert shown_after_ack(w)[0] == 0
