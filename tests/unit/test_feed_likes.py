@@ -152,3 +152,126 @@ def test_without_likes_wired_items_carry_no_like_fields_read() -> None:
     page = asyncio.run(feed.first_page(READER, 5))
     assert [(i.like_count, i.liked) for i in page.items] == [(None, None)] * 3
     assert store.count_calls == []
+
+
+# -- ReaderLikes: the posts each reader liked, kept per process --------------------------
+class LikesTruth:
+    """Postgres's ``likes`` as the two reads see it, counting each."""
+
+    def __init__(self, liked: dict[int, set[int]]) -> None:
+        self.liked = liked
+        self.recent_calls: list[int] = []
+        self.among_calls: list[list[int]] = []
+        self.gate: asyncio.Event | None = None
+
+    async def recent(self, reader: int, since_s: float, limit: int) -> list[int]:
+        self.recent_calls.append(reader)
+        seen = [p for p in sorted(self.liked.get(reader, set()))
+                if ids.timestamp_ms(p) >= since_s * 1000][:limit]
+        if self.gate is not None:   # the answer is on its way back
+            await self.gate.wait()
+        return seen
+
+    async def among(self, reader: int, post_ids: Sequence[int]) -> set[int]:
+        self.among_calls.append(list(post_ids))
+        return set(post_ids) & self.liked.get(reader, set())
+
+
+def _reader_likes(truth: LikesTruth, clock: list[float], **kw: object) -> "ReaderLikes":
+    from services.api.copies.likes import ReaderLikes
+    return ReaderLikes(truth.recent, truth.among, 60.0, 86400.0, monotonic=lambda: clock[0],
+                       wall=lambda: NOW_MS / 1000, **kw)  # type: ignore[arg-type]
+
+
+def _post(age_s: float, seq: int = 0) -> int:
+    return ids.compose(NOW_MS - int(age_s * 1000), 1, seq)
+
+
+def test_a_readers_likes_are_read_once_then_kept_until_their_time_or_a_drop() -> None:
+    fresh, other = _post(60), _post(120)
+    truth, clock = LikesTruth({READER: {fresh}}), [0.0]
+    likes = _reader_likes(truth, clock)
+
+    async def go() -> None:
+        assert await likes.liked_among(READER, [fresh, other]) == {fresh}
+        assert await likes.liked_among(READER, [other, fresh]) == {fresh}
+        assert truth.recent_calls == [READER] and truth.among_calls == []
+        truth.liked[READER] = {other}          # liked elsewhere: kept until the drop
+        likes.drop((READER,))                  # the like route, or its notice
+        assert await likes.liked_among(READER, [fresh, other]) == {other}
+        clock[0] = 61.0                        # past ttl_s: read again
+        await likes.liked_among(READER, [fresh])
+        assert truth.recent_calls == [READER] * 3
+    asyncio.run(go())
+
+
+def test_a_load_in_flight_when_a_drop_comes_is_not_kept() -> None:
+    post = _post(60)
+    truth, clock = LikesTruth({READER: set()}), [0.0]
+    likes = _reader_likes(truth, clock)
+
+    async def go() -> None:
+        truth.gate = asyncio.Event()
+        loading = asyncio.ensure_future(likes.liked_among(READER, [post]))
+        await asyncio.sleep(0)
+        likes.drop((READER,))                  # the reader liked while the load was out
+        truth.liked[READER] = {post}
+        truth.gate.set()
+        assert await loading == set()          # what the load saw, used once...
+        assert await likes.liked_among(READER, [post]) == {post}   # ...never kept
+        assert truth.recent_calls == [READER, READER]
+    asyncio.run(go())
+
+
+def test_old_posts_and_heavy_likers_are_asked_per_window() -> None:
+    recent, old = _post(60), _post(2 * 86400)
+    truth, clock = LikesTruth({READER: {recent, old}, AUTHOR: {_post(i, i) for i in range(1, 9)}}), [0.0]
+    likes = _reader_likes(truth, clock, cap=5)
+
+    async def go() -> None:
+        # Before the kept set's horizon: its own query, for the old post only.
+        assert await likes.liked_among(READER, [recent, old]) == {recent, old}
+        assert truth.among_calls == [[old]]
+        # More likes than the cap: nothing kept, each window asks for itself.
+        some = sorted(truth.liked[AUTHOR])[:3]
+        assert await likes.liked_among(AUTHOR, some) == set(some)
+        assert await likes.liked_among(AUTHOR, some) == set(some)
+        assert truth.among_calls[1:] == [some, some]
+    asyncio.run(go())
+
+
+def test_a_cleared_serving_cache_forgets_every_reader() -> None:
+    post = _post(60)
+    truth, clock = LikesTruth({READER: {post}, AUTHOR: set()}), [0.0]
+    likes = _reader_likes(truth, clock)
+
+    async def go() -> None:
+        await likes.liked_among(READER, [post])
+        await likes.liked_among(AUTHOR, [post])
+        likes.drop(None)
+        await likes.liked_among(READER, [post])
+        await likes.liked_among(AUTHOR, [post])
+        assert truth.recent_calls == [READER, AUTHOR, READER, AUTHOR]
+    asyncio.run(go())
+
+
+def test_a_likers_notice_reaches_the_kept_likes_and_round_trips() -> None:
+    from services.api.copies.serving_cache import ServingCache
+    from services.shared.contracts import serving_changes
+    from services.shared.contracts.serving_changes import ServingChange
+
+    post = _post(60)
+    truth, clock = LikesTruth({READER: set()}), [0.0]
+    likes = _reader_likes(truth, clock)
+    cache = ServingCache(posts=10, follows=10, timelines=10, inboxes=10, ttl_s=1, max_silence_s=5)
+    cache.liker_listeners.append(likes.drop)
+
+    async def go() -> None:
+        assert await likes.liked_among(READER, [post]) == set()
+        truth.liked[READER] = {post}           # liked through another API process
+        key, value = serving_changes.encode(ServingChange(likers=(READER,)))
+        change = serving_changes.parse(value)
+        assert change == ServingChange(likers=(READER,)) and key == str(READER).join('""').encode()
+        cache.apply(change)
+        assert await likes.liked_among(READER, [post]) == {post}
+    asyncio.run(go())

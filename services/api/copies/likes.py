@@ -10,12 +10,17 @@ concurrently with the window's other reads (``FeedReader._fill``); never one per
   all counted within that time reads nothing. A count shown is at most the pipeline's
   lag (the like's commit to the ranker's write) plus ``ttl_s`` old. No notice drops a
   count: it changes with every like, a page of a hot post would re-read it each time.
-* **Liked** (``PageLikes``) is read from the truth, Postgres ``likes``, for the reader
-  and the window's posts in one query (``liked_among``, on the API's pool:
-  ``pool_liked_reader``): a like or unlike the API
-  answered 2xx has committed there, so the reader's next page, through any API process,
-  shows it. The copy (``like_edges``' per-user row) would lag by the pipeline, and an
-  overlay of this process's own writes would not reach the other processes.
+* **Liked** (``ReaderLikes``) comes from the truth, Postgres ``likes``: every post a
+  reader liked within ``horizon_s`` (the feed's reach), read in one query
+  (``recent_likes``, on the ``likes_by_user`` index) and kept per process for ``ttl_s``
+  (``FEED_LIKED_CACHE_S``). A like or unlike the API answered 2xx drops the reader's set
+  in the answering process before the answer, and in every other API process when its
+  ``likers`` notice (serving-changes) arrives, which the like routes publish before they
+  answer: the next page through the same process shows it; through another, once that
+  process has consumed the notice (milliseconds while its consumer keeps up; at most
+  ``ttl_s`` if notices are lost). Posts older than the set's horizon, and readers with
+  more than ``READER_CAP`` recent likes, are asked per page (``liked_among``, one query
+  for the window). The copy (``like_edges``' per-user row) would lag by the pipeline.
 
 A failed read is not a reason to fail a page: its fields are null and the page says
 ``likes_unavailable``.
@@ -27,10 +32,12 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
+
+from services.shared.domain import ids
 
 from .bodies import CHUNK
 from .store import FeedPort
@@ -45,6 +52,19 @@ LikedReader = Callable[[int, Sequence[int]], Awaitable[set[int]]]
 
 # The primary key (post_id, user_id) answers it: one index probe per post asked.
 LIKED_SQL = "SELECT post_id FROM likes WHERE user_id = %s AND post_id = ANY(%s)"
+# ``likes_by_user (user_id, created_at DESC)`` answers it: a like is made after its post,
+# so the likes made since T cover every post created since T.
+RECENT_SQL = ("SELECT post_id FROM likes WHERE user_id = %s AND created_at >= to_timestamp(%s) "
+              "LIMIT %s")
+# Readers whose recent likes are kept as one set; one who liked more is asked per page.
+READER_CAP = 5_000
+# Readers whose sets are kept (~100 B + ~60 B a like).
+READERS_KEPT = 20_000
+# Notices remembered one by one before a fill started earlier is refused wholesale.
+DROPS_REMEMBERED = 10_000
+
+# (reader_id, since Unix s, limit) -> the posts the reader liked since then (at most limit).
+RecentReader = Callable[[int, float, int], Awaitable[list[int]]]
 
 
 async def liked_among(conn: AsyncConnection, user_id: int, post_ids: Sequence[int]) -> set[int]:
@@ -59,6 +79,103 @@ def pool_liked_reader(pool: AsyncConnectionPool[Any]) -> LikedReader:
         async with pool.connection() as conn:
             return await liked_among(conn, user_id, post_ids)
     return read
+
+
+async def recent_likes(conn: AsyncConnection, user_id: int, since_s: float, limit: int) -> list[int]:
+    """The posts ``user_id`` liked since ``since_s`` (Unix s), at most ``limit``."""
+    cur = await conn.execute(RECENT_SQL, (user_id, since_s, limit), prepare=True)
+    return [int(row[0]) for row in await cur.fetchall()]
+
+
+def pool_recent_reader(pool: AsyncConnectionPool[Any]) -> RecentReader:
+    """``recent_likes`` on the API's Postgres pool: what ``ReaderLikes`` loads."""
+    async def read(user_id: int, since_s: float, limit: int) -> list[int]:
+        async with pool.connection() as conn:
+            return await recent_likes(conn, user_id, since_s, limit)
+    return read
+
+
+@dataclass(frozen=True)
+class _Held:
+    expires: float           # monotonic
+    floor_ms: int            # posts created at or after it (Unix ms) are covered
+    liked: frozenset[int]
+
+
+class ReaderLikes:
+    """The posts each reader liked within ``horizon_s``, kept ``ttl_s`` per process and
+    dropped by the reader's own like or unlike (``drop``: in this process at once, in the
+    others by the ``likers`` notice)."""
+
+    def __init__(self, recent: RecentReader, among: LikedReader, ttl_s: float, horizon_s: float,
+                 *, cap: int = READER_CAP, capacity: int = READERS_KEPT,
+                 monotonic: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        self._recent = recent
+        self._among = among
+        self._ttl_s = ttl_s
+        self._horizon_s = horizon_s
+        self._cap = cap
+        self._capacity = max(0, capacity)
+        self._monotonic = monotonic
+        self._wall = wall
+        self._held: OrderedDict[int, _Held] = OrderedDict()
+        self._epoch = 0
+        self._dropped: dict[int, int] = {}   # reader -> epoch of the last drop naming them
+        self._floor = 0                      # loads started before it are not kept
+        self.hits = 0
+        self.loads = 0
+        self.asked = 0                       # per-page queries (old posts, heavy likers)
+
+    def drop(self, readers: Iterable[int] | None) -> None:
+        """``readers`` liked or unliked (None: forget everyone, a cleared serving cache)."""
+        self._epoch += 1
+        if readers is None:
+            self._held.clear()
+            self._dropped.clear()
+            self._floor = self._epoch
+            return
+        for reader_id in readers:
+            self._held.pop(reader_id, None)
+            self._dropped[reader_id] = self._epoch
+        if len(self._dropped) > DROPS_REMEMBERED:
+            self._dropped.clear()
+            self._floor = self._epoch
+
+    def _untouched(self, reader_id: int, epoch: int) -> bool:
+        return epoch >= self._floor and self._dropped.get(reader_id, -1) <= epoch
+
+    async def liked_among(self, reader_id: int, post_ids: Sequence[int]) -> set[int]:
+        """Which of ``post_ids`` the reader likes; raises when a read fails."""
+        held = self._held.get(reader_id)
+        if held is None or held.expires <= self._monotonic():
+            held = await self._load(reader_id)
+        else:
+            self.hits += 1
+        if held is None:   # a heavy liker: the window's own query
+            self.asked += 1
+            return await self._among(reader_id, post_ids)
+        out = {p for p in post_ids if p in held.liked}
+        older = [p for p in post_ids if ids.timestamp_ms(p) < held.floor_ms]
+        if older:
+            self.asked += 1
+            out |= await self._among(reader_id, older)
+        return out
+
+    async def _load(self, reader_id: int) -> _Held | None:
+        epoch = self._epoch
+        since_s = self._wall() - self._horizon_s
+        self.loads += 1
+        liked = await self._recent(reader_id, since_s, self._cap + 1)
+        if len(liked) > self._cap:
+            return None
+        held = _Held(self._monotonic() + self._ttl_s, int(since_s * 1000), frozenset(liked))
+        if self._ttl_s > 0 and self._capacity and self._untouched(reader_id, epoch):
+            self._held[reader_id] = held
+            self._held.move_to_end(reader_id)
+            while len(self._held) > self._capacity:
+                self._held.popitem(last=False)
+        return held
 
 
 class LikeCounts:

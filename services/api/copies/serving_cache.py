@@ -205,6 +205,9 @@ class ServingCache:
         # with None when the cache is cleared (names.py ``Names.drop``): names are kept
         # apart from these entries, with their own expiry.
         self.profile_listeners: list[Callable[[tuple[int, ...] | None], None]] = []
+        # The same for the users a notice names as having liked or unliked (``likers``):
+        # the posts each reader liked are kept apart too (likes.py ``ReaderLikes.drop``).
+        self.liker_listeners: list[Callable[[tuple[int, ...] | None], None]] = []
 
     # -- the consumer's side -----------------------------------------------------------
     def heard(self) -> None:
@@ -270,6 +273,9 @@ class ServingCache:
         if change.profiles:
             for profile_listener in self.profile_listeners:
                 profile_listener(change.profiles)
+        if change.likers:
+            for liker_listener in self.liker_listeners:
+                liker_listener(change.likers)
 
     def clear(self) -> None:
         self._stale_posts = None
@@ -285,6 +291,8 @@ class ServingCache:
         self.preferences.clear()
         for profile_listener in self.profile_listeners:
             profile_listener(None)
+        for liker_listener in self.liker_listeners:
+            liker_listener(None)
 
     # -- the read path's side ----------------------------------------------------------
     @property

@@ -35,7 +35,8 @@ from services.shared.stores.store_health import watch_cassandra
 
 from ..copies.accounts import AccountCopies
 from ..copies.bodies import BodyCache, PostCopies
-from ..copies.likes import LikeCounts, PageLikes, pool_liked_reader
+from ..copies.likes import (LikeCounts, PageLikes, ReaderLikes, pool_liked_reader,
+                           pool_recent_reader)
 from ..copies.names import Names, store_reader
 from ..copies.notices import ApiNotices, NoticeStats, register_collector
 from ..copies.serving_cache import CachedFeedStore, ServingCache
@@ -110,8 +111,17 @@ def _build(app: FastAPI, settings: ApiProcess) -> None:
     if cache is not None:
         cache.profile_listeners.append(names.drop)
     app.state.names = names
+    # The posts each reader liked, kept liked_cache_s; dropped by the reader's own like in
+    # this process and by the likers notice in the others, so kept only where notices are
+    # heard (the serving cache consumes them).
+    reader_likes = ReaderLikes(pool_recent_reader(app.state.pg), pool_liked_reader(app.state.pg),
+                               settings.liked_cache_s if cache is not None else 0.0,
+                               settings.liked_horizon_s)
+    if cache is not None:
+        cache.liker_listeners.append(reader_likes.drop)
+    app.state.reader_likes = reader_likes
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices,
-                                fence, likes=PageLikes(like_counts, pool_liked_reader(app.state.pg)),
+                                fence, likes=PageLikes(like_counts, reader_likes.liked_among),
                                 accounts=accounts, names=names)
     app.state.user_lists = UserLists(
         store, raw, copies, fence, CursorKeys.parse(settings.cursor_keys.get_secret_value()),

@@ -1,19 +1,43 @@
 """Follow, block, mute and like: ``PUT`` starts, ``DELETE`` ends; all idempotent."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+import logging
+
+from fastapi import APIRouter, Request, Response
 
 from services.api.http.auth import CurrentUser
 from services.api.http.deps import CommitWait, Pg
 from services.api.http.models import FollowOut, PostIdPath, UserIdPath
-from services.api.http.problems import (FORBIDDEN, NOT_FOUND, VALIDATION_FAILED, ProblemError,
-                                        problem_responses)
+from services.api.http.problems import (FORBIDDEN, NOT_FOUND, UNAVAILABLE, VALIDATION_FAILED,
+                                        ProblemError, problem_responses)
 from services.api.stores import posts as post_rows
 from services.api.stores import social
 from services.api.visibility.commit_wait import settle
 from services.api.write.visibility import likeable_by
+from services.shared.contracts.serving_changes import ServingChange
 
 router = APIRouter(prefix="/v1", tags=["social"])
+log = logging.getLogger(__name__)
+
+
+async def _likes_changed(request: Request, user_id: int) -> None:
+    """After a like or unlike committed: this process forgets the user's liked posts
+    (copies/likes.py ``ReaderLikes``), and every other API process does when the
+    ``likers`` notice, published here before the answer, reaches it. A notice that cannot
+    be published is a 503: the retry (the write is idempotent) publishes it again."""
+    state = request.app.state
+    reader_likes = getattr(state, "reader_likes", None)
+    if reader_likes is not None:
+        reader_likes.drop((user_id,))
+    notices = getattr(state, "api_notices", None)
+    if notices is None:
+        return
+    try:
+        await notices.changed(ServingChange(likers=(user_id,)))
+    except Exception as exc:  # noqa: BLE001 - Kafka unreachable: the client retries
+        log.warning("likers notice for user %d not published: %r", user_id, exc)
+        raise ProblemError(UNAVAILABLE, "the like is stored; its notice could not be sent: "
+                                        "retry", headers={"Retry-After": "1"}) from exc
 
 
 def _refuse_self(user_id: int, other_id: int, verb: str) -> None:
@@ -73,21 +97,23 @@ async def unblock(user_id: UserIdPath, user: CurrentUser, pool: Pg) -> Response:
 
 
 @router.put("/posts/{post_id}/like", status_code=204, response_class=Response,
-            summary="Like a post", responses=problem_responses(401, 404, 422))
-async def like(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Response:
+            summary="Like a post", responses=problem_responses(401, 404, 422, 503))
+async def like(post_id: PostIdPath, user: CurrentUser, pool: Pg, request: Request) -> Response:
     async with pool.connection() as conn, conn.transaction():
         found = await post_rows.fetch_for_viewer(conn, post_id, user.user_id)
         if found is None or not likeable_by(found[0], user.user_id, blocked=found[1]):
             raise ProblemError(NOT_FOUND, "no such post")
         await social.like(conn, post_id, user.user_id)
+    await _likes_changed(request, user.user_id)
     return Response(status_code=204)
 
 
 @router.delete("/posts/{post_id}/like", status_code=204, response_class=Response,
-               summary="Remove a like", responses=problem_responses(401, 422))
-async def unlike(post_id: PostIdPath, user: CurrentUser, pool: Pg) -> Response:
+               summary="Remove a like", responses=problem_responses(401, 422, 503))
+async def unlike(post_id: PostIdPath, user: CurrentUser, pool: Pg, request: Request) -> Response:
     async with pool.connection() as conn, conn.transaction():
         await social.unlike(conn, post_id, user.user_id)
+    await _likes_changed(request, user.user_id)
     return Response(status_code=204)
 
 

@@ -2,7 +2,7 @@
 
 Contract: ``schemas/serving-changes.{key,value}.v1.json``. The read path keeps the
 copies a page needs (post states, readers' follows and blocks, author-timeline tops, inbox
-tops, readers' stored preferences) in
+tops, readers' stored preferences, authors' names, the posts each reader liked) in
 an in-process cache (services/api/copies/serving_cache.py); a notice tells every API
 process which entries to drop. The writer publishes a notice only after Cassandra
 acknowledged the write, and waits for the broker's acknowledgement before the source
@@ -35,16 +35,19 @@ class ServingChange:
     inboxes: tuple[int, ...] = ()                  # readers whose feed_inbox rows changed
     preferences: tuple[int, ...] = ()              # readers whose stored preferences changed
     profiles: tuple[int, ...] = ()                 # users whose names (user_profiles) changed
+    likers: tuple[int, ...] = ()                   # users who liked or unliked a post (their
+                                                   # liked posts, which API processes keep)
 
     def __bool__(self) -> bool:
         return bool(self.posts or self.graphs or self.timelines or self.inboxes or self.preferences
-                    or self.profiles)
+                    or self.profiles or self.likers)
 
 
 def encode(change: ServingChange) -> tuple[bytes, bytes]:
     """(key, value) of a notice (ids as decimal strings, like every JSON body)."""
     first = next(iter(change.posts or change.graphs or change.inboxes or change.preferences
-                      or change.profiles or tuple(a for a, _ in change.timelines)), 0)
+                      or change.profiles or change.likers
+                      or tuple(a for a, _ in change.timelines)), 0)
     value: dict[str, object] = {}
     if change.posts:
         value["posts"] = [str(p) for p in change.posts]
@@ -58,6 +61,8 @@ def encode(change: ServingChange) -> tuple[bytes, bytes]:
         value["preferences"] = [str(r) for r in change.preferences]
     if change.profiles:
         value["profiles"] = [str(u) for u in change.profiles]
+    if change.likers:
+        value["likers"] = [str(u) for u in change.likers]
     return json.dumps(str(first)).encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
@@ -79,7 +84,8 @@ def parse(raw_value: bytes | str | None) -> ServingChange | None:
     value = json_object(raw_value, "serving-changes value")
     if value is None:
         return None
-    extra = set(value) - {"posts", "graphs", "timelines", "inboxes", "preferences", "profiles"}
+    extra = set(value) - {"posts", "graphs", "timelines", "inboxes", "preferences", "profiles",
+                          "likers"}
     if extra:
         raise MalformedEnvelope(f"unknown fields {sorted(extra)}")
     timelines = value.get("timelines") or []
@@ -94,7 +100,8 @@ def parse(raw_value: bytes | str | None) -> ServingChange | None:
     return ServingChange(_ids(value.get("posts"), "posts"), _ids(value.get("graphs"), "graphs"),
                          tuple(parts), _ids(value.get("inboxes"), "inboxes"),
                          _ids(value.get("preferences"), "preferences"),
-                         _ids(value.get("profiles"), "profiles"))
+                         _ids(value.get("profiles"), "profiles"),
+                         _ids(value.get("likers"), "likers"))
 
 
 class ChangeSink(Protocol):
@@ -121,6 +128,7 @@ def merge(changes: Iterable[ServingChange]) -> ServingChange:
     inboxes: set[int] = set()
     preferences: set[int] = set()
     profiles: set[int] = set()
+    likers: set[int] = set()
     for c in changes:
         posts.update(c.posts)
         graphs.update(c.graphs)
@@ -128,17 +136,20 @@ def merge(changes: Iterable[ServingChange]) -> ServingChange:
         inboxes.update(c.inboxes)
         preferences.update(c.preferences)
         profiles.update(c.profiles)
+        likers.update(c.likers)
     return ServingChange(tuple(sorted(posts)), tuple(sorted(graphs)), tuple(sorted(timelines)),
-                         tuple(sorted(inboxes)), tuple(sorted(preferences)), tuple(sorted(profiles)))
+                         tuple(sorted(inboxes)), tuple(sorted(preferences)), tuple(sorted(profiles)),
+                         tuple(sorted(likers)))
 
 
 def split(change: ServingChange) -> Iterable[ServingChange]:
     """``change`` as notices of at most ``MAX_IDS`` ids per list."""
     n = max(len(change.posts), len(change.graphs), len(change.timelines), len(change.inboxes),
-            len(change.preferences), len(change.profiles))
+            len(change.preferences), len(change.profiles), len(change.likers))
     for i in range(0, max(n, 1), MAX_IDS):
         part = ServingChange(change.posts[i:i + MAX_IDS], change.graphs[i:i + MAX_IDS],
                              change.timelines[i:i + MAX_IDS], change.inboxes[i:i + MAX_IDS],
-                             change.preferences[i:i + MAX_IDS], change.profiles[i:i + MAX_IDS])
+                             change.preferences[i:i + MAX_IDS], change.profiles[i:i + MAX_IDS],
+                             change.likers[i:i + MAX_IDS])
         if part:
             yield part

@@ -76,6 +76,12 @@ class ApiSettings(FeedSettings):
     preferences_cache_s: float = 5.0
     # Seconds a post's like count is kept in the process (feed items, GET /v1/posts/{id}).
     like_count_cache_s: float = 5.0
+    # Seconds the posts a reader liked are kept in the process at most; the reader's own
+    # like or unlike drops them (in other processes through a serving-changes notice).
+    liked_cache_s: float = 60.0
+    # Seconds back the kept set of a reader's likes reaches (posts created earlier are
+    # asked per page): the feed's reach, 30 days.
+    liked_horizon_s: float = 30 * 86400.0
     # Seconds an author's names are kept in the process at most (feed items, posts,
     # timelines); a serving-changes notice drops a renamed user's sooner.
     name_cache_s: float = Field(default=2.0, ge=0)
