@@ -353,6 +353,7 @@ async function openProfile(id) {
   $("profile-followers").textContent = ""; $("profile-following").textContent = "";
   $("profile-actions").hidden = true; $("profile-form").hidden = true;
   $("timeline").replaceChildren();
+  $("timeline").setAttribute("aria-busy", "true");
   $("timeline-more").hidden = true; $("timeline-end").hidden = true;
   try {
     const [user, page] = await Promise.all([api(`/v1/users/${id}`), timelinePage(id, null)]);
@@ -367,13 +368,16 @@ async function openProfile(id) {
       $("profile-handle").textContent = "";
       showError("No such user: they do not exist, or a block stands between you.");
     } else failed(e, () => { if (profileRoute() === id) openProfile(id); });
-  } finally { if (seq === state.profileSeq) state.profile.loading = false; }
+  } finally {
+    if (seq === state.profileSeq) { state.profile.loading = false; $("timeline").setAttribute("aria-busy", "false"); }
+  }
 }
 
 async function timelineMore() {
   const profile = state.profile;
   if (!profile || !profile.cursor || profile.loading) return;
   profile.loading = true;
+  $("timeline").setAttribute("aria-busy", "true");
   const seq = state.profileSeq;
   try {
     const page = await timelinePage(profile.id, profile.cursor);
@@ -384,7 +388,7 @@ async function timelineMore() {
     if (seq !== state.profileSeq) return;
     if (e instanceof ApiError && e.status === 400) { say("Starting the posts again from the top."); openProfile(profile.id); }
     else failed(e);
-  } finally { profile.loading = false; }
+  } finally { profile.loading = false; $("timeline").setAttribute("aria-busy", "false"); }
 }
 
 function hideAuthorInFeed(authorId) {
