@@ -85,10 +85,11 @@ class Page:
         field.send_keys(text + (Keys.ENTER if submit else ""))
 
     def items(self, css: str = "#feed li") -> list[str]:
-        from selenium.webdriver.common.by import By
-
-        return [li.get_attribute("data-post-id") for li in
-                self.driver.find_elements(By.CSS_SELECTOR, css)]
+        """The listed post ids, read in one script (a list replaced meanwhile cannot
+        leave a stale element behind)."""
+        ids: list[str] = self.driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map((li) => li.dataset.postId);", css)
+        return ids
 
     def shot(self, step: str) -> None:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -317,17 +317,19 @@ function showProfile(user) {
   showRelation();
 }
 
-// A timeline page may be empty and still have a next_cursor (a long silence): read on,
-// a few pages at most, so a click shows posts when there are any.
+// A timeline page reads at most 128 days, so it may hold fewer posts than asked (even
+// none) and still have a next_cursor: read on, a few pages at most, until the page is
+// full or the walk ends, so a click shows posts when there are any and "Load more"
+// stays only while there may be more.
 async function timelinePage(id, cursor) {
   const items = [];
   let next = cursor;
-  for (let reads = 0; reads < 8; reads += 1) {
-    const query = `limit=${PAGE}` + (next ? `&cursor=${encodeURIComponent(next)}` : "");
+  for (let reads = 0; reads < 4; reads += 1) {
+    const query = `limit=${PAGE - items.length}` + (next ? `&cursor=${encodeURIComponent(next)}` : "");
     const page = await api(`/v1/users/${id}/posts?${query}`);
     items.push(...page.items);
     next = page.next_cursor;
-    if (items.length || !next) break;
+    if (items.length >= PAGE || !next) break;
   }
   return { items, next_cursor: next };
 }
