@@ -241,3 +241,60 @@ def test_the_relay_sends_profile_changes_as_the_users_schema_says(source: Settin
     assert (named["before"]["handle"], named["after"]["handle"]) == (None, "Ada_L")
     assert named["after"]["display_name"] == "Ada Lovelace"
     assert (cleared["after"]["handle"], cleared["after"]["display_name"]) == (None, "Ada Lovelace")
+
+
+def test_the_profile_says_whether_the_caller_follows_and_mutes_the_user(
+        api_server: RunningApi) -> None:
+    """``following`` and ``muted`` are the caller's relation, read from the truth: each
+    change answered 2xx shows on the very next GET (what a page's toggles show)."""
+    me, other = new_user_id(), new_user_id()
+    with api_server.client(me) as http, api_server.client(other) as as_other:
+        assert as_other.get("/v1/me/preferences").status_code == 200    # other exists
+
+        def relation() -> tuple[bool, bool]:
+            resp = http.get(f"/v1/users/{other}")
+            assert resp.status_code == 200, resp.text
+            return resp.json()["following"], resp.json()["muted"]
+
+        assert relation() == (False, False)
+        assert http.put(f"/v1/users/{other}/follow").status_code == 200
+        assert relation() == (True, False)
+        assert http.put(f"/v1/users/{other}/mute").status_code == 204
+        assert relation() == (True, True)
+        assert http.delete(f"/v1/users/{other}/follow").status_code == 204
+        assert relation() == (False, True)
+        assert http.delete(f"/v1/users/{other}/mute").status_code == 204
+        assert relation() == (False, False)
+        # One way: the other user's view of me is unchanged by my follow and mute.
+        assert http.put(f"/v1/users/{other}/follow").status_code == 200
+        assert http.put(f"/v1/users/{other}/mute").status_code == 204
+        theirs = as_other.get(f"/v1/users/{me}").json()
+        assert (theirs["following"], theirs["muted"]) == (False, False)
+        mine = http.get(f"/v1/users/{me}").json()                       # my own profile
+        assert (mine["following"], mine["muted"]) == (False, False)
+
+
+def test_timeline_items_carry_the_like_count_and_the_callers_like(
+        scene: Scene, world: FeedWorld) -> None:
+    liked_post, other_post = scene.posts[0], scene.posts[1]
+    assert scene.as_reader.put(f"/v1/posts/{liked_post}/like").status_code == 204
+    world.count_likes(liked_post, [scene.reader])      # the ranker's count owner wrote it
+
+    def timeline() -> dict[int, tuple[Any, Any]]:
+        resp = scene.as_reader.get(f"/v1/users/{scene.author}/posts")
+        assert resp.status_code == 200, resp.text
+        assert "likes_unavailable" not in (resp.json().get("warnings") or [])
+        return {int(i["post_id"]): (i["like_count"], i["liked"]) for i in resp.json()["items"]}
+
+    items = timeline()
+    assert set(items) == set(scene.posts)
+    assert items[liked_post] == (1, True)
+    assert items[other_post] == (0, False)
+    # The caller's own unlike and like show on the next page (Postgres, not the copy).
+    assert scene.as_reader.delete(f"/v1/posts/{liked_post}/like").status_code == 204
+    assert timeline()[liked_post][1] is False
+    assert scene.as_reader.put(f"/v1/posts/{other_post}/like").status_code == 204
+    assert timeline()[other_post][1] is True
+    # The author's own view: counts as the reader's, and no like of theirs.
+    by_author = scene.as_author.get(f"/v1/users/{scene.author}/posts").json()["items"]
+    assert {int(i["post_id"]): i["liked"] for i in by_author}[liked_post] is False

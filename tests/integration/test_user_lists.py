@@ -93,7 +93,8 @@ def test_an_authors_posts_newest_first_across_pages_without_duplicates_or_gaps(
     item = first["items"][0]
     assert item == {"post_id": newest_first[0], "author_id": str(timeline.author),
                     "text": f"post {newest_first[0]}", "created_at": item["created_at"],
-                    "author_handle": None, "author_display_name": None}  # no names set
+                    "author_handle": None, "author_display_name": None,  # no names set
+                    "like_count": 0, "liked": False}
     assert item["created_at"].endswith("Z")
     # The author sees their own list the same way.
     assert timeline.ids(5, timeline.as_author) == newest_first

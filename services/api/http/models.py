@@ -98,6 +98,13 @@ class AuthorPostOut(BaseModel):
                                       "when none is set (or names_unavailable)")
     author_display_name: str | None = Field(default=None, description="The author's display "
                                             "name; null when none is set (or names_unavailable)")
+    like_count: int | None = Field(
+        default=None, description="How many users like the post, as feed items show it; null "
+                                  "when it could not be read (likes_unavailable)")
+    liked: bool | None = Field(
+        default=None, description="Whether the caller likes the post (the source of truth: "
+                                  "the caller's own like shows at once); null when it could "
+                                  "not be read (likes_unavailable)")
 
 
 class AuthorPostsPageOut(BaseModel):
@@ -108,7 +115,9 @@ class AuthorPostsPageOut(BaseModel):
     warnings: list[str] | None = Field(
         default=None,
         description="partial_page: ended before a post whose state could not be read; "
-                    "names_unavailable: the author's names could not be read (null)")
+                    "names_unavailable: the author's names could not be read (null); "
+                    "likes_unavailable: like counts or the caller's likes could not be "
+                    "read (null)")
 
 
 class FollowEntryOut(BaseModel):
@@ -212,3 +221,10 @@ class UserOut(BaseModel):
                                              "serving copies, as /followers shows it)")
     following_count: int = Field(description="How many users the user follows (as "
                                              "/following shows it)")
+    following: bool = Field(default=False, description="Whether the caller follows the user "
+                                                       "(read from the source of truth: a "
+                                                       "follow or unfollow shows at once); "
+                                                       "false for the caller themself")
+    muted: bool = Field(default=False, description="Whether the caller mutes the user (the "
+                                                   "source of truth, as following); false "
+                                                   "for the caller themself")

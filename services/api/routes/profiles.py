@@ -7,7 +7,9 @@ plus ``FEED_NAME_CACHE_S`` at most.
 
 A handle is unique whatever its case: one another user holds is a 409 ``handle-taken``.
 The counts are the lists' (``UserLists.counts``), and a block either way between the
-caller and the user answers 404 as the lists do.
+caller and the user answers 404 as the lists do. ``following`` and ``muted`` are the
+caller's own relation to the user, read with the row from Postgres (the truth), so a
+page can show its follow and mute toggles as they stand.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ async def get_user(request: Request, user_id: UserIdPath, user: CurrentUser, poo
 
     async def row() -> profiles.UserRow | None:
         async with pool.connection() as conn:
-            return await profiles.fetch(conn, user_id)
+            return await profiles.fetch(conn, user_id, user.user_id)
 
     found, counts = await asyncio.gather(row(), lists.counts(user.user_id, user_id),
                                          return_exceptions=True)
@@ -68,4 +70,5 @@ async def get_user(request: Request, user_id: UserIdPath, user: CurrentUser, poo
     followers, following = counts
     return UserOut(user_id=str(found.user_id), handle=found.handle, display_name=found.display_name,
                    created_at=found.created_at, followers_count=followers,
-                   following_count=following)
+                   following_count=following, following=found.following,
+                   muted=found.muted)

@@ -14,6 +14,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
+from services.api.copies.likes import (LikeCounts, LikesRead, PageLikes, ReaderLikes,
+                                       pool_liked_reader)
 from services.api.copies.names import NO_NAME, Name, Names
 from services.api.http.auth import CurrentUser
 from services.api.http.deps import Pg
@@ -92,15 +94,18 @@ async def author_posts(request: Request, user_id: UserIdPath, user: CurrentUser,
     except (CursorRejected, NotVisible, ListUnavailable) as exc:
         named.cancel()
         raise _problems(exc) from exc
+    likes = await _likes(request, pool, user.user_id, [i.post_id for i in page.items])
     found = await named
     name = found.get(user_id, NO_NAME) if found is not None else NO_NAME
     out = AuthorPostsPageOut(
         items=[AuthorPostOut(post_id=str(i.post_id), author_id=str(i.body.author_id),
                              text=i.body.text, created_at=_iso_ms(i.body.created_at_ms),
-                             author_handle=name.handle, author_display_name=name.display_name)
+                             author_handle=name.handle, author_display_name=name.display_name,
+                             like_count=likes.count_of(i.post_id), liked=likes.liked_of(i.post_id))
                for i in page.items],
         next_cursor=page.next_cursor)
     warnings = page.warnings + (["names_unavailable"] if found is None and page.items else [])
+    warnings += ["likes_unavailable"] if likes.failed else []
     if warnings:
         out.warnings = warnings
     return out
@@ -108,6 +113,17 @@ async def author_posts(request: Request, user_id: UserIdPath, user: CurrentUser,
 
 async def _no_names() -> dict[int, Name]:
     return {}
+
+
+async def _likes(request: Request, pool: Pg, reader_id: int, post_ids: list[int]) -> LikesRead:
+    """The page's like counts and the reader's likes, as feed pages read them
+    (copies/likes.py: one read of each kind for the page; never raises)."""
+    counts: LikeCounts | None = getattr(request.app.state, "like_counts", None)
+    if counts is None:
+        return LikesRead(failed=bool(post_ids))
+    reader_likes: ReaderLikes | None = getattr(request.app.state, "reader_likes", None)
+    liked = reader_likes.liked_among if reader_likes is not None else pool_liked_reader(pool)
+    return await PageLikes(counts, liked).read(reader_id, post_ids)
 
 
 @router.get("/{user_id}/followers", response_model=FollowersPageOut,

@@ -20,6 +20,8 @@ class UserRow:
     handle: str | None
     display_name: str | None
     created_at: datetime
+    following: bool = False   # the viewer follows the user
+    muted: bool = False       # the viewer mutes the user
 
 
 async def save(conn: AsyncConnection, user_id: int, handle: str | None,
@@ -38,8 +40,14 @@ async def save(conn: AsyncConnection, user_id: int, handle: str | None,
         raise
 
 
-async def fetch(conn: AsyncConnection, user_id: int) -> UserRow | None:
+async def fetch(conn: AsyncConnection, user_id: int, viewer_id: int) -> UserRow | None:
+    """The user's row and, in the same statement, whether ``viewer_id`` follows and mutes
+    them (``follows`` and ``mutes``, the truth: a follow, unfollow, mute or unmute
+    answered 2xx shows on the next read). Two primary-key probes besides the row."""
     row = await (await conn.execute(
-        "SELECT user_id, handle, display_name, created_at FROM users WHERE user_id = %s",
-        (user_id,))).fetchone()
+        "SELECT u.user_id, u.handle, u.display_name, u.created_at, "
+        "EXISTS (SELECT 1 FROM follows WHERE follower_id = %s AND followed_id = u.user_id), "
+        "EXISTS (SELECT 1 FROM mutes WHERE muter_id = %s AND muted_id = u.user_id) "
+        "FROM users u WHERE u.user_id = %s",
+        (viewer_id, viewer_id, user_id))).fetchone()
     return UserRow(*row) if row is not None else None

@@ -6,7 +6,11 @@ const $ = (id) => document.getElementById(id);
 const state = {
   token: null, userId: null, order: "ranked", cursor: null, version: null,
   shown: new Set(), loading: false, fresh: 0, stream: null, lastEventId: null, retryTimer: null,
+  // The profile view (#/users/{id}): which one, its data and timeline cursor; feedStale:
+  // a follow, unfollow, mute or unmute since the feed was read (reread when shown again).
+  profile: null, profileSeq: 0, feedStale: false,
 };
+let controlIds = 0;
 
 class ApiError extends Error {
   constructor(status, problem, retryAfter) {
@@ -72,42 +76,80 @@ function button(label, onClick, extra = {}) {
   return b;
 }
 
-// The author as a reader knows them: their display name and handle when they set them
-// (author_display_name, author_handle), their id otherwise.
-function authorName(item) {
-  const handle = item.author_handle ? `@${item.author_handle}` : "";
-  if (item.author_display_name) {
-    return handle ? `${item.author_display_name} (${handle})` : item.author_display_name;
-  }
-  return handle || `User ${item.author_id}`;
+// A user as a reader knows them: their display name and handle when they set them,
+// their id otherwise.
+function nameOf(handle, displayName, id) {
+  const at = handle ? `@${handle}` : "";
+  if (displayName) return at ? `${displayName} (${at})` : displayName;
+  return at || `User ${id}`;
 }
 
-function render(item) {
+function authorName(item) { return nameOf(item.author_handle, item.author_display_name, item.author_id); }
+
+function likesText(count) { return count === null ? "" : `${count} like${count === 1 ? "" : "s"}`; }
+
+// A like toggle (aria-pressed) and the count beside it. Optimistic: the button and count
+// change at once and go back if the API refuses; a 2xx keeps them (the API answers no
+// count: the count copy lags the like by the pipeline, a reread would show the old one).
+// Every copy of the post on the page (feed and timeline) follows.
+function likeControls(item) {
+  let liked = item.liked === true;
+  // The count lags the caller's own like (the copy), never the other way: at least 1.
+  let count = typeof item.like_count === "number" ? Math.max(item.like_count, liked ? 1 : 0) : null;
+  let pending = false;
+  const countId = `likes-${++controlIds}`;
+  const label = document.createElement("span");
+  label.className = "like-count"; label.id = countId;
+  const like = button("Like", async () => {
+    if (pending) return;
+    pending = true;
+    const before = [liked, count];
+    const want = !liked;
+    syncLike(item.post_id, want, count === null ? null : Math.max(0, count + (want ? 1 : -1)));
+    try {
+      await api(`/v1/posts/${item.post_id}/like`, { method: want ? "PUT" : "DELETE" });
+    } catch (e) {
+      syncLike(item.post_id, ...before);
+      if (e instanceof ApiError && e.status === 404) showError("This post is no longer available: it cannot be liked.");
+      else failed(e);
+    } finally { pending = false; }
+  }, { "aria-pressed": String(liked), "aria-describedby": countId, class: "secondary like" });
+  const show = (nowLiked, nowCount) => {
+    liked = nowLiked; count = nowCount;
+    like.setAttribute("aria-pressed", String(liked));
+    label.textContent = likesText(count);
+  };
+  show(liked, count);
+  return { controls: [like, label], show };
+}
+
+function syncLike(postId, liked, count) {
+  document.querySelectorAll(`li[data-post-id="${postId}"]`).forEach((li) => li.showLike && li.showLike(liked, count));
+}
+
+function render(item, { unfollow = true } = {}) {
   const li = document.createElement("li");
   li.dataset.postId = item.post_id;
+  li.dataset.authorId = item.author_id;
   const meta = document.createElement("div");
   meta.className = "meta";
-  const likes = typeof item.like_count === "number" ? ` · ${item.like_count} likes` : "";
   const who = authorName(item);
-  meta.textContent = `${who} · ${age(item.created_at)}${likes}`;
+  const author = document.createElement("a");
+  author.className = "author"; author.href = `#/users/${item.author_id}`; author.textContent = who;
+  meta.append(author, ` · ${age(item.created_at)}`);
   const text = document.createElement("p");
   text.className = "text";
   text.textContent = item.text;
   const actions = document.createElement("div");
   actions.className = "actions";
-  const like = button(item.liked ? "Liked" : "Like", async () => {
-    const liked = like.getAttribute("aria-pressed") === "true";
-    try {
-      await api(`/v1/posts/${item.post_id}/like`, { method: liked ? "DELETE" : "PUT" });
-      like.setAttribute("aria-pressed", String(!liked));
-      like.textContent = liked ? "Like" : "Liked";
-    } catch (e) { failed(e); }
-  }, { "aria-pressed": String(item.liked === true) });
-  actions.append(like);
-  if (item.author_id !== state.userId) {
+  const like = likeControls(item);
+  li.showLike = like.show;
+  actions.append(...like.controls);
+  if (unfollow && item.author_id !== state.userId) {
     actions.append(button(`Unfollow ${who}`, async () => {
       try {
         await api(`/v1/users/${item.author_id}/follow`, { method: "DELETE" });
+        state.feedStale = true;
         say(`Unfollowed ${who}: their posts leave your feed on the next page.`);
       } catch (e) { failed(e); }
     }));
@@ -223,6 +265,230 @@ async function keepStreaming() {
   }
 }
 
+// ---- The profile view: #/users/{id} ------------------------------------------------
+
+function profileRoute() {
+  const match = location.hash.match(/^#\/users\/([1-9][0-9]{0,18})$/);
+  return match ? match[1] : null;
+}
+
+function route() {
+  if (!state.token) return;
+  const id = profileRoute();
+  if (id) openProfile(id); else showFeed();
+}
+
+function showView(profile) {
+  $("profile-section").hidden = !profile;
+  $("compose").hidden = profile;
+  $("feed-section").hidden = profile;
+}
+
+function showFeed() {
+  const fromProfile = state.profile !== null;
+  state.profile = null; state.profileSeq += 1;
+  showView(false);
+  if (state.feedStale) { state.feedStale = false; loadFirst(); }
+  if (fromProfile) $("feed").focus();
+}
+
+function setPressed(id, on) { $(id).setAttribute("aria-pressed", String(Boolean(on))); }
+
+function showRelation() {
+  const user = state.profile.data;
+  $("profile-followers").textContent = `${user.followers_count} follower${user.followers_count === 1 ? "" : "s"}`;
+  $("profile-following").textContent = `${user.following_count} following`;
+  setPressed("profile-follow", user.following);
+  setPressed("profile-mute", user.muted);
+}
+
+function showProfile(user) {
+  state.profile.data = user;
+  $("profile-name").textContent = user.display_name || (user.handle ? `@${user.handle}` : `User ${user.user_id}`);
+  $("profile-handle").textContent = [user.handle && `@${user.handle}`, `user ${user.user_id}`].filter(Boolean).join(" · ");
+  const mine = user.user_id === state.userId;
+  $("profile-actions").hidden = mine;
+  $("profile-form").hidden = !mine;
+  if (mine) {
+    $("profile-edit-handle").value = user.handle || "";
+    $("profile-edit-display").value = user.display_name || "";
+    formError("");
+  }
+  showRelation();
+}
+
+// A timeline page reads at most 128 days, so it may hold fewer posts than asked (even
+// none) and still have a next_cursor: read on, a few pages at most, until the page is
+// full or the walk ends, so a click shows posts when there are any and "Load more"
+// stays only while there may be more.
+async function timelinePage(id, cursor) {
+  const items = [];
+  let next = cursor;
+  for (let reads = 0; reads < 4; reads += 1) {
+    const query = `limit=${PAGE - items.length}` + (next ? `&cursor=${encodeURIComponent(next)}` : "");
+    const page = await api(`/v1/users/${id}/posts?${query}`);
+    items.push(...page.items);
+    next = page.next_cursor;
+    if (items.length >= PAGE || !next) break;
+  }
+  return { items, next_cursor: next };
+}
+
+function showTimeline(page, replace) {
+  const list = $("timeline");
+  if (replace) list.replaceChildren();
+  for (const item of page.items) {
+    if (!list.querySelector(`li[data-post-id="${item.post_id}"]`)) list.append(render(item, { unfollow: false }));
+  }
+  state.profile.cursor = page.next_cursor;
+  $("timeline-more").hidden = !page.next_cursor;
+  $("timeline-end").hidden = Boolean(page.next_cursor);
+  $("timeline-end").textContent = list.children.length ? "No more posts." : "No posts yet.";
+}
+
+async function openProfile(id) {
+  const seq = ++state.profileSeq;
+  state.profile = { id, data: null, cursor: null, loading: true, pending: false };
+  showView(true);
+  $("profile-name").textContent = `User ${id}`;
+  $("profile-handle").textContent = "Loading…";
+  $("profile-followers").textContent = ""; $("profile-following").textContent = "";
+  $("profile-actions").hidden = true; $("profile-form").hidden = true;
+  $("timeline").replaceChildren();
+  $("timeline").setAttribute("aria-busy", "true");
+  $("timeline-more").hidden = true; $("timeline-end").hidden = true;
+  try {
+    const [user, page] = await Promise.all([api(`/v1/users/${id}`), timelinePage(id, null)]);
+    if (seq !== state.profileSeq) return;
+    showError("");
+    showProfile(user);
+    showTimeline(page, true);
+    $("profile-name").focus();
+  } catch (e) {
+    if (seq !== state.profileSeq) return;
+    if (e instanceof ApiError && e.status === 404) {
+      $("profile-handle").textContent = "";
+      showError("No such user: they do not exist, or a block stands between you.");
+    } else failed(e, () => { if (profileRoute() === id) openProfile(id); });
+  } finally {
+    if (seq === state.profileSeq) { state.profile.loading = false; $("timeline").setAttribute("aria-busy", "false"); }
+  }
+}
+
+async function timelineMore() {
+  const profile = state.profile;
+  if (!profile || !profile.cursor || profile.loading) return;
+  profile.loading = true;
+  $("timeline").setAttribute("aria-busy", "true");
+  const seq = state.profileSeq;
+  try {
+    const page = await timelinePage(profile.id, profile.cursor);
+    if (seq !== state.profileSeq) return;
+    showError("");
+    showTimeline(page, false);
+  } catch (e) {
+    if (seq !== state.profileSeq) return;
+    if (e instanceof ApiError && e.status === 400) { say("Starting the posts again from the top."); openProfile(profile.id); }
+    else failed(e);
+  } finally { profile.loading = false; $("timeline").setAttribute("aria-busy", "false"); }
+}
+
+function hideAuthorInFeed(authorId) {
+  document.querySelectorAll(`#feed li[data-author-id="${authorId}"]`).forEach((li) => {
+    state.shown.delete(li.dataset.postId);
+    li.remove();
+  });
+}
+
+// Follow and mute toggles: optimistic (the button and the follower count change at once)
+// and put back when the API refuses. What the profile said comes from the truth (the
+// API's following and muted), so the toggles start as they stand.
+async function toggle(kind) {
+  const profile = state.profile;
+  if (!profile || !profile.data || profile.pending) return;
+  const user = profile.data;
+  const field = kind === "follow" ? "following" : "muted";
+  const on = !user[field];
+  const before = { ...user };
+  const who = nameOf(user.handle, user.display_name, user.user_id);
+  profile.pending = true;
+  user[field] = on;
+  if (kind === "follow") user.followers_count = Math.max(0, user.followers_count + (on ? 1 : -1));
+  showRelation();
+  try {
+    await api(`/v1/users/${user.user_id}/${kind}`, { method: on ? "PUT" : "DELETE" });
+    state.feedStale = true;
+    if (kind === "mute" && on) hideAuthorInFeed(user.user_id);
+    say({
+      "follow:true": `Following ${who}: their new posts will appear in your feed.`,
+      "follow:false": `Unfollowed ${who}: their posts leave your feed.`,
+      "mute:true": `Muted ${who}: their posts are hidden from your feed (they are not told).`,
+      "mute:false": `Unmuted ${who}: their posts come back to your feed.`,
+    }[`${kind}:${on}`]);
+  } catch (e) {
+    Object.assign(user, before);
+    if (state.profile === profile) showRelation();
+    failed(e);
+  } finally { profile.pending = false; }
+}
+
+// ---- Editing one's own profile ------------------------------------------------------
+
+function formError(text) {
+  const box = $("profile-form-error");
+  box.textContent = text;
+  box.hidden = !text;
+  if (!text) ["profile-edit-handle", "profile-edit-display"].forEach((id) => $(id).removeAttribute("aria-invalid"));
+}
+
+const FIELD_RULES = {
+  handle: ["profile-edit-handle", "Handle: 3–30 letters, digits or underscores (no spaces)."],
+  display_name: ["profile-edit-display", "Display name: 1–64 characters, no control characters."],
+};
+
+// A 409 or 422 problem+json as the form shows it: the title, then what to change.
+function problemText(error) {
+  const problem = error.problem;
+  const parts = [];
+  for (const item of problem.errors || []) {
+    const rule = FIELD_RULES[(item.loc || []).slice(-1)[0]];
+    if (rule) { $(rule[0]).setAttribute("aria-invalid", "true"); parts.push(rule[1]); }
+    else parts.push(item.msg);
+  }
+  if (error.status === 409) $("profile-edit-handle").setAttribute("aria-invalid", "true");
+  if (!parts.length) parts.push(problem.detail || error.message);
+  return `${problem.title || "Error"}: ${parts.join(" ")}`;
+}
+
+async function saveProfile(event) {
+  event.preventDefault();
+  const handle = $("profile-edit-handle").value.trim();
+  const display = $("profile-edit-display").value;
+  formError("");
+  try {
+    const saved = await api("/v1/me/profile", {
+      method: "PUT", body: { handle: handle || null, display_name: display.trim() ? display : null } });
+    showWhoami(saved);
+    if (state.profile && state.profile.data && state.profile.id === state.userId) {
+      showProfile({ ...state.profile.data, handle: saved.handle, display_name: saved.display_name });
+    }
+    say("Profile saved. Your posts show the new name within a few seconds.");
+  } catch (e) {
+    if (e instanceof ApiError && (e.status === 409 || e.status === 422)) {
+      formError(problemText(e));
+      $(e.status === 409 || !$("profile-edit-display").getAttribute("aria-invalid")
+        ? "profile-edit-handle" : "profile-edit-display").focus();
+    } else failed(e);
+  }
+}
+
+function showWhoami(user) {
+  const named = user && (user.handle || user.display_name);
+  $("whoami").textContent = named
+    ? `Signed in as ${nameOf(user.handle, user.display_name, user.user_id)}, user ${state.userId}`
+    : `Signed in as user ${state.userId}`;
+}
+
 async function signIn(token) {
   const user = subjectOf(token);
   if (!user) { showError("That is not a token this API issues (no user id in it)."); return; }
@@ -233,10 +499,14 @@ async function signIn(token) {
     state.order = prefs.feed_order;
   } catch (e) { failed(e); if (!state.token) return; }
   document.querySelector(`input[name=order][value=${state.order}]`).checked = true;
-  $("whoami").textContent = `Signed in as user ${user}`;
-  $("compose").hidden = false;
-  $("feed-section").hidden = false;
+  showWhoami(null);
+  $("nav-me").href = `#/users/${user}`;
+  $("nav").hidden = false;
   showError("");
+  api(`/v1/users/${user}`).then(showWhoami, () => {});  // the names, when set: not needed to go on
+  const profile = profileRoute();
+  showView(Boolean(profile));
+  if (profile) openProfile(profile);
   await loadFirst();
   if (state.token) keepStreaming();
 }
@@ -249,6 +519,9 @@ function signOut(clearMessage = true) {
   $("whoami").textContent = "Not signed in";
   $("compose").hidden = true;
   $("feed-section").hidden = true;
+  $("profile-section").hidden = true;
+  $("nav").hidden = true;
+  state.profile = null; state.profileSeq += 1; state.feedStale = false;
   if (clearMessage) showError("");
   $("mint-user").focus();
 }
@@ -298,6 +571,11 @@ function wire() {
   });
   $("new-posts").addEventListener("click", async () => { await loadFirst(); $("feed").focus(); });
   $("more").addEventListener("click", loadMore);
+  $("timeline-more").addEventListener("click", timelineMore);
+  $("profile-follow").addEventListener("click", () => toggle("follow"));
+  $("profile-mute").addEventListener("click", () => toggle("mute"));
+  $("profile-form").addEventListener("submit", saveProfile);
+  window.addEventListener("hashchange", route);
   new IntersectionObserver((entries) => {
     if (entries.some((entry) => entry.isIntersecting)) loadMore();
   }).observe($("sentinel"));

@@ -74,7 +74,8 @@ class ApiSettings(FeedSettings):
     latest_posts_per_partition: int = 200
     # Seconds a reader's stored preferences are kept in the process.
     preferences_cache_s: float = 5.0
-    # Seconds a post's like count is kept in the process (feed items, GET /v1/posts/{id}).
+    # Seconds a post's like count is kept in the process (feed and timeline items, GET
+    # /v1/posts/{id}).
     like_count_cache_s: float = 5.0
     # Seconds the posts a reader liked are kept in the process at most; the reader's own
     # like or unlike drops them (in other processes through a serving-changes notice).
