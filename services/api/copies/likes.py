@@ -145,6 +145,21 @@ class ReaderLikes:
     def _untouched(self, reader_id: int, epoch: int) -> bool:
         return epoch >= self._floor and self._dropped.get(reader_id, -1) <= epoch
 
+    def held_among(self, reader_id: int, post_ids: Sequence[int]) -> set[int] | None:
+        """``liked_among`` from the kept set alone, or None when it would have to read."""
+        held = self._held.get(reader_id)
+        if held is None or held.expires <= self._monotonic():
+            return None
+        floor, liked = held.floor_ms, held.liked
+        out = set()
+        for p in post_ids:
+            if ids.timestamp_ms(p) < floor:
+                return None
+            if p in liked:
+                out.add(p)
+        self.hits += 1
+        return out
+
     async def liked_among(self, reader_id: int, post_ids: Sequence[int]) -> set[int]:
         """Which of ``post_ids`` the reader likes; raises when a read fails."""
         held = self._held.get(reader_id)
@@ -190,6 +205,20 @@ class LikeCounts:
         self._counts: OrderedDict[int, tuple[float, int]] = OrderedDict()  # post -> (expires, count)
         self.hits = 0
         self.misses = 0
+
+    def held(self, post_ids: Sequence[int]) -> dict[int, int] | None:
+        """Every post's count if all are kept and fresh, else None (nothing to read: a page
+        whose counts are all kept needs no task)."""
+        now = self._monotonic()
+        out: dict[int, int] = {}
+        counts = self._counts
+        for post_id in post_ids:
+            held = counts.get(post_id)
+            if held is None or held[0] <= now:
+                return None
+            out[post_id] = held[1]
+        self.hits += len(out)
+        return out
 
     async def counts(self, post_ids: Sequence[int]) -> dict[int, int]:
         """Every post's count (0 when never liked); raises when a read fails."""
@@ -254,9 +283,23 @@ class LikesRead:
 class PageLikes:
     """Counts and the reader's likes of a window's posts: both reads at once."""
 
-    def __init__(self, counts: LikeCounts, liked: LikedReader) -> None:
+    def __init__(self, counts: LikeCounts, liked: LikedReader,
+                 held_liked: Callable[[int, Sequence[int]], set[int] | None] | None = None) -> None:
         self.counts = counts
         self._liked = liked
+        self._held_liked = held_liked
+
+    def held(self, reader_id: int, post_ids: Sequence[int]) -> LikesRead | None:
+        """What ``read`` would answer, when the process keeps all of it; else None."""
+        if self._held_liked is None:
+            return None
+        counts = self.counts.held(post_ids)
+        if counts is None:
+            return None
+        liked = self._held_liked(reader_id, post_ids)
+        if liked is None:
+            return None
+        return LikesRead(counts, liked, set(post_ids))
 
     async def read(self, reader_id: int, post_ids: Sequence[int]) -> LikesRead:
         """Never raises: a failed read is logged and marked ``failed``."""

@@ -88,6 +88,19 @@ class Names:
         return epoch >= self._floor and self._dropped.get(user_id, -1) <= epoch
 
     # -- the readers' side ---------------------------------------------------------------
+    def held(self, user_ids: Iterable[int]) -> dict[int, Name] | None:
+        """Every user's name if all are kept and fresh, else None."""
+        now = self._monotonic()
+        out: dict[int, Name] = {}
+        names = self._names
+        for user_id in user_ids:
+            held = names.get(user_id)
+            if held is None or held[0] <= now:
+                return None
+            out[user_id] = held[1]
+        self.hits += len(out)
+        return out
+
     async def of(self, user_ids: Iterable[int]) -> dict[int, Name]:
         """Every user's name (``NO_NAME`` for those without); raises when a read fails."""
         now = self._monotonic()
@@ -157,6 +170,10 @@ class PageNames:
         ask = [a for a in dict.fromkeys(authors) if a is not None and a not in asked]
         if ask:
             asked.update(ask)
+            held = self._names.held(ask)
+            if held is not None:   # all kept: no task, no read
+                self.found.update(held)
+                return
             self._pending.append(asyncio.ensure_future(self._names.maybe(ask)))
 
     async def settle(self) -> None:

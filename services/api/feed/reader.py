@@ -72,7 +72,7 @@ class FeedUnavailable(RuntimeError):
     """A correctness input (graph, snapshot, post states) could not be read."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PageItem:
     entry: Ranked
     body: PostBody
@@ -504,6 +504,10 @@ class _PageLikes:
         ask = [e.post_id for e in window if e.post_id not in asked]
         if ask:
             asked.update(ask)
+            held = self._likes.held(self._reader_id, ask)
+            if held is not None:   # all kept in the process: no task, no read
+                self.read.merge(held)
+                return
             self._pending = asyncio.ensure_future(self._likes.read(self._reader_id, ask))
 
     async def settle(self) -> None:
@@ -512,21 +516,25 @@ class _PageLikes:
             self.read.merge(await pending)
 
     def on(self, items: list[PageItem]) -> list[PageItem]:
-        """``items`` with their like count and ``liked`` (as they are without reads)."""
+        """``items`` given their like count and ``liked`` (in place; as they are without
+        reads)."""
         if self._likes is None:
             return items
         read = self.read
-        return [PageItem(i.entry, i.body, read.count_of(i.entry.post_id),
-                         read.liked_of(i.entry.post_id)) for i in items]
+        counts, liked, known = read.counts, read.liked, read.known
+        for i in items:
+            post_id = i.entry.post_id
+            i.like_count = counts.get(post_id)
+            i.liked = (post_id in liked) if post_id in known else None
+        return items
 
 
 def _named(items: list[PageItem], names: PageNames) -> list[PageItem]:
-    """``items`` with their authors' names."""
-    out = []
+    """``items`` given their authors' names (in place)."""
     for i in items:
         name = names.name_of(i.body.author_id)
-        out.append(PageItem(i.entry, i.body, i.like_count, i.liked, name.handle, name.display_name))
-    return out
+        i.author_handle, i.author_display_name = name.handle, name.display_name
+    return items
 
 
 async def _nothing() -> FetchResult:

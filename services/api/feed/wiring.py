@@ -121,7 +121,8 @@ def _build(app: FastAPI, settings: ApiProcess) -> None:
         cache.liker_listeners.append(reader_likes.drop)
     app.state.reader_likes = reader_likes
     app.state.feed = FeedReader(store, copies, settings, metrics, utc_now, activity, reuse, notices,
-                                fence, likes=PageLikes(like_counts, reader_likes.liked_among),
+                                fence, likes=PageLikes(like_counts, reader_likes.liked_among,
+                                                      reader_likes.held_among),
                                 accounts=accounts, names=names)
     app.state.user_lists = UserLists(
         store, raw, copies, fence, CursorKeys.parse(settings.cursor_keys.get_secret_value()),
