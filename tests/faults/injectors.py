@@ -246,7 +246,10 @@ def _service_pid(layout: Layout, service: str, *, supervisor: bool = False) -> i
 SCENARIOS = ("cassandra-kill", "cassandra-pause", "cassandra-cut", "broker-kill", "broker-cut",
              "postgres-restart", "worker-kills", "pipeline-stall", "backlog", "lost-hide",
              "fanout-down")
-HOLD_S = {"cassandra-kill": 30.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0,
+# cassandra-kill: the node must stay down past its alert's 1 min "for" plus a scrape and
+# an evaluation (5 s each) even when its restart is quick: with 30 s, a 32 s restart
+# brought it back 62 s after the kill and the alert never fired (2026-12-06).
+HOLD_S = {"cassandra-kill": 50.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0,
           "broker-kill": 20.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
           "pipeline-stall": 60.0, "backlog": 30.0, "lost-hide": 20.0,
           # Over the alert's 1 min "for", plus a scrape and an evaluation (5 s each).
