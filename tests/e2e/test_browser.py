@@ -178,12 +178,10 @@ def test_infinite_scroll_walks_the_cursor_and_an_expired_token_says_so(
     reader.wait(lambda: reader.el("#new-posts").is_displayed(), "the new-posts banner")
     reader.el("#new-posts").click()
     reader.wait(lambda: len(reader.items()) == 20, "the first page of 20")
-    for _ in range(10):  # scrolling to the end loads the next pages
+    def scrolled_to_the_end() -> bool:  # scrolling to the end loads the next pages
         reader.driver.execute_script("window.scrollTo(0, document.body.scrollHeight)")
-        time.sleep(0.3)
-        if len(reader.items()) == len(posted):
-            break
-    reader.wait(lambda: len(reader.items()) == len(posted), "every page by scrolling")
+        return len(reader.items()) == len(posted)
+    reader.wait(scrolled_to_the_end, "every page by scrolling")
     assert sorted(int(p) for p in reader.items()) == sorted(posted)
     reader.wait(lambda: reader.el("#feed-end").is_displayed(), "the end of the feed")
     reader.shot("6-scrolled")

@@ -202,7 +202,16 @@ async function loadMore() {
   } catch (e) {
     if (e instanceof ApiError && e.status === 400) { say("Starting again from the top."); await loadFirst(); }
     else failed(e, loadMore);
+    return;
   } finally { state.loading = false; }
+  // The observer fires only when the sentinel comes into view: if this page left it in
+  // view (a short page, a tall window, a scroll that arrived while loading), read on.
+  if (sentinelInView()) loadMore();
+}
+
+function sentinelInView() {
+  const box = $("sentinel").getBoundingClientRect();
+  return box.top < window.innerHeight && box.bottom >= 0 && !$("feed-section").hidden;
 }
 
 function announce(count) {
