@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Iterable, Sequence
 
 from services.shared.clients import pg
+from services.shared.contracts.visibility_log import LOG_HEAD
 from services.shared.settings import FanoutProcess
 
 from .copy_audit import AsyncConn, CopyAudit, Key, RepairOutcome, WritersStillOpen
@@ -140,7 +141,7 @@ class SettleMarks:
 _ENTRIES = ("SELECT seq, kind, subject_id, object_id, hidden,"
             " extract(epoch FROM now() - changed_at)::float8"
             " FROM visibility_changes WHERE seq > %s ORDER BY seq LIMIT %s")
-_HEAD = ("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM visibility_changes_seq")
+_HEAD = LOG_HEAD
 _BACKLOG = ("SELECT count(*), coalesce(extract(epoch FROM now() - min(changed_at))::float8, 0)"
             " FROM visibility_changes WHERE seq > %s")
 _SAVE = ("UPDATE visibility_verified SET checked = GREATEST(checked, %s), upto = GREATEST(upto, %s),"

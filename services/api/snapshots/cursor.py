@@ -17,6 +17,7 @@ import base64
 import hmac
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -95,17 +96,20 @@ def encode_cursor(cursor: Cursor, keys: CursorKeys) -> str:
                "k": cursor.rank, "p": str(cursor.post_id)}
     if cursor.order != RANKED:
         payload["o"] = cursor.order
+    return sign(payload, keys)
+
+
+def sign(payload: dict[str, object], keys: CursorKeys) -> str:
+    """``payload`` as an opaque token ``body.kid.mac``, signed with the current key (the
+    feed's cursors and the lists', snapshots/list_cursor.py)."""
     body = _b64(orjson.dumps(payload))
     signed = f"{body}.{keys.signing}"
     return f"{signed}.{_b64(_mac(keys.by_kid[keys.signing], signed))}"
 
 
-def decode_cursor(token: str, keys: CursorKeys, reader_id: int) -> Cursor:
-    """Verify ``token`` and return its cursor; raise ``CursorRejected`` otherwise.
-
-    The signature is checked before the payload is parsed, and the reader binding after:
-    a valid cursor of another reader is rejected like a forged one.
-    """
+def verified_payload(token: str, keys: CursorKeys) -> object:
+    """The JSON ``token`` carries, once its shape and signature are checked (before the
+    payload is parsed); raises ``CursorRejected``. Its fields are the caller's to check."""
     if not token or len(token) > MAX_CURSOR_CHARS or not token.isascii():
         raise CursorRejected("cursor is malformed")
     parts = token.split(".")
@@ -122,7 +126,19 @@ def decode_cursor(token: str, keys: CursorKeys, reader_id: int) -> Cursor:
     if not hmac.compare_digest(given, _mac(secret, f"{body}.{kid}")):
         raise CursorRejected("cursor signature does not match")
     try:
-        payload = orjson.loads(_unb64(body))
+        return orjson.loads(_unb64(body))
+    except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
+        raise CursorRejected("cursor is malformed") from exc
+
+
+def decode_cursor(token: str, keys: CursorKeys, reader_id: int) -> Cursor:
+    """Verify ``token`` and return its cursor; raise ``CursorRejected`` otherwise.
+
+    The signature is checked before the payload is parsed, and the reader binding after:
+    a valid cursor of another reader is rejected like a forged one.
+    """
+    payload: Any = verified_payload(token, keys)
+    try:
         if payload["v"] != CURSOR_FORMAT:
             raise CursorRejected("cursor format is not supported")
         cursor = Cursor(reader_id=int(payload["r"]), feed_version=str(payload["f"]),

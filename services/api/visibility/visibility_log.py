@@ -16,6 +16,7 @@ import psycopg
 from psycopg import pq
 
 from services.shared.clients import pg
+from services.shared.contracts.visibility_log import LOG_HEAD
 from services.shared.settings import PostgresSettings
 
 from .recent_changes import VisibilityChange
@@ -34,8 +35,7 @@ _PREPARE = ("PREPARE visibility_read(bigint, int) AS"
             " SELECT NULL::bigint, NULL::bigint, v.* FROM (" + _ENTRIES + ") v",
             "PREPARE visibility_marks(bigint, int) AS"
             " SELECT h.head, w.upto, v.seq, v.kind, v.subject_id, v.object_id, v.hidden, v.since_ms"
-            " FROM (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS head"
-            "       FROM visibility_changes_seq) h"
+            " FROM (" + LOG_HEAD + ") AS h(head)"
             " CROSS JOIN visibility_verified w"
             " LEFT JOIN LATERAL (" + _ENTRIES + ") v ON true")
 _STATEMENTS = {False: b"visibility_read", True: b"visibility_marks"}

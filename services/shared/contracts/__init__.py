@@ -7,4 +7,5 @@
 * ``reader_events``: ``reader-events``: a reader the fan-out must act on
 * ``serving_changes``: ``serving-changes``: which serving copies a worker changed
 * ``edge_counts``: ``follow-counts`` and ``like-counts``: edges keyed by what they count
+* ``visibility_log``: the visibility log's SQL the API and the fan-out share (its head)
 """
