@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.read.ab --base HEAD [--rounds 4] [--duration 8]
         [--cells small,h30-f500] [--kinds first] [--connections 16] [--env FEED_X=VALUE]
+        [--profile [--profile-gil]]
         [grid data options]
 
 A change to the read path is worth a few per cent to a few tens; the machine's drift
@@ -24,7 +25,7 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.read.grid import (PAGE_LIMIT, TOKEN_TTL_S, grid_args, grid_or_usage_error, next_entries,
+from bench.read.grid import (PAGE_LIMIT, profile_run, TOKEN_TTL_S, grid_args, grid_or_usage_error, next_entries,
                              seeded_stores)
 from bench.read.seed import log
 from bench.harness.servers import ROOT, Server, Servers, store_pids
@@ -95,6 +96,12 @@ def main() -> int:
                         help="a setting for both sides (repeatable), e.g. "
                              "FEED_SNAPSHOT_REUSE_S=0 to measure first pages that build")
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "read-ab"))
+    parser.add_argument("--profile", action="store_true",
+                        help="after each (cell, kind)'s rounds, one unrecorded run per side under "
+                             "py-spy (profiles/<side>-<cell>-<kind>.txt beside ab.json)")
+    parser.add_argument("--profile-rate", type=int, default=200)
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="sample only the thread holding the GIL (bench.read.grid's option)")
     args = parser.parse_args()
     both = dict(item.split("=", 1) for item in args.env)
     now = datetime.now(timezone.utc)
@@ -130,6 +137,10 @@ def main() -> int:
                                 log(f"{cell.name:8} {kind:5} c{args.connections} {side:4} "
                                     f"{run['pages_per_s']:8.1f} pages/s p95 {run['p95_ms']} ms "
                                     f"cpu {run['cpu_ms_per_page']} ms/page")
+                        if args.profile:
+                            for side, server in sides.items():
+                                profile_run(server, entries[side], args.connections, args,
+                                            f"{side}-{cell.name}-{kind}")
                         a, b = summary(runs["base"]), summary(runs["work"])
                         ratio = (round(b["pages_per_s"] / a["pages_per_s"], 3)
                                  if a["pages_per_s"] and b["pages_per_s"] else None)

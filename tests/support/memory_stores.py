@@ -265,6 +265,11 @@ class InMemoryFeedStore:
         they do against Cassandra (awaiting.py)."""
         return False
 
+    def held_graph(self, reader_id: int) -> tuple[dict[int, int], Blocks] | None:
+        """None, as for ``FeedStore``: the graph is read through ``following_among`` and
+        ``blocks``."""
+        return None
+
     def _follows(self, reader_id: int) -> list[tuple[int, int]]:
         return sorted(self.tables.following.get(reader_id, {}).items())  # followed_id order
 

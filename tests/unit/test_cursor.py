@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import base64
+import hmac
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.api.snapshots import cursor as cursor_module
 
 from services.api.snapshots.cursor import Cursor, CursorKeys, CursorRejected, decode_cursor, encode_cursor
 
@@ -80,3 +85,10 @@ def test_cursor_carries_its_order_and_ranked_cursors_keep_their_old_payload() ->
     assert decode_cursor(encode_cursor(CURSOR, KEYS), KEYS, 42).order == "ranked"
     with pytest.raises(ValueError):
         encode_cursor(Cursor(**{**CURSOR.__dict__, "order": "oldest"}), KEYS)
+
+
+@given(secret=st.binary(min_size=16, max_size=200), signed=st.text(alphabet=st.characters(max_codepoint=127), max_size=300))
+def test_mac_is_hmac_sha256(secret: bytes, signed: str) -> None:
+    """The precomputed-pads MAC equals the standard library's HMAC-SHA256, keys longer
+    than the block (hashed first) included."""
+    assert cursor_module._mac(secret, signed) == hmac.digest(secret, signed.encode("ascii"), "sha256")

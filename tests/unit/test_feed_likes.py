@@ -240,6 +240,22 @@ def test_old_posts_and_heavy_likers_are_asked_per_window() -> None:
     asyncio.run(go())
 
 
+def test_held_among_answers_from_the_kept_set_only_within_its_horizon() -> None:
+    recent, old = _post(60), _post(2 * 86400)
+    edge = ids.lowest_id_at(NOW_MS - 86400 * 1000)   # the first id the horizon covers
+    truth, clock = LikesTruth({READER: {recent, edge}}), [0.0]
+    likes = _reader_likes(truth, clock)
+    assert likes.held_among(READER, [recent]) is None          # nothing kept yet
+    asyncio.run(likes.liked_among(READER, [recent]))
+    assert likes.held_among(READER, [recent, edge]) == {recent, edge}
+    assert likes.held_among(READER, [recent, edge - 1]) is None   # one id before the horizon
+    assert likes.held_among(READER, [old]) is None
+    assert likes.held_among(READER, []) == set()
+    clock[0] = 61.0
+    assert likes.held_among(READER, [recent]) is None          # past ttl_s
+    assert truth.among_calls == []
+
+
 def test_a_cleared_serving_cache_forgets_every_reader() -> None:
     post = _post(60)
     truth, clock = LikesTruth({READER: {post}, AUTHOR: set()}), [0.0]

@@ -389,3 +389,43 @@ def test_preferences_are_read_through_while_the_cache_stands_aside():
     store.tables.preferences[READER] = "latest"
     assert [run(cached.feed_order(READER)) for _ in range(2)] == ["latest", "latest"]
     assert store.calls == ["feed_order", "feed_order"] and len(cache.preferences) == 0
+
+
+def test_held_answers_are_the_cached_ones_and_never_read():
+    """The read path's synchronous checks (``held_graph``, ``PostCopies.held``,
+    ``PageGraph.covers``) answer what the awaited reads would, from the cache alone, and
+    say None (read) when the cache cannot."""
+    from services.api.feed.graph import PageGraph
+
+    cached, store, cache, clock = make()
+    copies = views(cache, store)
+    store.mute(READER, OTHER)
+    assert cached.held_graph(READER) is None and copies.held([POST]) is None  # nothing held yet
+    assert not PageGraph(cached, READER).covers([AUTHOR])
+    run(cached.blocks(READER))
+    run(copies.fetch([POST]))
+    calls = list(store.calls)
+    following, blocks = cached.held_graph(READER)
+    assert following == {AUTHOR: 5, OTHER: 6} and blocks.hidden == frozenset({OTHER})
+    held = copies.held([POST])
+    assert held is not None and held.views[POST].body.text == "hi" and not held.failed
+    assert copies.held([POST, 999]) is None  # one post not held: the whole window reads
+    graph = PageGraph(cached, READER)
+    assert graph.covers([AUTHOR, 12345])  # the whole graph: exact for any author
+    assert graph.graph.following_since_ms.get(AUTHOR) == 5 and graph.graph.blocked == {OTHER}
+    run(graph.cover([AUTHOR, 777]))  # nothing more to read
+    assert store.calls == calls
+    cache.apply(ServingChange(graphs=(READER,), posts=(POST,)))
+    assert cached.held_graph(READER) is None and copies.held([POST]) is None
+    clock.t += 3  # notices quiet: the cache stands aside, nothing is held
+    assert cached.held_graph(READER) is None
+
+
+def test_a_page_graph_without_a_held_graph_reads_what_it_does_not_know():
+    from services.api.feed.graph import PageGraph
+
+    cached, store, cache, _ = make(live=False)
+    graph = PageGraph(cached, READER, following={AUTHOR: 5}, asked=[AUTHOR], blocked=frozenset())
+    assert graph.covers([AUTHOR]) and not graph.covers([AUTHOR, OTHER])
+    run(graph.cover([AUTHOR, OTHER]))
+    assert graph.covers([AUTHOR, OTHER]) and graph.graph.following_since_ms == {AUTHOR: 5, OTHER: 6}

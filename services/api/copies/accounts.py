@@ -43,6 +43,21 @@ class AccountCopies:
         self._clock = clock
         self._known: dict[int, tuple[float, bool]] = {}   # author -> (expires, hidden)
 
+    def held(self, authors: Iterable[int]) -> frozenset[int] | None:
+        """``hidden_among`` from what is kept alone (no ``None`` among ``authors``), or
+        None when an author's state must be read: a window whose authors are all known
+        needs no coroutine."""
+        now = self._clock()
+        known = self._known
+        hidden: list[int] = []
+        for author in authors:
+            held = known.get(author)
+            if held is None or held[0] <= now:
+                return None
+            if held[1]:
+                hidden.append(author)
+        return frozenset(hidden)
+
     async def hidden_among(self, authors: Iterable[int | None]) -> frozenset[int]:
         """The authors among ``authors`` whose account the copy says is hidden."""
         now = self._clock()

@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, cast
+from typing import TYPE_CHECKING, Iterable, Sequence, cast
 
 from ..visibility.eligibility import PostState
 
@@ -90,6 +90,22 @@ class PostCopies:
         # Whole views, dropped by serving-changes notices (serving_cache.py): a warm page
         # builds no PostState/PostView per item and reads nothing.
         self._serving = serving
+
+    def held(self, post_ids: Sequence[int]) -> FetchResult | None:
+        """``fetch`` answered from the serving cache alone (``post_ids`` distinct), or None
+        when a post must be read: a window whose views are all held needs no coroutine."""
+        serving = self._serving
+        if serving is None or not serving.usable:
+            return None
+        now, posts = serving.now(), serving.posts
+        views: dict[int, PostView] = {}
+        for post_id in post_ids:
+            view = posts.get(post_id, now)
+            if view is None:
+                return None
+            views[post_id] = view
+        serving.hits["post"] += len(views)
+        return FetchResult(views, set())
 
     async def fetch(self, post_ids: Iterable[int]) -> FetchResult:
         """Current copies of ``post_ids``; ids with no copy are simply absent from ``views``."""

@@ -150,15 +150,12 @@ class ReaderLikes:
         held = self._held.get(reader_id)
         if held is None or held.expires <= self._monotonic():
             return None
-        floor, liked = held.floor_ms, held.liked
-        out = set()
-        for p in post_ids:
-            if ids.timestamp_ms(p) < floor:
-                return None
-            if p in liked:
-                out.add(p)
+        # Ids grow with time: a post created before the floor has an id below the floor's.
+        if post_ids and min(post_ids) < ids.lowest_id_at(held.floor_ms):
+            return None
         self.hits += 1
-        return out
+        liked = held.liked
+        return {p for p in post_ids if p in liked}
 
     async def liked_among(self, reader_id: int, post_ids: Sequence[int]) -> set[int]:
         """Which of ``post_ids`` the reader likes; raises when a read fails."""

@@ -44,7 +44,7 @@ import struct
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, TypeAlias, TypeVar
 
 from services.shared.contracts.serving_changes import ServingChange
 from services.shared.domain import ids
@@ -374,6 +374,18 @@ class CachedFeedStore:
         return self.cache.usable
 
     # -- graph ---------------------------------------------------------------------------
+    def held_graph(self, reader_id: int) -> tuple[Mapping[int, int], Blocks] | None:
+        """The reader's graph as ``following_among`` and ``blocks`` would answer it from
+        the cache, without a coroutine; None when they would read."""
+        cache = self.cache
+        if not cache.usable:
+            return None
+        graph = cache.graphs.get(reader_id, cache.now())
+        if graph is None:
+            return None
+        cache.hits["graph"] += 1
+        return graph.following, graph.blocks
+
     async def _graph(self, reader_id: int) -> Graph | None:
         cache = self.cache
         if not cache.usable:

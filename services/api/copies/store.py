@@ -15,7 +15,7 @@ import asyncio
 import logging
 from datetime import datetime, timezone
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal, Protocol, Sequence, overload
+from typing import Any, Callable, Iterable, Literal, Mapping, Protocol, Sequence, overload
 
 from cassandra.cluster import ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
@@ -122,6 +122,12 @@ class FeedPort(Protocol):
         """Whether reads are answered from memory: await them in turn (feed/awaiting.py)."""
         ...
 
+    def held_graph(self, reader_id: int) -> tuple[Mapping[int, int], Blocks] | None:
+        """The reader's whole follow list (author -> following_since) and blocks, when held
+        in memory with the same freshness as ``following_among`` and ``blocks`` answer;
+        else None (then ask those). Never reads."""
+        ...
+
     # -- the reader's graph
     async def following(self, reader_id: int, limit: int) -> dict[int, int]: ...
     async def following_among(self, reader_id: int, authors: Sequence[int]) -> dict[int, int]: ...
@@ -200,6 +206,10 @@ class FeedStore:
     def from_memory(self) -> bool:
         """Whether reads are answered from memory (``CachedFeedStore``); never here."""
         return False
+
+    def held_graph(self, reader_id: int) -> tuple[Mapping[int, int], Blocks] | None:
+        """Nothing is held here (``CachedFeedStore`` holds graphs)."""
+        return None
 
     async def run(self, statement: PreparedStatement, params: Sequence[Any],
                   hedge: bool = False, timeout: float | None = None) -> list[tuple[Any, ...]]:

@@ -31,7 +31,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, Iterable, Sequence, cast
+from typing import Awaitable, Callable, Iterable, Sequence, TypeVar, cast
 
 from services.api.snapshots.cursor import (LATEST, RANKED, Cursor, CursorKeys, CursorRejected,
                                            decode_cursor, encode_cursor)
@@ -377,23 +377,16 @@ class FeedReader:
                     break
                 entries = extended
             win = paging.window(entries, index, limit - len(items), PAGE_SLACK)
-            missing = [e.post_id for e in win if e.post_id not in known]
-            likes.start(win)
-            names.start(e.author_id for e in win)
-            fetched, covered, accounts = await settled(
-                [self._copies.fetch(missing) if missing else _nothing(),
-                 graph.cover(e.author_id for e in win),
-                 self._hidden_accounts(e.author_id for e in win)], self._store.from_memory)
-            if isinstance(accounts, BaseException):
-                raise FeedUnavailable(str(accounts)) from accounts
-            fetched = cast("FetchResult | BaseException | None", fetched)
+            # One pass over the window for what every read below asks about.
+            post_ids = [e.post_id for e in win]
+            authors = {e.author_id for e in win}
+            authors.discard(None)
+            likes.start(post_ids)
+            names.start(authors)
+            fetched, accounts = await self._window_reads(
+                [p for p in post_ids if p not in known], cast("set[int]", authors), graph)
             await likes.settle()
             await names.settle()
-            if isinstance(covered, BaseException):
-                raise FeedUnavailable(str(covered)) from covered
-            if isinstance(fetched, BaseException):
-                raise fetched
-            assert fetched is not None  # the fetch's result (None is cover's)
             known.update(fetched.views)
             stale = stale or fetched.stale > 0
             usable = paging.until_unknown(win, fetched.failed)
@@ -451,6 +444,33 @@ class FeedReader:
                                                walk.order), self._keys)
         return FeedPage(items, next_cursor, walk.version, walk.generated_at, warnings, walk.order)
 
+    async def _window_reads(self, missing: list[int], authors: set[int],
+                            graph: PageGraph) -> tuple[FetchResult, frozenset[int]]:
+        """A window's post views (``missing``: the ones not known yet), its authors covered
+        by ``graph``, and which of them are suspended or deleted (the account copy). Each
+        answered from what the process holds when it can: a warm window creates no
+        coroutine and awaits nothing. Raises ``FeedUnavailable`` when the graph or the
+        account copy cannot be read; a post read that fails is in ``failed``."""
+        copies, accounts = self._copies, self._accounts
+        fetched = copies.held(missing) if missing else _NOTHING
+        covered = graph.covers(authors)
+        hidden = accounts.held(authors) if accounts is not None else frozenset()
+        if fetched is not None and covered and hidden is not None:
+            return fetched, hidden
+        results = await settled(
+            [copies.fetch(missing) if fetched is None else _ready(fetched),
+             _ready(None) if covered else graph.cover(authors),
+             _ready(hidden) if hidden is not None else self._hidden_accounts(authors)],
+            self._store.from_memory)
+        read, cover, hid = results
+        if isinstance(hid, BaseException):
+            raise FeedUnavailable(str(hid)) from hid
+        if isinstance(cover, BaseException):
+            raise FeedUnavailable(str(cover)) from cover
+        if isinstance(read, BaseException):
+            raise read
+        return cast(FetchResult, read), cast("frozenset[int]", hid)
+
     async def _hidden_accounts(self, authors: Iterable[int | None]) -> frozenset[int]:
         """The authors among ``authors`` suspended or deleted, as the account copy says."""
         if self._accounts is None:
@@ -497,11 +517,11 @@ class _PageLikes:
         self._pending: asyncio.Future[LikesRead] | None = None
         self.read = LikesRead()
 
-    def start(self, window: Sequence[Ranked]) -> None:
+    def start(self, post_ids: Sequence[int]) -> None:
         if self._likes is None:
             return
         asked = self.read.asked
-        ask = [e.post_id for e in window if e.post_id not in asked]
+        ask = [p for p in post_ids if p not in asked]
         if ask:
             asked.update(ask)
             held = self._likes.held(self._reader_id, ask)
@@ -537,8 +557,14 @@ def _named(items: list[PageItem], names: PageNames) -> list[PageItem]:
     return items
 
 
-async def _nothing() -> FetchResult:
-    return FetchResult({}, set())
+# A window whose posts are all known already: nothing fetched (never mutated).
+_NOTHING = FetchResult({}, set())
+
+T = TypeVar("T")
+
+
+async def _ready(value: T) -> T:
+    return value
 
 
 def utc_now() -> datetime:
