@@ -97,13 +97,9 @@ class PostCopies:
         serving = self._serving
         if serving is None or not serving.usable:
             return None
-        now, posts = serving.now(), serving.posts
-        views: dict[int, PostView] = {}
-        for post_id in post_ids:
-            view = posts.get(post_id, now)
-            if view is None:
-                return None
-            views[post_id] = view
+        views = serving.posts.get_all(post_ids, serving.now())
+        if views is None:
+            return None
         serving.hits["post"] += len(views)
         return FetchResult(views, set())
 

@@ -286,17 +286,21 @@ class PageLikes:
         self._liked = liked
         self._held_liked = held_liked
 
-    def held(self, reader_id: int, post_ids: Sequence[int]) -> LikesRead | None:
-        """What ``read`` would answer, when the process keeps all of it; else None."""
+    def held_into(self, reader_id: int, post_ids: Sequence[int], into: LikesRead) -> bool:
+        """What ``read`` would answer merged into ``into``, when the process keeps all of
+        it (True); else False, ``into`` unchanged."""
         if self._held_liked is None:
-            return None
+            return False
         counts = self.counts.held(post_ids)
         if counts is None:
-            return None
+            return False
         liked = self._held_liked(reader_id, post_ids)
         if liked is None:
-            return None
-        return LikesRead(counts, liked, set(post_ids))
+            return False
+        into.counts.update(counts)
+        into.liked |= liked
+        into.known.update(post_ids)
+        return True
 
     async def read(self, reader_id: int, post_ids: Sequence[int]) -> LikesRead:
         """Never raises: a failed read is logged and marked ``failed``."""

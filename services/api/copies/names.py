@@ -166,10 +166,9 @@ class PageNames:
     def start(self, authors: Iterable[int | None]) -> None:
         if self._names is None:
             return
-        asked = self.asked
-        ask = [a for a in dict.fromkeys(authors) if a is not None and a not in asked]
+        ask = {a for a in authors if a is not None} - self.asked
         if ask:
-            asked.update(ask)
+            self.asked |= ask
             held = self._names.held(ask)
             if held is not None:   # all kept: no task, no read
                 self.found.update(held)

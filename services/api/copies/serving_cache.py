@@ -44,7 +44,7 @@ import struct
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Mapping, Sequence, TypeAlias, TypeVar
 
 from services.shared.contracts.serving_changes import ServingChange
 from services.shared.domain import ids
@@ -132,6 +132,17 @@ class _Lru(Generic[K, V]):
             self.pop(key)
             return None
         return item[1]
+
+    def get_all(self, keys: Iterable[K], now: float) -> dict[K, V] | None:
+        """Every key's value if all are held and fresh, else None (nothing dropped)."""
+        items = self._items
+        out: dict[K, V] = {}
+        for key in keys:
+            item = items.get(key)
+            if item is None or item[0] <= now:
+                return None
+            out[key] = item[1]
+        return out
 
     def put(self, key: K, value: V, expires_at: float) -> None:
         weight = self._weight(value)

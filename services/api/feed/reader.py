@@ -524,10 +524,8 @@ class _PageLikes:
         ask = [p for p in post_ids if p not in asked]
         if ask:
             asked.update(ask)
-            held = self._likes.held(self._reader_id, ask)
-            if held is not None:   # all kept in the process: no task, no read
-                self.read.merge(held)
-                return
+            if self._likes.held_into(self._reader_id, ask, self.read):
+                return   # all kept in the process: no task, no read
             self._pending = asyncio.ensure_future(self._likes.read(self._reader_id, ask))
 
     async def settle(self) -> None:
