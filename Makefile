@@ -43,9 +43,11 @@ reset: venv
 migrate: up
 	$(PY) -m deploy.migrate --stack
 
+# DEMO=full|small: the demo graph's size (deploy/demo.py; default full on one node,
+# small on three).
 run: migrate
 	$(PY) -m deploy.services start
-	$(PY) -m deploy.demo
+	$(if $(DEMO),FEED_DEMO_SIZE=$(DEMO) )$(PY) -m deploy.demo
 
 stop-services: venv
 	$(PY) -m deploy.services stop

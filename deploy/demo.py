@@ -3,13 +3,16 @@
     python -m deploy.demo
 
 Loads (once: skipped when the database already has users) a power-law graph with two
-celebrities, a history of posts and likes into Postgres with COPY, publishes a few
+celebrities, a history of posts and likes into Postgres with COPY (2,000 users and posts
+on one node; 500 on the three-node stack, ``demo_spec``; ``FEED_DEMO_SIZE=full|small``,
+``make run DEMO=...``, says otherwise), publishes a few
 ranking-feature events, waits until the demo reader's feed has items through the API
 (printing the pipeline's lag and rate while it drains, giving up only when nothing moves
 for STALL_S), then prints the API address, a token for that reader and a ready curl command.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -35,6 +38,8 @@ PROGRESS_EVERY_S = 5.0
 STALL_S = 120.0
 # Items on the reader's first page that show the demo graph went through.
 READY_ITEMS = 10
+# FEED_DEMO_SIZE (``make run DEMO=...``): the demo graph's size (``demo_spec``).
+SIZES = ("full", "small")
 
 
 def pick_reader(graph: Graph) -> int:
@@ -97,13 +102,30 @@ def _progress_line(watch: ProgressWatch, offsets: PipelineOffsets, now: float, i
     return f"pipeline lag {progress.lag:,} events{rate}{still}; feed has {items} items"
 
 
+def demo_spec(nodes: int, size: str | None) -> GraphSpec:
+    """The demo graph: ``size`` ``full`` (2,000 users and posts) or ``small`` (500 each,
+    ``GraphSpec.demo_small``); unset, full on one node and small on three. On one 2-core
+    machine, three nodes drained the full demo at 4-20 events a second on a slow day
+    (RF 3: every write three times, three Cassandra JVMs on 2 cores), and the reader's
+    feed was still empty after 11 minutes."""
+    size = size or ("small" if nodes == 3 else "full")
+    if size not in SIZES:
+        raise SystemExit(f"demo: FEED_DEMO_SIZE must be one of {', '.join(SIZES)}, not {size!r}")
+    return GraphSpec.demo_small() if size == "small" else GraphSpec.demo()
+
+
 def main() -> int:
     # The demo loads the local stack: its addresses and, on three nodes, its client
     # security (TLS, passwords) for every FEED_* variable not set.
     from deploy.stack.layout import Layout
-    Layout.from_env().use_as_default()
+    layout = Layout.from_env()
+    layout.use_as_default()
     settings = get_settings()
-    graph = generate(GraphSpec.demo())
+    spec = demo_spec(layout.nodes, os.environ.get("FEED_DEMO_SIZE"))
+    print(f"demo: {spec.users:,} users, {spec.history_posts:,} posts "
+          f"({'small' if spec == GraphSpec.demo_small() else 'full'} demo on {layout.nodes} node(s); "
+          "FEED_DEMO_SIZE=full|small)", flush=True)
+    graph = generate(spec)
     with pg.connect(settings) as conn:
         row = conn.execute("SELECT count(*) FROM users WHERE user_id = ANY(%s)",
                            (graph.user_ids[:10].tolist(),)).fetchone()

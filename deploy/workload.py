@@ -63,6 +63,13 @@ class GraphSpec:
     def demo(cls) -> "GraphSpec":
         return cls(users=2_000, celebrities=2, history_posts=2_000)
 
+    @classmethod
+    def demo_small(cls) -> "GraphSpec":
+        """The demo for the three-node stack on one small machine (deploy/demo.py): a
+        quarter of ``demo``'s users and posts, a third of its likes. Three nodes exist
+        to test faults, and on 2 cores they do RF-3 work for every write."""
+        return cls(users=500, celebrities=2, history_posts=500, likes_per_post=1.0)
+
 
 @dataclass
 class Graph:

@@ -528,3 +528,18 @@ def test_make_run_needs_no_benchmark() -> None:
             "services.api.app, services.cdc.relay, services.fanout.app, services.ranker.app")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_demo_is_small_on_three_nodes_unless_told_otherwise():
+    from deploy.demo import demo_spec, pick_reader
+    from deploy.workload import GraphSpec, generate
+
+    assert demo_spec(1, None) == GraphSpec.demo() == demo_spec(3, "full")
+    assert demo_spec(3, None) == GraphSpec.demo_small() == demo_spec(1, "small")
+    with pytest.raises(SystemExit, match="FEED_DEMO_SIZE"):
+        demo_spec(1, "huge")
+    # The small graph still gives its demo reader a first page's worth of authors' posts.
+    graph = generate(GraphSpec.demo_small())
+    reader = pick_reader(graph)
+    followed = {b for a, b in zip(graph.follower.tolist(), graph.followed.tolist()) if a == reader}
+    assert sum(1 for post in graph.posts if post[1] in followed) >= 20
