@@ -20,13 +20,14 @@ import argparse
 import json
 import statistics
 import subprocess
+import sys
 import tempfile
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from bench.read.grid import (PAGE_LIMIT, profile_run, TOKEN_TTL_S, grid_args, grid_or_usage_error, next_entries,
-                             seeded_stores)
+from bench.read.grid import (PAGE_LIMIT, TOKEN_TTL_S, grid_args, grid_or_usage_error, next_entries,
+                             profile_run, seeded_stores)
 from bench.read.seed import log
 from bench.harness.servers import ROOT, Server, Servers, store_pids
 from bench.harness.wrk_load import warm_and_run
@@ -57,6 +58,14 @@ def worktree(revision: str, into: Path) -> Path:
     subprocess.run(["git", "worktree", "add", "--detach", str(into), revision], cwd=ROOT,
                    check=True, capture_output=True)
     return into
+
+
+def base_topics(tree: Path, prefix: str) -> None:
+    """The base's own topics under the run's prefix, by its own migrator: a base from
+    before a topic was retired (``inbox-events``) waits for it in its readiness check.
+    The run's clean-up deletes every topic under the prefix (``grid.drop_stores``)."""
+    subprocess.run([sys.executable, "-m", "deploy.migrate", "--only", "kafka", "--topic-prefix", prefix],
+                   cwd=tree, check=True, capture_output=True)
 
 
 def drop_worktree(path: Path) -> None:
@@ -117,6 +126,7 @@ def main() -> int:
             secret = s.jwt_secret.get_secret_value()
             tokens = {r: mint_token(r, secret, ttl_seconds=TOKEN_TTL_S) for c in cells for r in c.readers}
             env = {"FEED_JWT_SECRET": secret, "FEED_CURSOR_KEYS": s.cursor_keys.get_secret_value()}
+            base_topics(base_tree, name)
             with Servers(name, out / "logs", env) as servers:
                 sides = {"base": servers.start_ours("base", base_tree, both),
                          "work": servers.start_ours("work", env=both)}

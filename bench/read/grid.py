@@ -341,7 +341,10 @@ def drop_stores(base: Settings, name: str) -> None:
     """Drop the bench's database, keyspace and topics, waiting out a store restart by a test."""
     deadline = time.monotonic() + DROP_DEADLINE_S
     admin = kafka.admin(base)
-    for future in admin.delete_topics([t.name for t in all_topics(name)],
+    # Every topic under the run's prefix: the working tree's, and any a base tree of an
+    # A/B created that the working tree no longer knows (bench/read/ab.py).
+    under = {t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{name}.")}
+    for future in admin.delete_topics(sorted(under | {t.name for t in all_topics(name)}),
                                       operation_timeout=30).values():
         try:
             future.result()
