@@ -273,7 +273,8 @@ class FanoutSettings(FeedSettings):
     tier_demote_share: float = 0.25
     # Seconds an author stays in a tier at least before the next change.
     tier_min_dwell_s: float = 600.0
-    # Inbox rows per second the tier policy assumes at least, whatever is measured.
+    # Inbox rows per second the tier policy assumes until it has measured, and the least
+    # a store timeout alone cuts the estimate to; a slower measured store is followed below it.
     fanout_capacity_floor_rows_per_s: float = 2000.0
     # Above 0: the capacity, inbox rows per second, pinned instead of measured.
     fanout_capacity_pinned_rows_per_s: float = 0.0
