@@ -207,12 +207,16 @@ class ActivitySettings(FeedSettings):
 
 
 class MetricsSettings(FeedSettings):
-    """Where the background processes (relay, fan-out, ranker) serve ``/metrics``; the
-    API serves its own on its HTTP port (``FEED_API_HOST``)."""
+    """Where the background processes (relay, fan-out, ranker) serve ``/metrics``,
+    ``/healthz`` and ``/readyz`` (services/shared/health.py); the API serves its own on
+    its HTTP port (``FEED_API_HOST``)."""
 
-    # Where the workers' and the relay's /metrics listen (loopback: a Prometheus on this
-    # host; 0.0.0.0 for one elsewhere).
+    # Where the workers' and the relay's /metrics, /healthz and /readyz listen (loopback:
+    # a Prometheus or a kubelet on this host; 0.0.0.0 for one elsewhere).
     metrics_host: str = "127.0.0.1"
+    # Seconds a worker's event loop or consumer thread, or the relay's loop, may go
+    # without turning before /healthz fails (and a rebalance may last before /readyz does).
+    health_stall_s: float = Field(default=30.0, gt=0)
 
 
 class WorkerSettings(FeedSettings):
