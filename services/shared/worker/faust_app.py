@@ -14,7 +14,7 @@ Several processes of one role share its consumer group (the app id): faust's ass
 spreads the partitions of the topics the role consumes over them, partition numbers
 together across topics of the same size (its co-partitioned assignment). Nothing a
 worker keeps is local state that another would need: the apps declare no faust tables
-(no RocksDB, no changelog topics; ``tests/unit/test_worker_apps.py`` keeps it so), so
+(no RocksDB, no changelog topics; ``tests/unit/test_worker_scaling.py`` keeps it so), so
 the ``<app id>-data`` folder faust makes in the working directory stays empty and
 several workers may share it. Each process names itself to the group by its HTTP
 address (``worker_address``): the client id every member shows in the group's
