@@ -56,7 +56,8 @@ def worker_groups(settings: Settings) -> list[str]:
 
 def describe(settings: KafkaSettings, groups: list[str], timeout_s: float = 10.0) -> list[Group]:
     """Each group's state and members, with the partitions the coordinator assigned each."""
-    admin = kafka.admin(settings)
+    # librdkafka's own lines (a queue purged as the client goes) are not the answer.
+    admin = kafka.admin(settings, logger=kafka.quiet_logger("deploy.assignment.kafka"))
     futures = admin.describe_consumer_groups(groups, request_timeout=timeout_s)
     out: list[Group] = []
     for group_id in groups:

@@ -247,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="services: %(message)s")
     layout = Layout.from_env()
+    # This process's own clients (the group assignment read by status and after a
+    # start) reach the stack as the services do: on three nodes, TLS and SCRAM.
+    layout.use_as_default()
     try:
         if args.verb == "start":
             names = args.names or available()
