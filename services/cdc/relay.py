@@ -47,6 +47,8 @@ BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 30.0
 HEALTHY_SESSION_S = 30.0
 
 FATAL = (slot.SlotInUse, UnsupportedColumnType, LookupError)
+# How long the loop may be silent while Postgres makes a new slot (/healthz).
+SLOT_CREATION_PAUSE_S = 600.0
 
 
 def _now_us() -> int:
@@ -123,7 +125,10 @@ class Relay:
     def _create_slot_and_snapshot(self, cur: ReplicationCursor, conn: psycopg.Connection,
                                   publisher: KafkaPublisher) -> int:
         try:
-            cur.execute(f'CREATE_REPLICATION_SLOT "{self.slot}" LOGICAL pgoutput EXPORT_SNAPSHOT')
+            # A logical slot is made once every transaction open now has ended: as long
+            # as the longest of them, not a stalled loop.
+            with self.status.pulse.pausing(SLOT_CREATION_PAUSE_S, "creating the slot (open transactions end first)"):
+                cur.execute(f'CREATE_REPLICATION_SLOT "{self.slot}" LOGICAL pgoutput EXPORT_SNAPSHOT')
         except psycopg2.errors.DuplicateObject as exc:
             raise slot.SlotInUse(f"replication slot {self.slot!r} was just created by "
                                  f"another relay; refusing to start a second one") from exc
