@@ -105,14 +105,20 @@ class FanoutGroup:
         self.evidence = GroupEvidence(victim=VICTIM)
         from deploy.stack.workers import instances
         self._names = {f"127.0.0.1:{i.port}": i.name
-                       for i in instances(settings, {"fanout": WORKERS, "ranker": 1}) if i.role == "fanout"}
+                       for i in instances(settings, self.counts()) if i.role == "fanout"}
         self._group = settings.fanout_group_id or f"{settings.topic_prefix}.fanout"
 
     def ensure(self) -> list[str]:
         """Three fan-out workers, started through ``deploy.services`` (each ready: a
         member of the group, its stores open)."""
-        self.started = start(self.layout, ["fanout"], counts={"fanout": WORKERS, "ranker": 1})
+        self.started = start(self.layout, ["fanout"], counts=self.counts())
         return self.started
+
+    @staticmethod
+    def counts() -> dict[str, int]:
+        """The stack's worker counts, with at least ``WORKERS`` fan-out workers."""
+        counts = worker_counts()
+        return {**counts, "fanout": max(WORKERS, counts["fanout"])}
 
     def look(self) -> dict[str, Any]:
         [group] = describe(self.settings, [self._group], timeout_s=10)
