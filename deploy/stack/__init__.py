@@ -9,5 +9,6 @@
 * ``postgres``, ``kafka``, ``cassandra``, ``prometheus``: each server, one node or three
 * ``security``: the three-node stack's CA, certificates and passwords
 * ``cgroups``: a cgroup per server, so the fault suite can cut one off the network
+* ``workers``: the services' processes per role and their ports (for ``deploy.services`` and Prometheus)
 * ``templates/``: the JVMs' logging configuration
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 from .layout import REPO, Layout
@@ -33,23 +34,28 @@ def address() -> str:
     return f"127.0.0.1:{port()}"
 
 
-def targets() -> dict[str, str]:
-    """Job name -> the address its metrics are served on (the services' own settings)."""
+def targets(counts: Mapping[str, int] | None = None) -> dict[str, str | list[str]]:
+    """Job name -> the address(es) its metrics are served on (the services' own
+    settings): every fan-out and ranker worker ``deploy.services`` runs (``counts``, else
+    ``FEED_FANOUT_WORKERS`` / ``FEED_RANKER_WORKERS``)."""
+    from .workers import instances, worker_counts
     from services.shared.settings import Settings
 
     s = Settings()
+    workers = instances(s, worker_counts() if counts is None else counts)
     return {"feed-api": f"127.0.0.1:{s.api_port}", "feed-cdc": f"127.0.0.1:{s.cdc_metrics_port}",
-            "feed-fanout": f"127.0.0.1:{s.fanout_metrics_port}",
-            "feed-ranker": f"127.0.0.1:{s.ranker_metrics_port}"}
+            **{f"feed-{role}": [f"127.0.0.1:{i.port}" for i in workers if i.role == role]
+               for role in ("fanout", "ranker")}}
 
 
-def config(jobs: dict[str, str], rules: Path = RULES) -> dict[str, object]:
+def config(jobs: Mapping[str, str | list[str]], rules: Path = RULES) -> dict[str, object]:
     """The server's configuration (JSON is YAML, so it is written as JSON)."""
     return {
         "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s",
                    "evaluation_interval": f"{SCRAPE_INTERVAL_S}s"},
         "rule_files": [str(rules)],
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}
+        "scrape_configs": [{"job_name": job, "static_configs": [
+                               {"targets": [target] if isinstance(target, str) else list(target)}]}
                            for job, target in jobs.items()],
     }
 
@@ -84,6 +90,20 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
     started.append(d)
     waited = wait_ready(d, "prometheus", _ready, timeout=60, log_file=d.log_file)
     return {"state": "started", "seconds": round(waited, 1)}
+
+
+def refresh(layout: Layout, counts: Mapping[str, int] | None = None) -> bool:
+    """Write the configuration again for these worker counts and have a running server
+    reload it (``--web.enable-lifecycle``); True when it changed. ``deploy.services``
+    calls it after starting workers."""
+    conf = _dir(layout) / "prometheus.yml"
+    text = json.dumps(config(targets(counts)), indent=2) + "\n"
+    if not daemon(layout).alive() or (conf.exists() and conf.read_text() == text):
+        return False
+    conf.write_text(text)
+    request = urllib.request.Request(f"http://{address()}/-/reload", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return bool(resp.status == 200)
 
 
 def down(layout: Layout) -> bool:
