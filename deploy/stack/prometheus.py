@@ -1,19 +1,25 @@
-"""Prometheus (Debian's package) scraping the four services, with the alert rules.
+"""Prometheus (Debian's package) scraping the four services and the stores' exporters,
+with the alert rules.
 
 The stack writes its configuration (``.stack/data/prometheus/prometheus.yml``) from the
 settings the services read (their ports: ``FEED_API_PORT``, ``FEED_*_METRICS_PORT``), so it
 scrapes whatever ``make run`` or ``deploy.services`` started; a service that is not
-running is a target that is down (``up == 0``), which the rules watch. The rules are
+running is a target that is down (``up == 0``), which the rules watch. It also scrapes
+the stores' exporters of the layout it is started with (exporters.py: jobs
+``kafka-jmx``, on three nodes ``kafka-controller-jmx``, ``cassandra-jmx``, ``postgres``;
+one target per process, each on its node's address). The rules are
 ``deploy/prometheus/rules.yml`` (``promtool`` checks and unit-tests them in ``make test``).
-One server whatever the node count: it scrapes the services, not the stores.
+One server whatever the node count.
 """
 from __future__ import annotations
 
 import json
 import os
 import urllib.request
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from . import exporters
 from .layout import REPO, Layout
 from .process import (Daemon, StatusRow, UpReport, ensure_ports_free, spawn, status_row, stop,
                       wait_ready)
@@ -43,13 +49,15 @@ def targets() -> dict[str, str]:
             "feed-ranker": f"127.0.0.1:{s.ranker_metrics_port}"}
 
 
-def config(jobs: dict[str, str], rules: Path = RULES) -> dict[str, object]:
-    """The server's configuration (JSON is YAML, so it is written as JSON)."""
+def config(jobs: Mapping[str, str | Sequence[str]], rules: Path = RULES) -> dict[str, object]:
+    """The server's configuration (JSON is YAML, so it is written as JSON): a job per
+    entry of ``jobs``, scraping its address or addresses."""
     return {
         "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s",
                    "evaluation_interval": f"{SCRAPE_INTERVAL_S}s"},
         "rule_files": [str(rules)],
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [target]}]}
+        "scrape_configs": [{"job_name": job, "static_configs": [
+                               {"targets": [target] if isinstance(target, str) else list(target)}]}
                            for job, target in jobs.items()],
     }
 
@@ -77,7 +85,7 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
     folder = _dir(layout)
     (folder / "tsdb").mkdir(parents=True, exist_ok=True)
     conf = folder / "prometheus.yml"
-    conf.write_text(json.dumps(config(targets()), indent=2) + "\n")
+    conf.write_text(json.dumps(config({**targets(), **exporters.targets(layout)}), indent=2) + "\n")
     spawn(d, [server, f"--config.file={conf}", f"--storage.tsdb.path={folder / 'tsdb'}",
               f"--storage.tsdb.retention.time={RETENTION}", f"--web.listen-address={address()}",
               "--web.enable-lifecycle"])
