@@ -355,7 +355,7 @@ def nodetool(layout: Layout, *args: str, node: int = 1, timeout: float = 300) ->
 def up(layout: Layout, started: list[Daemon]) -> UpReport:
     java = java17(layout)
     lib = jars(layout, "cassandra")
-    agent = exporters.jmx_agent(layout)
+    agent: Path | None = None
     security.ensure(layout)
     waited = 0.0
     any_started = False
@@ -369,6 +369,7 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
                                              ("127.0.0.1", _jmx_port(layout, i)),
                                              (layout.hosts[i - 1], layout.cassandra_exporter_port)])
         _prepare(layout, i)
+        agent = agent or exporters.jmx_agent(layout)
         spawn(d, _argv(layout, i, java, lib, agent))
         started.append(d)
         any_started = True

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from . import exporters
 from .layout import REPO, Layout
-from .process import (Daemon, StatusRow, UpReport, ensure_ports_free, spawn, status_row, stop,
-                      wait_ready)
+from .process import (Daemon, StackError, StatusRow, UpReport, ensure_ports_free, spawn, status_row,
+                      stop, wait_ready)
 from .toolchain import ensure_prometheus
 
 RULES = REPO / "deploy" / "prometheus" / "rules.yml"
@@ -76,16 +76,32 @@ def _ready() -> bool:
         return bool(resp.status == 200)
 
 
+def _reload(d: Daemon) -> None:
+    req = urllib.request.Request(f"http://{address()}/-/reload", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+    except OSError as exc:
+        raise StackError(f"prometheus: reloading its configuration failed ({exc}); see {d.log_file}") from None
+
+
 def up(layout: Layout, started: list[Daemon]) -> UpReport:
     d = daemon(layout)
+    folder = _dir(layout)
+    conf = folder / "prometheus.yml"
+    text = json.dumps(config({**targets(), **exporters.targets(layout)}), indent=2) + "\n"
     if d.alive():
+        # A server started by an older checkout (or with other service ports) scrapes
+        # what its configuration said then: write this one and reload it in place.
+        if not conf.is_file() or conf.read_text() != text:
+            conf.write_text(text)
+            _reload(d)
+            return {"state": "already running (configuration reloaded)"}
         return {"state": "already running"}
     server, _tool = ensure_prometheus(layout.logs / "install.log")
     ensure_ports_free("prometheus", [("127.0.0.1", port())])
-    folder = _dir(layout)
     (folder / "tsdb").mkdir(parents=True, exist_ok=True)
-    conf = folder / "prometheus.yml"
-    conf.write_text(json.dumps(config({**targets(), **exporters.targets(layout)}), indent=2) + "\n")
+    conf.write_text(text)
     spawn(d, [server, f"--config.file={conf}", f"--storage.tsdb.path={folder / 'tsdb'}",
               f"--storage.tsdb.retention.time={RETENTION}", f"--web.listen-address={address()}",
               "--web.enable-lifecycle"])

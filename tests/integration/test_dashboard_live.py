@@ -170,13 +170,13 @@ def test_every_panel_shows_data_and_every_rule_evaluates(live: LiveSystem) -> No
     wait_until(lambda: len(_numbers(live.prometheus, 'up{job=~"feed-.*"} == 1')) == len(SERVICES),
                timeout=120, interval=1, message="every service to be scraped")
     assert len(_numbers(live.prometheus, 'up{job=~"feed-.*"} == 1')) == len(SERVICES)
-    # And every exporter of the stack's stores (a stack started before they existed has
-    # none: 'make down' then 'make up').
+    # And every exporter of the stack's stores.
     store_jobs = "|".join(live.stores)
     expected = sum(len(addresses) for addresses in live.stores.values())
     wait_until(lambda: len(_numbers(live.prometheus, f'up{{job=~"{store_jobs}"}} == 1')) == expected,
                timeout=60, interval=1,
-               message=f"every store exporter to be scraped ({live.stores}; is the stack up?)")
+               message=f"every store exporter to be scraped ({live.stores}; a stack started before "
+                       "the exporters existed has none: `make down` then `make up`)")
     _traffic(live)
     panels = json.loads(DASHBOARD.read_text())["panels"]
     exprs = {t["expr"]: p["title"] for p in panels for t in p["targets"]}
