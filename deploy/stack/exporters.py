@@ -20,10 +20,13 @@ and Cassandra node, and Debian's postgres exporter beside Postgres.
   queries hold everything the rules read (``pg_up``, ``pg_settings_max_connections``,
   ``pg_stat_activity_count``, ``pg_replication_slots_pg_wal_lsn_diff``).
 
-``targets`` is what the stack's Prometheus scrapes of them (``prometheus.py``).
+``targets`` is what the stack's Prometheus scrapes of them (``prometheus.py``), and
+``scrape_params`` asks each JMX agent for the metrics of its configuration only (its own
+JVM metrics cost three times as much to collect).
 """
 from __future__ import annotations
 
+import re
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -61,6 +64,20 @@ def javaagent(jar: Path, host: str, port: int, config: Path) -> str:
 
 def kafka_port(layout: Layout, controller: bool) -> int:
     return layout.kafka_controller_exporter_port if controller else layout.kafka_exporter_port
+
+
+def exported(config: Path) -> list[str]:
+    """The metric names a JMX exporter configuration's rules export (``name:`` lines)."""
+    return re.findall(r"^\s+name: (\w+)$", config.read_text(), re.M)
+
+
+def scrape_params() -> dict[str, dict[str, list[str]]]:
+    """Query parameters of each JMX job's scrape: only the metrics its rules export
+    (``name[]``). The agent then skips its own JVM metrics, three quarters of a
+    scrape's CPU (docs/operations.md, "What the exporters cost")."""
+    kafka_names = {"name[]": exported(KAFKA_CONFIG)}
+    return {KAFKA_JOB: kafka_names, KAFKA_CONTROLLER_JOB: kafka_names,
+            CASSANDRA_JOB: {"name[]": exported(CASSANDRA_CONFIG)}}
 
 
 def targets(layout: Layout) -> dict[str, list[str]]:

@@ -49,16 +49,23 @@ def targets() -> dict[str, str]:
             "feed-ranker": f"127.0.0.1:{s.ranker_metrics_port}"}
 
 
-def config(jobs: Mapping[str, str | Sequence[str]], rules: Path = RULES) -> dict[str, object]:
+def config(jobs: Mapping[str, str | Sequence[str]], rules: Path = RULES,
+           params: Mapping[str, Mapping[str, list[str]]] | None = None) -> dict[str, object]:
     """The server's configuration (JSON is YAML, so it is written as JSON): a job per
-    entry of ``jobs``, scraping its address or addresses."""
+    entry of ``jobs``, scraping its address or addresses, with the query ``params`` of
+    its scrapes where given (exporters.scrape_params)."""
+    def job(name: str, target: str | Sequence[str]) -> dict[str, object]:
+        out: dict[str, object] = {"job_name": name, "static_configs": [
+            {"targets": [target] if isinstance(target, str) else list(target)}]}
+        if params and name in params:
+            out["params"] = dict(params[name])
+        return out
+
     return {
         "global": {"scrape_interval": f"{SCRAPE_INTERVAL_S}s",
                    "evaluation_interval": f"{SCRAPE_INTERVAL_S}s"},
         "rule_files": [str(rules)],
-        "scrape_configs": [{"job_name": job, "static_configs": [
-                               {"targets": [target] if isinstance(target, str) else list(target)}]}
-                           for job, target in jobs.items()],
+        "scrape_configs": [job(name, target) for name, target in jobs.items()],
     }
 
 
@@ -89,7 +96,8 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
     d = daemon(layout)
     folder = _dir(layout)
     conf = folder / "prometheus.yml"
-    text = json.dumps(config({**targets(), **exporters.targets(layout)}), indent=2) + "\n"
+    text = json.dumps(config({**targets(), **exporters.targets(layout)}, RULES,
+                             exporters.scrape_params()), indent=2) + "\n"
     if d.alive():
         # A server started by an older checkout (or with other service ports) scrapes
         # what its configuration said then: write this one and reload it in place.

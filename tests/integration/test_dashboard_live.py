@@ -80,7 +80,7 @@ def live(settings: Settings, tmp_path: Path) -> Iterator[LiveSystem]:
             "feed-fanout": f"127.0.0.1:{s.fanout_metrics_port}",
             "feed-ranker": f"127.0.0.1:{s.ranker_metrics_port}"}
     stores = exporters.targets(Layout.from_env())
-    conf = config({**jobs, **stores}, RULES)
+    conf = config({**jobs, **stores}, RULES, exporters.scrape_params())
     conf["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     (tmp_path / "prometheus.yml").write_text(json.dumps(conf))
     try:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
+from deploy.stack import exporters
+
 REPO = Path(__file__).resolve().parents[2]
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 
@@ -87,7 +89,7 @@ def jmx_exported() -> set[str]:
         assert re.search(r"^startDelaySeconds: 0$", text, re.M), conf
         assert re.search(r"^lowercaseOutputName: true$", text, re.M), conf
         assert re.search(r"^includeObjectNames:$", text, re.M), conf
-        names.update(re.findall(r"^\s+name: (\w+)$", text, re.M))
+        names.update(exporters.exported(REPO / "deploy" / "prometheus" / conf))
     return names
 
 

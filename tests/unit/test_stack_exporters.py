@@ -55,9 +55,21 @@ def test_prometheus_scrapes_one_target_per_process(stack_layout: StackLayout) ->
     assert three["kafka-jmx"] == ["127.0.0.1:9404", "127.0.0.2:9404", "127.0.0.3:9404"]
     assert three["kafka-controller-jmx"] == ["127.0.0.1:9405", "127.0.0.2:9405", "127.0.0.3:9405"]
     assert three["cassandra-jmx"] == ["127.0.0.1:9406", "127.0.0.2:9406", "127.0.0.3:9406"]
-    conf: Any = prometheus.config({"feed-api": "127.0.0.1:8080", **three})
-    jobs = {c["job_name"]: c["static_configs"][0]["targets"] for c in conf["scrape_configs"]}
-    assert jobs["feed-api"] == ["127.0.0.1:8080"] and jobs["kafka-jmx"] == three["kafka-jmx"]
+    conf: Any = prometheus.config({"feed-api": "127.0.0.1:8080", **three}, prometheus.RULES,
+                                  exporters.scrape_params())
+    jobs = {c["job_name"]: c for c in conf["scrape_configs"]}
+    assert jobs["feed-api"]["static_configs"][0]["targets"] == ["127.0.0.1:8080"]
+    assert "params" not in jobs["feed-api"]
+    assert jobs["kafka-jmx"]["static_configs"][0]["targets"] == three["kafka-jmx"]
+    # The JMX agents are asked for their configuration's metrics only (not the JVM's).
+    assert jobs["kafka-controller-jmx"]["params"] == {"name[]": [
+        "kafka_server_replicamanager_underreplicatedpartitions",
+        "kafka_controller_kafkacontroller_offlinepartitionscount",
+        "kafka_controller_kafkacontroller_activecontrollercount"]}
+    assert jobs["cassandra-jmx"]["params"]["name[]"] == [
+        "cassandra_dropped_messages_total", "cassandra_compaction_pending_tasks",
+        "cassandra_client_request_latency_seconds"]
+    assert "params" not in jobs["postgres"]
 
 
 def test_exporter_ports_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
