@@ -96,3 +96,13 @@ def test_the_postgres_exporter_logs_in_as_the_monitoring_role(stack_layout: Stac
     assert secured["DATA_SOURCE_PASS_FILE"] == str(three.root / "secrets" / "pg-monitor.password")
     # The password itself is never in the environment.
     assert secured["DATA_SOURCE_PASS"] == ""
+
+
+def test_the_benchmarks_never_count_the_exporter_as_postgres() -> None:
+    """bench/harness/servers.py meters the stores' CPU by component from ``stack status``:
+    the postgres exporter is a process of its own, not Postgres."""
+    from bench.harness.servers import _component
+
+    assert [_component(n) for n in ("postgres", "postgres-exporter", "kafka-1", "kafka-controller-2",
+                                    "cassandra-3", "prometheus")] == \
+        ["postgres", "postgres-exporter", "kafka", "kafka", "cassandra", "prometheus"]
