@@ -280,8 +280,12 @@ SCENARIOS = ("cassandra-kill", "cassandra-pause", "cassandra-cut", "broker-kill"
 # cassandra-kill: the node must stay down past its alert's 1 min "for" plus a scrape and
 # an evaluation (5 s each) even when its restart is quick: with 30 s, a 32 s restart
 # brought it back 62 s after the kill and the alert never fired (2026-12-06).
+# broker-kill: KafkaUnderReplicatedPartitions must fire while the broker is down: the
+# controller fences it (3 s), a scrape and an evaluation see the other leaders' ISRs
+# shrunk (5 s each), then the rule's 30 s "for": ~43 s; with 20 s its broker was back
+# in ~35 s and the rule would never fire.
 HOLD_S = {"cassandra-kill": 50.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0,
-          "broker-kill": 20.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
+          "broker-kill": 50.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
           "pipeline-stall": 60.0, "backlog": 30.0, "lost-hide": 20.0,
           # Over the alert's 1 min "for", plus a scrape and an evaluation (5 s each).
           "fanout-down": 90.0,
