@@ -18,12 +18,15 @@ from fastapi import FastAPI
 
 from services.api.http.logs import configure_logging
 from services.shared.clients.preflight import preflight
+from services.shared.parent_death import die_with
 from services.shared.secret_policy import UnsafeSecrets, require_safe_secrets
 from services.shared.settings import ApiProcess, load
 
 from .app import create_app
 
 WORKER_APP = "services.api.__main__:worker_app"
+# The master's pid, for its workers: each dies with it (services/shared/parent_death.py).
+MASTER_ENV = "FEED_API_MASTER_PID"
 
 
 def worker_count(configured: int, usable_cores: int | None) -> int:
@@ -45,7 +48,11 @@ def usable_cores() -> int | None:
 
 
 def worker_app() -> FastAPI:
-    """The app of one worker process (uvicorn factory): logging set up in that process."""
+    """The app of one worker process (uvicorn factory): logging set up in that process.
+    The worker is killed when its master exits, however it exits."""
+    master = os.environ.get(MASTER_ENV)
+    if master:
+        die_with(int(master))
     settings = load(ApiProcess)
     configure_logging(access_log=settings.api_access_log)
     # uvicorn silenced its access log before calling us; configure_logging re-routed it.
@@ -72,6 +79,7 @@ def main() -> None:
         uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
                     log_config=None, access_log=False)
         return
+    os.environ[MASTER_ENV] = str(os.getpid())   # inherited by the workers uvicorn spawns
     uvicorn.run(WORKER_APP, factory=True, workers=workers,
                 host=settings.api_host, port=settings.api_port, log_config=None,
                 access_log=False)

@@ -85,6 +85,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.pg = pool
     app.state.id_lease = lease
     app.state.ids = SnowflakeGenerator(lease.node_id, lease=lease)
+    lease.on_node += [app.state.ids.rebind, app.state.metrics.id_node.set]
     app.state.known_users = KnownUsers()
     app.state.metrics.id_node.set(lease.node_id)
     app.state.readiness.register("postgres", postgres_check(pool))

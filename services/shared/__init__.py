@@ -9,4 +9,5 @@
 * ``secret_policy``: which signing secrets a process may start with
 * ``runtime``: the garbage collector and switch interval of a service process
 * ``health``: a background process's ``/metrics``, ``/healthz`` and ``/readyz``
+* ``parent_death``: a child process killed with its parent (the API's workers)
 """

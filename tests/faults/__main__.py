@@ -61,6 +61,8 @@ WARM_UP_LIMIT_FACTOR = 5
 # broker stays down 50 s (injectors.HOLD_S), and the other leaders' under-replicated
 # partitions (the brokers' JMX exporters) must fire past the rule's 30 s.
 EXPECTED_ALERT = {"cassandra-kill": "FeedCassandraNodeUnreachable", "fanout-down": "FeedFanoutDown",
+                  "relay-down": "CdcRelayDown", "ranker-down": "FeedRankerDown",
+                  "api-down": "FeedApiDown", "postgres-down": "PostgresDown",
                   "broker-kill": "KafkaUnderReplicatedPartitions"}
 # After the lift: the driver and librdkafka see the node back within seconds of its
 # restart, then the rule's next evaluation clears the alert.

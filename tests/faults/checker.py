@@ -204,7 +204,9 @@ async def check(settings: Settings, w: Workload) -> Verdict:
     lost = sorted(set(led.posts) - stored)
     v.lost_writes = len(lost)
     v.examples["lost_writes"] = lost[:10]
-    authors = w.cast.posting
+    # The leaving users too: a deletion that failed (Postgres down, an unanswered request)
+    # left their account and posts visible, and Postgres, not the ledger, says which.
+    authors = [*w.cast.posting, *w.cast.leaving]
     # Only this run's acknowledged posts count (the cast is fresh, so this is a guard).
     expected = {r: ps & set(led.posts) for r, ps in _visible(settings, w.cast.readers, authors).items()}
     owed_at_most = settings.inbox_cap - settings.inbox_trim_every

@@ -231,18 +231,31 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
             assert group is not None
             await fanout_group_kill(w, group, hold_s, BACKLOG_KILL_AFTER_S, log.injected,
                                     lambda at: setattr(log, "fault_at", at))
-        elif name == "fanout-down":
-            # The fan-out killed and kept down for longer than its alert's 1 min "for": its
-            # supervisor is frozen first so it cannot restart it, then let go after the
-            # hold, and restarts it. FeedFanoutDown must fire and clear; meanwhile the
-            # fence still honours every hide, and nothing posted is lost once it is back.
-            supervisor = _service_pid(layout, "fanout", supervisor=True)
-            _signal(supervisor, signal.SIGSTOP, "fanout's supervisor", log)
+        elif name in ROLE_DOWN:
+            # One role's process killed and kept down for longer than its alert's 1 min
+            # "for": its supervisor is frozen first so it cannot restart it, then let go
+            # after the hold, and restarts it. The role's "down" alert must fire and
+            # clear; meanwhile the fence still honours every hide, and nothing acked is
+            # lost once it is back (the API: requests fail meanwhile, none is acked).
+            role = ROLE_DOWN[name]
+            supervisor = _service_pid(layout, role, supervisor=True)
+            _signal(supervisor, signal.SIGSTOP, f"{role}'s supervisor", log)
             try:
-                _signal(_service_pid(layout, "fanout"), signal.SIGKILL, "fanout", log)
+                _signal(_service_pid(layout, role), signal.SIGKILL, role, log)
                 await asyncio.sleep(hold_s)
             finally:
-                _signal(supervisor, signal.SIGCONT, "fanout's supervisor", log)
+                _signal(supervisor, signal.SIGCONT, f"{role}'s supervisor", log)
+        elif name == "postgres-down":
+            # Postgres stopped (fast) and kept down past PostgresDown's 30 s "for": the API
+            # answers 503, the relay waits for its slot; nothing acked may be lost.
+            await asyncio.to_thread(postgres.down, layout)
+            log.injected.append(f"postgres stopped (pg_ctl stop, fast) at {time.strftime('%H:%M:%S')}")
+            try:
+                await asyncio.sleep(hold_s)
+            finally:
+                started = time.monotonic()
+                await asyncio.to_thread(postgres.up, layout)
+                log.injected.append(f"postgres started again in {time.monotonic() - started:.1f} s")
         else:
             raise ValueError(f"unknown scenario {name}")
         log.lifted_at = time.time()
@@ -276,7 +289,11 @@ def _service_pid(layout: Layout, service: str, *, supervisor: bool = False) -> i
 
 SCENARIOS = ("cassandra-kill", "cassandra-pause", "cassandra-cut", "broker-kill", "broker-cut",
              "postgres-restart", "worker-kills", "pipeline-stall", "backlog", "lost-hide",
-             "fanout-down", "fanout-group-kill")
+             "fanout-down", "relay-down", "ranker-down", "api-down", "postgres-down",
+             "fanout-group-kill")
+# The "<role>-down" scenarios: the process of that role (deploy.services' name) killed.
+ROLE_DOWN = {"fanout-down": "fanout", "relay-down": "cdc", "ranker-down": "ranker",
+             "api-down": "api"}
 # cassandra-kill: the node must stay down past its alert's 1 min "for" plus a scrape and
 # an evaluation (5 s each) even when its restart is quick: with 30 s, a 32 s restart
 # brought it back 62 s after the kill and the alert never fired (2026-12-06).
@@ -288,7 +305,9 @@ HOLD_S = {"cassandra-kill": 50.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0
           "broker-kill": 50.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
           "pipeline-stall": 60.0, "backlog": 30.0, "lost-hide": 20.0,
           # Over the alert's 1 min "for", plus a scrape and an evaluation (5 s each).
-          "fanout-down": 90.0,
+          "fanout-down": 90.0, "relay-down": 90.0, "ranker-down": 90.0, "api-down": 90.0,
+          # Over PostgresDown's 30 s "for", a scrape and an evaluation, as broker-kill.
+          "postgres-down": 50.0,
           # Past the session timeout (6 s) and the rebalance to the two workers left, with
           # time for them to apply the victim's share before it comes back.
           "fanout-group-kill": 30.0}

@@ -129,5 +129,19 @@ def test_instance_that_lost_its_lease_refuses_posts_and_is_not_ready(settings) -
         assert refused.json()["type"] == "https://feed.example/problems/unavailable"
         assert retried.status_code == 503  # the claim was released, not left in flight
         assert ready.status_code == 503 and ready.json()["checks"]["id_lease"] != "ok"
+        # The renewing thread's next step leases a free node id again (the old one is
+        # another holder's now) and rebinds the generator: posts are taken again.
+        lost = lease.node_id
+        assert lease.keep() is True and lease.is_held()
+        assert lease.node_id != lost and app.state.ids.node_id == lease.node_id
+        with api.client(new_user_id()) as http:
+            taken = http.post("/v1/posts", json={"text": "x"},
+                              headers={"Idempotency-Key": "lease-taken-again"})
+            ready = http.get("/readyz")
+            gauge = http.get("/metrics").text
+        assert taken.status_code == 201, taken.text
+        assert ids.parse(int(taken.json()["post_id"])).node == lease.node_id
+        assert ready.json()["checks"]["id_lease"] == "ok"
+        assert f"feed_api_id_node {float(lease.node_id)}" in gauge
     finally:
         stop_server(server, thread)

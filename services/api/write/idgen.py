@@ -7,7 +7,10 @@ for the next millisecond; backwards clock steps are handled by the three levels 
 ``NodeLease`` takes a free node id from ``id_node_leases`` (the row's ``expires_at`` is in
 the future while a process holds it) and renews it in a thread. A process whose lease
 could not be renewed in time considers it lost and its generator refuses to issue ids:
-another process may take the node id once the row expires. The local deadline is
+another process may take the node id once the row expires. The thread then leases a
+free node id again (every second until it gets one: Postgres may still be down) and
+rebinds the generator to it before ids are issued again, so a Postgres outage longer
+than the lease costs posts only while it lasts, not until the process restarts. The local deadline is
 ``LEASE_SAFETY_MS`` before the row's expiry, which covers the 1 s an id may run ahead of
 the clock (drift level 2) plus clock skew between hosts, so the next holder's ids never
 collide with ours.
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], int]           # Unix time in milliseconds
 Sleep = Callable[[float], None]     # seconds
 LEASE_SAFETY_MS = 2000
+# Seconds between attempts while the lease is not held (Postgres down, the id lost).
+RETRY_S = 1.0
 
 
 def system_clock_ms() -> int:
@@ -80,6 +85,14 @@ class SnowflakeGenerator:
         self._lock = threading.Lock()
         self._last_ms = -1
         self._sequence = 0
+
+    def rebind(self, node_id: int) -> None:
+        """Issue ids under ``node_id`` from now on (a lease taken again). The sequence and
+        the last millisecond carry on, so ids stay increasing in this process."""
+        if not 0 <= node_id <= MAX_NODE:
+            raise ValueError(f"node id {node_id} outside 0..{MAX_NODE}")
+        with self._lock:
+            self.node_id = node_id
 
     def next_id(self) -> int:
         """The next id; raises ``ClockMovedBackwards`` or ``LeaseLost``."""
@@ -141,6 +154,16 @@ RETURNING node_id
 _ACQUIRE_LOCK_KEY = 7_210_001
 
 
+def _take_free_node(settings: ApiProcess, holder: str, ttl: float, **connect: float) -> int | None:
+    """A free node id leased to ``holder`` for ``ttl`` seconds (random among the free
+    ones), or None when all 1,024 are held."""
+    with pg.connect(settings, **connect) as conn, conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ACQUIRE_LOCK_KEY,))
+        row = conn.execute(_ACQUIRE_SQL, {"holder": holder, "ttl": ttl,
+                                          "max_node": MAX_NODE}).fetchone()
+    return None if row is None else int(row[0])
+
+
 class NodeLease:
     """A node id held in ``id_node_leases``; ``is_held()`` is checked for every id."""
 
@@ -154,6 +177,9 @@ class NodeLease:
         self._valid_until = valid_until
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Called with the new node id when the lease is taken again, before ids may be
+        # issued under it (the generator's rebind, the node-id gauge).
+        self.on_node: list[Callable[[int], None]] = []
 
     @classmethod
     def acquire(cls, settings: ApiProcess, *, ttl_seconds: float | None = None,
@@ -164,14 +190,11 @@ class NodeLease:
             raise ValueError("lease ttl must be well above the safety margin")
         holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         started = monotonic()
-        with pg.connect(settings) as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ACQUIRE_LOCK_KEY,))
-            row = conn.execute(_ACQUIRE_SQL, {"holder": holder, "ttl": ttl,
-                                              "max_node": MAX_NODE}).fetchone()
-        if row is None:
+        node = _take_free_node(settings, holder, ttl)
+        if node is None:
             raise IdGenerationError("all node ids are leased")
-        log.info("node id leased", extra={"node_id": row[0], "holder": holder})
-        return cls(settings, row[0], holder, ttl, monotonic=monotonic,
+        log.info("node id leased", extra={"node_id": node, "holder": holder})
+        return cls(settings, node, holder, ttl, monotonic=monotonic,
                    valid_until=started + ttl - LEASE_SAFETY_MS / 1000)
 
     def is_held(self) -> bool:
@@ -191,19 +214,44 @@ class NodeLease:
         self._valid_until = started + self.ttl_seconds - LEASE_SAFETY_MS / 1000
         return True
 
+    def take_again(self) -> bool:
+        """Lease a free node id anew (this one was lost); False when none could be had.
+        The listeners (``on_node``) hear of it before ``is_held`` turns true."""
+        started = self._monotonic()
+        node = _take_free_node(self.settings, self.holder, self.ttl_seconds, connect_timeout=5)
+        if node is None:
+            log.error("node id lease lost and no node id is free")
+            return False
+        self.node_id = node
+        for listener in self.on_node:
+            listener(node)
+        self._valid_until = started + self.ttl_seconds - LEASE_SAFETY_MS / 1000
+        log.warning("node id leased again", extra={"node_id": node, "holder": self.holder})
+        return True
+
+    def keep(self) -> bool:
+        """One step of the renewing thread: renew the lease, or take a node id again
+        when it was lost. True when it is held after the step; a Postgres error is
+        logged and gives False (the next step comes sooner)."""
+        try:
+            # A row still ours and unexpired is renewed even past the local deadline (no
+            # one else can have taken it); an expired or taken one is lost.
+            return self.renew() or self.take_again()
+        except psycopg.Error:
+            # Postgres unreachable: keep trying; is_held() turns False at the deadline.
+            log.warning("node id lease renewal failed", exc_info=True)
+            return False
+
     def start_renewing(self) -> None:
-        """Renew every third of the ttl in a daemon thread until ``release``."""
+        """Renew every third of the ttl in a daemon thread until ``release``; while the
+        lease is not held, try every ``RETRY_S``."""
         self._thread = threading.Thread(target=self._renew_loop, name="id-lease", daemon=True)
         self._thread.start()
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl_seconds / 3):
-            try:
-                if not self.renew():
-                    return
-            except psycopg.Error:
-                # Postgres unreachable: keep trying; is_held() turns False at the deadline.
-                log.warning("node id lease renewal failed", exc_info=True)
+        wait = self.ttl_seconds / 3
+        while not self._stop.wait(wait):
+            wait = self.ttl_seconds / 3 if self.keep() else RETRY_S
 
     def release(self) -> None:
         """Stop renewing and free the node id for the next process."""
