@@ -32,7 +32,7 @@ class Layout:
     root: Path
     nodes: int
     pg_host: str = "127.0.0.1"
-    pg_port: int = 55432
+    pg_port: int = 25432
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
     cassandra_port: int = 9042
@@ -65,7 +65,7 @@ class Layout:
             root=root,
             nodes=nodes,
             pg_host=os.environ.get("FEED_PG_HOST", "127.0.0.1"),
-            pg_port=_env_int("FEED_PG_PORT", 55432),
+            pg_port=_env_int("FEED_PG_PORT", 25432),
             kafka_port=_env_int("FEED_KAFKA_PORT", 9092),
             kafka_controller_port=_env_int("FEED_KAFKA_CONTROLLER_PORT", 9093),
             cassandra_port=_env_int("FEED_CASSANDRA_PORT", 9042),

@@ -89,8 +89,27 @@ def who_listens(port: int) -> str:
     return out.splitlines()[0] if out else "unknown process"
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def in_ephemeral_range(port: int, range_file: Path = EPHEMERAL_RANGE) -> bool:
+    """Whether the kernel may give ``port`` to an outgoing connection. A server listening
+    there cannot always start again: while it is down, a client reconnecting to it may be
+    given that very port as its own and connect to itself (a TCP self-connect), holding
+    the port ("Address already in use"): Postgres on 55432 did so once in a 50 s outage."""
+    try:
+        low, high = (int(v) for v in range_file.read_text().split())
+    except (OSError, ValueError):
+        return False
+    return low <= port <= high
+
+
 def ensure_ports_free(owner: str, addresses: list[tuple[str, int]]) -> None:
     for host, port in addresses:
+        if in_ephemeral_range(port):
+            print(f"stack: {owner}: port {port} is in the kernel's range for outgoing connections "
+                  f"({EPHEMERAL_RANGE}): a client reconnecting while {owner} is down may take it, "
+                  f"and {owner} then cannot start again; choose a port below that range")
         if port_open(host, port):
             raise StackError(
                 f"{owner}: port {host}:{port} is already taken by {who_listens(port)}; "

@@ -22,7 +22,7 @@ class PostgresSettings(FeedSettings):
     # Postgres server's host name or address.
     pg_host: str = "127.0.0.1"
     # Postgres server's TCP port.
-    pg_port: int = 55432
+    pg_port: int = 25432
     # Role the services log in as.
     pg_user: str = "feed"
     # That role's password.
