@@ -78,7 +78,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     verifier = token_verifier(app.state)
     if verifier.keys is not None:  # gateway tokens: the issuer's keys before the first request
         await verifier.keys.load_async()
-    pool = pg.async_pool(settings, min_size=1, max_size=settings.api_pg_pool_max)
+    pool = pg.async_pool(settings, min_size=1, max_size=settings.api_pg_pool_max,
+                         timeout=settings.api_pg_wait_s)
     await pool.open(wait=True, timeout=30)
     lease = await asyncio.to_thread(NodeLease.acquire, settings)
     lease.start_renewing()

@@ -54,7 +54,7 @@ from services.shared.domain.rules import VISIBLE
 from services.shared.settings import Settings
 from services.shared.clients import cql, kafka, pg
 
-from .workload import Workload
+from .workload import IN_DOUBT_S, Workload
 
 
 @dataclass
@@ -276,6 +276,23 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
     by_account: dict[int, list[Any]] = {}
     for s in led.account_hidden:
         by_account.setdefault(s.author, []).append(s)
+    # A lift never answered may commit up to IN_DOUBT_S after its request, undoing a
+    # later hide of the same account or pair at any time until then: such a hide binds
+    # nothing (which pages came after that commit cannot be told).
+    doubt: dict[tuple[str, int, int], list[float]] = {}
+    for kind, a, b, started in led.lifts_in_doubt:
+        doubt.setdefault((kind, a, b), []).append(started)
+        if kind == "block":
+            doubt.setdefault((kind, b, a), []).append(started)
+
+    def undone(kind: str, a: int, b: int, hide: Any) -> bool:
+        return any(t < hide.until and t + IN_DOUBT_S > hide.since
+                   for t in doubt.get((kind, a, b), ()))
+    by_account = {author: [s for s in held if not (s.kind == "suspension"
+                                                   and undone("suspension", author, author, s))]
+                  for author, held in by_account.items()}
+    by_pair = {pair: [h for h in held if not undone(h.kind, pair[0], pair[1], h)]
+               for pair, held in by_pair.items()}
     # (the request started, its answer arrived, reader, post, where)
     served = [(p.started, p.started if p.answered is None else p.answered, p.reader, post, "page")
               for p in led.pages for post in p.ids]

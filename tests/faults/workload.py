@@ -79,9 +79,11 @@ class AccountHidden:
     kind: str = "suspension"   # or "deletion" (DELETE /v1/me: final, never lifted)
 
     def window(self) -> tuple[float, float]:
-        """From the suspension's request to the unsuspend's ack."""
+        """From the suspension's request to the unsuspend's ack; with no end when the
+        suspension was never answered (it may commit after the unsuspend did)."""
+        end = self.until if self.lifted is None else self.lifted
         return (self.since if self.requested is None else self.requested,
-                self.until if self.lifted is None else self.lifted)
+                float("inf") if self.since == float("inf") else end)
 
 
 @dataclass
@@ -92,6 +94,11 @@ class Ledger:
     hidden_posts: dict[int, float] = field(default_factory=dict)        # post -> delete/removal acked at
     pair_hidden: list[PairHidden] = field(default_factory=list)
     account_hidden: list[AccountHidden] = field(default_factory=list)  # suspensions, deletions
+    # Lifts never answered (a transport error, a timeout, a 5xx): (kind, a, b, request
+    # started). Such a request may still commit up to IN_DOUBT_S later, after a later
+    # hide of the same pair or account, and undo it ("suspension": a = b = the author;
+    # "block": either way; "mute": muter, muted; "unfollow": reader, author).
+    lifts_in_doubt: list[tuple[str, int, int, float]] = field(default_factory=list)
     # Writes refused because the account was suspended (403 ``account-suspended``), per
     # phase: "account-suspended" while a suspension's window was open (expected), and
     # "account-suspended while active" otherwise (a wrong refusal: the checker counts it).
@@ -165,6 +172,12 @@ CELEBRITY_SHARE = 0.15
 # two of the eight ordinary authors are suspended at any moment, and a post of theirs is
 # refused (403).
 SUSPEND_HOLD_S = 3.0
+# How long after its request an unanswered write may still commit: the API waits at most
+# FEED_API_PG_WAIT_S (5 s) for a Postgres connection, then its statements run; 40 s also
+# covers psycopg_pool's own 30 s, which the API waited before: in a 50 s Postgres outage
+# an unsuspend whose client had timed out committed 62 ms after the author's next
+# suspension, which the checker then counted as broken (2026-12-06).
+IN_DOUBT_S = 40.0
 # Users who delete their accounts, each with LEAVING_POSTS posts (made in the set-up) and
 # LEAVING_FOLLOWERS followers; one deletion every LEAVE_EVERY_S from the start of the load
 # (with the suite's 20 s before the fault, one before it and one during it).
@@ -316,6 +329,8 @@ class Workload:
     async def _follow(self, reader: int, author: int, on: bool) -> bool:
         started = time.time()
         r = await self.call("PUT" if on else "DELETE", f"/v1/users/{author}/follow", reader)
+        if on and (r is None or r.status_code >= 500):
+            self.ledger.lifts_in_doubt.append(("unfollow", reader, author, started))
         if r is None or r.status_code not in (200, 201, 204):
             return False
         led = self.ledger
@@ -448,6 +463,8 @@ class Workload:
         on = (blocker, blocked) not in self.ledger.blocks
         started = time.time()
         r = await self.call("PUT" if on else "DELETE", f"/v1/users/{blocked}/block", blocker)
+        if not on and (r is None or r.status_code >= 500):
+            self.ledger.lifts_in_doubt.append(("block", blocker, blocked, started))
         if r is not None and r.status_code != 204:
             self._refused(r, blocker, started)  # suspended by another loop meanwhile
         if r is None or r.status_code != 204:
@@ -474,6 +491,8 @@ class Workload:
         on = (muter, muted) not in self.ledger.mutes
         started = time.time()
         r = await self.call("PUT" if on else "DELETE", f"/v1/users/{muted}/mute", muter)
+        if not on and (r is None or r.status_code >= 500):
+            self.ledger.lifts_in_doubt.append(("mute", muter, muted, started))
         if r is None or r.status_code != 204:
             return muter
         led = self.ledger
@@ -545,6 +564,7 @@ class Workload:
         # committed even without an answer).
         held.until = min(held.until, started)
         if r is None or r.status_code != 200:
+            self.ledger.lifts_in_doubt.append(("suspension", held.author, held.author, started))
             return False
         held.lifted = time.time()
         self.ledger.actions["unsuspend"] += 1

@@ -466,3 +466,36 @@ def test_a_deleted_accounts_post_counts_for_good_and_the_deletion_drops_the_foll
     # by hand without a request time.
     w.ledger.account_hidden[:] = [AccountHidden(leaving, float("inf"), kind="deletion")]
     assert shown_after_ack(w)[0] == 0
+
+
+def test_a_lift_never_answered_may_undo_a_later_hide_which_then_binds_nothing() -> None:
+    from tests.faults.checker import shown_after_ack
+    from tests.faults.workload import IN_DOUBT_S, AccountHidden, Cast, Ledger, PairHidden
+
+    class W:
+        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
+                    moderator=30)
+        ledger = Ledger()
+
+    w = W()
+    led = w.ledger
+    led.posts.update({901: (2, 100.0), 902: (3, 100.0)})
+    # 2: an unsuspend at 110 never answered (it may commit until 110 + IN_DOUBT_S), then
+    # suspended again at 120: pages after that prove nothing. 3: the same, but suspended
+    # again only after the doubt is over: counted.
+    led.lifts_in_doubt += [("suspension", 2, 2, 110.0), ("suspension", 3, 3, 110.0)]
+    led.account_hidden += [AccountHidden(2, 120.0), AccountHidden(3, 110.0 + IN_DOUBT_S + 1)]
+    # Reader 11 blocked by 3 at 130; an unblock of 11 by 3 (the other way round) sent at
+    # 125 was never answered: the block binds nothing. Reader 10 mutes 2 at 130, and an
+    # unmute of 3 (another pair) is in doubt: counted.
+    led.lifts_in_doubt += [("block", 11, 3, 125.0), ("mute", 10, 3, 125.0)]
+    led.pair_hidden += [PairHidden(11, 3, "block", 130.0), PairHidden(10, 2, "mute", 130.0)]
+    late = 110.0 + IN_DOUBT_S + 2
+    led.pages += [Served(121.0, 11, (901,)),    # 2's suspension may be undone: not counted
+                  Served(late, 11, (902,)),     # 3's later suspension: counted
+                  Served(131.0, 11, (902,)),    # 3's block of 11 may be undone: not counted
+                  Served(131.0, 10, (901,))]    # 10's mute of 2: counted (902 is 3's, not muted)
+    count, examples = shown_after_ack(w)
+    assert [(e["reader"], e["post"], e["why"]) for e in examples] == [
+        (11, 902, "suspension"), (10, 901, "mute")]
+    assert count == 2

@@ -43,6 +43,10 @@ class ApiSettings(FeedSettings):
     api_port: int = 8080
     # Postgres connections per API process, at most.
     api_pg_pool_max: int = 10
+    # Seconds a request waits for a Postgres connection before it answers 503: a client
+    # has given up long before psycopg_pool's 30 s, and a write that waited that long
+    # could still commit after its client retried or moved on.
+    api_pg_wait_s: float = Field(default=5.0, gt=0)
     # uvicorn worker processes; 0: one per core this process may run on.
     api_workers: int = 0
     # Log a line per request (5xx responses are always logged).
