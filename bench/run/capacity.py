@@ -125,8 +125,8 @@ def plan(load: Load, c: Costs, *, utilisation: float, cores_per_node: int, rf: i
     out["nodes"] = {k: max(1 if k == "Postgres" else rf, math.ceil(need[k] / cores_per_node))
                     for k in ("Cassandra", "Postgres", "Kafka")}
     # A faust worker owns whole partitions: at least one per worker, twice that to rebalance.
-    out["posts partitions"] = 2 * out["processes"]["fan-out workers"]
     out["partitions"] = topic_partitions(out["processes"]["fan-out workers"])
+    out["posts partitions"] = out["partitions"]["posts"]
     # On shared cores (the bench's machine, or one pool of nodes) the component with the
     # most work saturates first as the load grows.
     out["saturates first"] = max(need, key=need.__getitem__)

@@ -33,7 +33,7 @@ def test_plan_charges_each_component_its_own_work() -> None:
     # Kafka: every record on RF brokers. 10 posts/s x 6,000 records x 5 µs x RF 3, at 50 %
     chatty = Costs(**{**COSTS.__dict__, "records_per_post": 6000.0})
     assert plan(load, chatty, utilisation=0.5, cores_per_node=8, rf=3)["cores"]["Kafka"] == pytest.approx(1.8)
-    assert p["posts partitions"] == 2
+    assert p["posts partitions"] == 3   # twice the one worker, never under the default 3
     assert p["saturates first"] == "API processes"
 
 
