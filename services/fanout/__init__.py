@@ -4,6 +4,7 @@
 * ``post_events``: a post's changes: its copy, then push to inboxes or unpush; a batch's
   old posts together
 * ``backlog``: which posts of a batch go together, and what each needs (pure)
+* ``push_rounds``: a batch's inbox pushes written together, grouped by reader
 * ``relation_events``: follows and blocks: copies, follower counts, backfill, clean-up
 * ``account_events``: suspensions, unsuspends and deletions: the account copy
 * ``profile_events``: users changes: the copy of their names (``user_profiles``)

@@ -154,7 +154,7 @@ async def open_ports(settings: FanoutProcess) -> FanoutPorts:
     posts = PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
                        retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s,
                                         gate=pressure.retries),
-                       **options)
+                       push_rounds=settings.fanout_posts_by_batch, **options)
     tune_worker_process(settings)
     account_copy = AccountCopy(session, runner)
     return FanoutPorts(
@@ -220,10 +220,10 @@ def create_app(settings: FanoutProcess) -> faust.App:
     @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
     async def posts(stream: faust.StreamT[bytes]) -> None:
         # A batch's posts older than the inbox TTL go together (backlog.py), the rest
-        # post by post beside them.
+        # post by post beside them, their inbox rows in rounds (push_rounds.py).
         await consume(stream, changes(lambda p: p.posts.on_post_changed),
                       keys_in_flight=settings.fanout_posts_in_flight,
-                      split=(lambda p: p.posts.split_batch) if settings.fanout_old_posts_by_batch else None)
+                      split=(lambda p: p.posts.split_batch) if settings.fanout_posts_by_batch else None)
 
     @app.agent(raw_topic(app, cdc_topic("follows", prefix)), name="follows")
     async def follows(stream: faust.StreamT[bytes]) -> None:

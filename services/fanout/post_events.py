@@ -39,10 +39,11 @@ from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_
 from .backlog import Drop, Keep, Outcome, plan_old_post, takes_together
 from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
-from .inbox import InboxPort
+from .inbox import InboxPort, InboxRow
 from .metrics import (BACKLOG_POSTS, CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX,
                       FANOUT_CAPACITY, FANOUT_SECONDS, INACTIVE_ROWS_SKIPPED, INBOX_ROWS,
                       POSTS_ANNOUNCED, STORE_RETRIES, TRIMS)
+from .push_rounds import PushRounds
 from .rank_moves import RankMoves
 from .tier_store import TierStore
 from .tiering import OverlapMeter, Tier
@@ -61,8 +62,12 @@ class PostFanout:
                  wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  monotonic: Callable[[], float] = time.monotonic,
                  wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
-                 inactive: Callable[[int], Awaitable[frozenset[int]]] = _nobody) -> None:
+                 inactive: Callable[[int], Awaitable[frozenset[int]]] = _nobody,
+                 push_rounds: bool = False) -> None:
         self._copies = copies
+        # With rounds, the pushes of the changes applied at once are written together,
+        # grouped by reader (push_rounds.py); without, each push leaves on its own.
+        self._rounds = PushRounds(inbox) if push_rounds else None
         # An author's followers the fan-out skips: they have not read their feed for
         # FEED_INACTIVE_AFTER (services/fanout/inactive.py).
         self._inactive = inactive
@@ -90,6 +95,13 @@ class PostFanout:
                     self._tiers.capacity.rows_per_s, exc)
 
     async def on_post_changed(self, change: ChangeRecord) -> None:
+        if self._rounds is None:
+            await self._apply(change)
+            return
+        with self._rounds.applying():  # a push round waits for this change to push or end
+            await self._apply(change)
+
+    async def _apply(self, change: ChangeRecord) -> None:
         action = post_action(change)
         post = post_fields(change.row, deleted_row=change.is_delete)
         await self._copies.write_post(post, change.lsn)
@@ -240,7 +252,7 @@ class PostFanout:
                     readers = active
                 if not readers:
                     continue
-                written = await self._retry(partial(self._inbox.push, readers, post_id,
+                written = await self._retry(partial(self._push, readers, post_id,
                                                     copy.author_id, key, key_ts, ttl_s),
                                             self._store_timed_out)
                 rows += written
@@ -264,6 +276,14 @@ class PostFanout:
         # route it to connected followers; a replay announces again, same event id).
         await self._announce(copy.author_id, post_id, copy.created_at)
         await self._follow_a_move(post_id, copy.author_id, copy.created_at, key)
+
+    async def _push(self, readers: list[int], post_id: int, author_id: int, key: float,
+                    key_ts: int, ttl_s: int) -> int:
+        """A page of the post's rows: in the current push round (written with the other
+        posts' rows, grouped by reader), or on its own without rounds."""
+        if self._rounds is None:
+            return await self._inbox.push(readers, post_id, author_id, key, key_ts, ttl_s)
+        return await self._rounds.push(readers, InboxRow(post_id, author_id, key, key_ts, ttl_s))
 
     async def _announce(self, author_id: int, post_id: int, created_at: datetime) -> None:
         """Publish the post's ``author-events`` record and wait for the broker's ack; the
