@@ -33,6 +33,10 @@ BACKLOG_POSTS = Counter("feed_fanout_backlog_posts_total",
                         ["outcome"])
 for _outcome in ("kept", "dropped", "unchanged", "per_post"):
     BACKLOG_POSTS.labels(_outcome)
+PUSH_ROUND_POSTS = Histogram("feed_fanout_push_round_posts",
+                             "Posts whose inbox rows one push round wrote together, grouped by "
+                             "reader (push_rounds.py)",
+                             buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000))
 FOLLOWER_DRIFT = Gauge("feed_reconcile_follower_drift_authors",
                        "Authors whose follower count differs from Postgres (last reconciliation)")
 RANK_MOVE_ROWS = Histogram("feed_fanout_rank_move_rows",

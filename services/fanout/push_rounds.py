@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from typing import Iterator, Sequence
 
 from .inbox import InboxPort, InboxRow
+from .metrics import PUSH_ROUND_POSTS
 
 # A round's rows at most (memory, and a bound on what one failure redoes): the history's
 # batches carry ~23,000.
@@ -104,6 +105,7 @@ class PushRounds:
         if not joined:
             return
         self.rounds += 1
+        PUSH_ROUND_POSTS.observe(len(joined))
         task = asyncio.ensure_future(self._write(joined))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
