@@ -28,7 +28,8 @@ from services.shared.contracts.envelope import ChangeRecord
 from services.shared.domain.ids import EPOCH
 from services.shared.domain.ranking import rank_key
 
-from .audience import PostAction, PostCopy, inbox_ttl_s, key_write_ts, post_action, post_fields
+from .audience import (PostAction, PostCopy, PostFields, inbox_ttl_s, key_write_ts, post_action,
+                       post_fields)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,23 +68,33 @@ class Outcome(str, Enum):
 Plan = Keep | Drop | Outcome
 
 
-def takes_together(changes: Sequence[ChangeRecord], now: datetime) -> bool:
-    """Whether a post's changes of a batch (offset order; tombstones left out) go by the
-    batch: each names the post's creation time, and the post is past the inbox TTL at
-    ``now``. Its creation time never changes and ``now`` only grows, so a post old now
-    is old for every later decision. Anything else (a recent post, a row without its
-    time) keeps the per-post path."""
-    if not changes:
-        return False
+@dataclass(frozen=True, slots=True)
+class OldChange:
+    """One change of a post the batch takes together: the change, its row's columns
+    (``post_fields``) and what it means for inboxes (``post_action``), each worked out once."""
+
+    change: ChangeRecord
+    post: PostFields
+    action: PostAction
+
+
+def takes_together(changes: Sequence[ChangeRecord], now: datetime) -> list[OldChange] | None:
+    """A post's changes of a batch (offset order; tombstones left out) as they go by the
+    batch, or None when they do not: each must name the post's creation time, and the
+    post must be past the inbox TTL at ``now``. Its creation time never changes and
+    ``now`` only grows, so a post old now is old for every later decision. Anything else
+    (a recent post, a row without its time) keeps the per-post path."""
+    taken: list[OldChange] = []
     for change in changes:
-        created = post_fields(change.row, deleted_row=change.is_delete).created_at
-        if created is None or inbox_ttl_s(created, now) > 0:
-            return False
-    return True
+        post = post_fields(change.row, deleted_row=change.is_delete)
+        if post.created_at is None or inbox_ttl_s(post.created_at, now) > 0:
+            return None
+        taken.append(OldChange(change, post, post_action(change)))
+    return taken or None
 
 
-def plan_old_post(copy: PostCopy | None, author_id: int, changes: Sequence[ChangeRecord],
-                  now: datetime, now_us: int) -> Plan:
+def plan_old_post(copy: PostCopy | None, changes: Sequence[OldChange], now: datetime,
+                  now_us: int) -> Plan:
     """What one old post needs once the batch's copies are written: ``copy`` is the merged
     copy read after them, ``changes`` the batch's changes of the post in offset order.
 
@@ -97,11 +108,11 @@ def plan_old_post(copy: PostCopy | None, author_id: int, changes: Sequence[Chang
     a create followed by its delete therefore writes no timeline row at all.
     Anything that would reach inboxes (removing a post that may have been fanned out
     while recent) or a copy that does not say the post is old is the per-post path's."""
-    if copy is None:
+    if copy is None or not changes:
         return Outcome.UNCHANGED  # no copy: nothing was ever materialized
-    actions = [post_action(c) for c in changes]
+    author_id = changes[0].post.author_id
     if copy.alive:
-        materializing = [c for c, a in zip(changes, actions) if a is PostAction.MATERIALIZE]
+        materializing = [c.change for c in changes if c.action is PostAction.MATERIALIZE]
         if not materializing:
             return Outcome.UNCHANGED  # an edit, or a removal a later change undid
         assert copy.created_at is not None  # alive
@@ -115,7 +126,7 @@ def plan_old_post(copy: PostCopy | None, author_id: int, changes: Sequence[Chang
         write_key = restore or copy.rank_key is None or key_ts != copy.key_ts
         mark_lsn = max(materializing[-1].lsn, copy.visibility_ts or 0)
         return Keep(copy.post_id, author_id, key, key_ts, write_key, mark_lsn)
-    if PostAction.REMOVE not in actions:
+    if all(c.action is not PostAction.REMOVE for c in changes):
         return Outcome.UNCHANGED  # a create (or edit) whose post is deleted by now
     keys = copy.row_keys
     if not keys:

@@ -36,7 +36,7 @@ from services.shared.worker.notices import flush_notices
 
 from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_fields,
                        readers_for_post)
-from .backlog import Drop, Keep, Outcome, plan_old_post, takes_together
+from .backlog import Drop, Keep, OldChange, Outcome, plan_old_post, takes_together
 from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
 from .inbox import InboxPort, InboxRow
@@ -118,24 +118,24 @@ class PostFanout:
         one)."""
         now = datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc)
         taken: list[RawMessage] = []
-        posts: list[list[ChangeRecord]] = []
+        posts: list[list[OldChange]] = []
         rest: list[RawMessage] = []
         for group in key_groups(msgs):
             try:
-                changes = [c for c in (parse_change(m.key, m.value) for m in group) if c is not None]
-                together = takes_together(changes, now)
+                together = takes_together(
+                    [c for c in (parse_change(m.key, m.value) for m in group) if c is not None], now)
             except Exception:  # noqa: BLE001 - decided message by message, under the guard
-                together = False
-            if together:
+                together = None
+            if together is not None:
                 taken += group
-                posts.append(changes)
+                posts.append(together)
             else:
                 rest += group
         if not posts:
             return None, rest
         return Together(taken, partial(self.take_old_posts, posts)), rest
 
-    async def take_old_posts(self, posts: Sequence[Sequence[ChangeRecord]]) -> None:
+    async def take_old_posts(self, posts: Sequence[Sequence[OldChange]]) -> None:
         """Posts older than the inbox TTL, by the batch (backlog.py): every change's copy
         in one round of writes, then every merged copy in one round of reads, then each
         post's key, author-timeline row and mark (or a removal's tombstones) in one more
@@ -143,18 +143,17 @@ class PostFanout:
         has its changes applied by ``on_post_changed`` in order, beside that round.
         Idempotent as a whole, like the per-post path: a retry or a replay writes the
         same copies, reads the same merged copies and so writes the same cells."""
-        fields = [[post_fields(c.row, deleted_row=c.is_delete) for c in changes] for changes in posts]
-        await self._copies.write_posts([(f, c.lsn) for fs, changes in zip(fields, posts)
-                                        for f, c in zip(fs, changes)])
-        copies = {c.post_id: c for c in await self._copies.read_posts([fs[0].post_id for fs in fields])}
+        await self._copies.write_posts([(c.post, c.change.lsn) for changes in posts for c in changes])
+        copies = {c.post_id: c for c in await self._copies.read_posts([changes[0].post.post_id
+                                                                      for changes in posts])}
         now_us = self._now_us()
         now = datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc)
         kept: list[Keep] = []
         dropped: list[Drop] = []
-        per_post: list[Sequence[ChangeRecord]] = []
+        per_post: list[list[ChangeRecord]] = []
         outcomes: dict[Outcome, int] = {}
-        for fs, changes in zip(fields, posts):
-            plan = plan_old_post(copies.get(fs[0].post_id), fs[0].author_id, changes, now, now_us)
+        for changes in posts:
+            plan = plan_old_post(copies.get(changes[0].post.post_id), changes, now, now_us)
             if isinstance(plan, Keep):
                 kept.append(plan)
                 outcome = Outcome.KEPT
@@ -164,7 +163,7 @@ class PostFanout:
             else:
                 outcome = plan
                 if plan is Outcome.PER_POST:
-                    per_post.append(changes)
+                    per_post.append([c.change for c in changes])
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         await asyncio.gather(self._copies.settle_old_posts(kept, dropped),
                              *(self._one_by_one(changes) for changes in per_post))

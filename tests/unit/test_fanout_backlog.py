@@ -346,7 +346,9 @@ NOW_LATER = NOW_US + 5
     (_copy(created=RECENT), [_post("c", 10)], Outcome.PER_POST),
 ])
 def test_what_an_old_post_needs_from_its_merged_copy(copy, changes, plan):
-    assert plan_old_post(copy, AUTHOR, changes, NOW, NOW_LATER) == plan
+    taken = takes_together(changes, NOW)
+    assert taken is not None and [c.change for c in taken] == changes
+    assert plan_old_post(copy, taken, NOW, NOW_LATER) == plan
 
 
 # -- one round per step, not per post --------------------------------------------------------------
