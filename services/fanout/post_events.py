@@ -4,7 +4,8 @@
 decides from the *merged* copy, not from the event alone, so an old create arriving
 after its delete does nothing, and a replay re-derives exactly the same rows. The posts
 of a batch older than the inbox TTL go together instead (``split_batch``,
-``take_old_posts``: backlog.py), one round of each step for all of them. Reads and
+``take_old_posts``: backlog.py), one round of each step for all of them, and a recent
+post's pages of rows join the batch's push round (push_rounds.py). Reads and
 writes that do not depend on each other go out together. Posts of one batch fan out
 concurrently, so capacity is measured over their overlap (``OverlapMeter``). A page of
 inbox rows that times out is retried on its own (``StoreRetry``), not the whole post,
