@@ -5,6 +5,19 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STACK := $(PY) -m deploy.stack
 NODES ?= 1
+# Processes per worker role (deploy/services.py): `make run FANOUT_WORKERS=3 RANKER_WORKERS=2`,
+# each under its own supervisor, all in the role's consumer group.
+FANOUT_WORKERS ?= $(or $(FEED_FANOUT_WORKERS),1)
+RANKER_WORKERS ?= $(or $(FEED_RANKER_WORKERS),1)
+# The keyed topics' partitions when the migrator creates them: twice the larger role's
+# workers, at least 3 (docs/capacity.md, "Choosing partition counts"), so every worker
+# holds partitions and a lost worker's move spreads evenly. Topics that exist keep theirs
+# unless they may grow in place (docs/deploy.md, "Growing a topic"). FEED_KAFKA_PARTITIONS
+# (or PARTITIONS=N) wins.
+PARTITIONS ?= $(or $(FEED_KAFKA_PARTITIONS),$(shell w=$(FANOUT_WORKERS); [ $(RANKER_WORKERS) -gt $$w ] && w=$(RANKER_WORKERS); echo $$(( 2 * w > 3 ? 2 * w : 3 ))))
+export FEED_FANOUT_WORKERS := $(FANOUT_WORKERS)
+export FEED_RANKER_WORKERS := $(RANKER_WORKERS)
+export FEED_KAFKA_PARTITIONS := $(PARTITIONS)
 
 .PHONY: help venv up down status logs reset migrate run stop-services typecheck test test-unit \
         test-integration test-e2e bench bench-full bench-read bench-read-ab faults token lag repair

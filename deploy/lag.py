@@ -132,12 +132,31 @@ def histogram_quantile(buckets: list[tuple[dict[str, str], float]], q: float) ->
 
 
 def freshness(settings: Settings) -> dict[str, Any]:
-    metrics = scrape(settings.fanout_metrics_port)
-    buckets = metrics.get("feed_fanout_commit_to_inbox_seconds_bucket", [])
-    capacity = metrics.get("feed_fanout_capacity_rows_per_second", [({}, 0.0)])[0][1]
+    """Over every fan-out worker that answers (``deploy.services``' ports): their
+    histograms summed; the capacity is the lowest worker's estimate (each decides tiers
+    on its own)."""
+    from deploy.services import worker_ports
+    from deploy.stack.layout import Layout
+
+    summed: dict[str, float] = {}
+    capacities: list[float] = []
+    failure: Exception | None = None
+    for port in worker_ports(settings, Layout.from_env())["fanout"]:
+        try:
+            metrics = scrape(port)
+        except OSError as exc:
+            failure = exc
+            continue
+        for labels, value in metrics.get("feed_fanout_commit_to_inbox_seconds_bucket", []):
+            summed[labels["le"]] = summed.get(labels["le"], 0.0) + value
+        capacities += [v for _, v in metrics.get("feed_fanout_capacity_rows_per_second", [])]
+    if failure is not None and not capacities:
+        raise failure
+    buckets = [({"le": le}, value) for le, value in summed.items()]
     return {"commit_to_inbox_p50_s": histogram_quantile(buckets, 0.5),
             "commit_to_inbox_p95_s": histogram_quantile(buckets, 0.95),
-            "fanout_capacity_rows_per_s": capacity}
+            "fanout_capacity_rows_per_s": min(capacities, default=0.0),
+            "fanout_workers": len(capacities)}
 
 
 def cdc_seconds(settings: Settings) -> float | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -54,12 +55,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _component(name: str) -> str:
+    """A stack process's component: ``cassandra-2`` -> cassandra; every Kafka process
+    (brokers, controllers) -> kafka; ``postgres-exporter`` stays itself, not Postgres."""
+    base = re.sub(r"-\d+$", "", name)
+    return "kafka" if base.startswith("kafka") else base
+
+
 def stack_pids() -> list[tuple[str, int]]:
     """(component, pid) of every running process of the stack, e.g. ("cassandra", 123)
     once per node."""
     out = subprocess.run([sys.executable, "-m", "deploy.stack", "status", "--json"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60).stdout
-    return [(r["name"].split("-")[0], int(r["pid"])) for r in json.loads(out or "[]") if r.get("pid")]
+    return [(_component(r["name"]), int(r["pid"])) for r in json.loads(out or "[]") if r.get("pid")]
 
 
 def stack_cpu_meter(kind: str) -> Callable[[], float]:

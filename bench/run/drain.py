@@ -59,10 +59,14 @@ def _suffix(topic: str, prefix: str) -> str:
 
 
 def handled(settings: Settings) -> dict[str, float]:
-    """Messages the fan-out and the ranker handled so far, per topic (0 for a worker not
-    answering: it restarted, and its counters restart with it)."""
+    """Messages the fan-out and the ranker handled so far, per topic, over every worker
+    of each (0 for a worker not answering: it restarted, and its counters restart with it)."""
+    from deploy.services import worker_ports
+    from deploy.stack.layout import Layout
+
     out: dict[str, float] = {}
-    for port in (settings.fanout_metrics_port, settings.ranker_metrics_port):
+    ports = worker_ports(settings, Layout.from_env())
+    for port in ports["fanout"] + ports["ranker"]:
         try:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=3).text
         except httpx.HTTPError:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from . import cassandra, cgroups, kafka, postgres, prometheus
+from . import cassandra, cgroups, exporters, kafka, postgres, prometheus
 from .layout import Layout
 from .process import Daemon, StackError, stop
 
@@ -29,6 +29,7 @@ def cmd_up(layout: Layout, only: tuple[str, ...] = COMPONENTS) -> None:
         report = {}
         if "postgres" in only:
             report["postgres"] = postgres.up(layout)
+            report["postgres-exporter"] = exporters.postgres_up(layout, started)
         if "kafka" in only:
             report["kafka"] = kafka.up(layout, started)
         if "cassandra" in only:
@@ -54,6 +55,7 @@ def cmd_down(layout: Layout) -> None:
         lay = Layout.from_env(nodes=nodes)
         any_stopped |= cassandra.down(lay)
         any_stopped |= kafka.down(lay)
+        any_stopped |= exporters.postgres_down(lay)
         any_stopped |= postgres.down(lay)
     any_stopped |= prometheus.down(layout)
     swept = cgroups.sweep()
@@ -62,8 +64,8 @@ def cmd_down(layout: Layout) -> None:
 
 
 def cmd_status(layout: Layout, as_json: bool) -> int:
-    rows = (postgres.status(layout) + kafka.status(layout) + cassandra.status(layout)
-            + prometheus.status(layout))
+    rows = (postgres.status(layout) + exporters.status(layout) + kafka.status(layout)
+            + cassandra.status(layout) + prometheus.status(layout))
     if as_json:
         print(json.dumps(rows, indent=2))
     else:

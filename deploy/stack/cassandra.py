@@ -3,6 +3,9 @@
 ``CassandraDaemon`` runs from ``cassandra-all``'s runtime classpath. Without the JPMS
 flags of Cassandra's ``conf/jvm17-server.options`` and the jamm agent the JVM dies at
 start; the start-up shortcuts (gossip settle, ring delay) cut tens of seconds on 2 cores.
+Every node also carries the Prometheus JMX exporter's agent, serving its few metrics
+(``deploy/prometheus/jmx-cassandra.yml``) on the node's address, port
+``FEED_CASSANDRA_EXPORTER_PORT`` (exporters.py).
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import security
+from . import exporters, security
 from .layout import REPO, Layout
 from .process import (Daemon, StackError, StatusRow, UpReport, ensure_ports_free, spawn, status_row,
                       stop_many, wait_ready)
@@ -140,7 +143,9 @@ def _jmx_port(layout: Layout, i: int) -> int:
     return layout.cassandra_jmx_base + 100 * (i - 1)
 
 
-def _argv(layout: Layout, i: int, java: str, lib: Path) -> list[str]:
+def _argv(layout: Layout, i: int, java: str, lib: Path, agent: Path | None = None) -> list[str]:
+    """Node ``i``'s command line; with ``agent`` (the JMX exporter's jar) the exporter
+    serves on the node's address (exporters.py)."""
     node = _node_dir(layout, i)
     heap = layout.cassandra_heap_mb
     jamm = next(lib.glob("jamm-*.jar"), None)
@@ -156,6 +161,9 @@ def _argv(layout: Layout, i: int, java: str, lib: Path) -> list[str]:
         "-XX:+HeapDumpOnOutOfMemoryError", f"-XX:HeapDumpPath={node}",
         *JPMS_FLAGS,
         f"-javaagent:{jamm}",
+        *([] if agent is None else [exporters.javaagent(agent, layout.hosts[i - 1],
+                                                        layout.cassandra_exporter_port,
+                                                        exporters.CASSANDRA_CONFIG)]),
         "-Djava.net.preferIPv4Stack=true",
         "-Dchronicle.analytics.disable=true",
         f"-Dcassandra.config=file://{node / 'cassandra.yaml'}",
@@ -347,6 +355,7 @@ def nodetool(layout: Layout, *args: str, node: int = 1, timeout: float = 300) ->
 def up(layout: Layout, started: list[Daemon]) -> UpReport:
     java = java17(layout)
     lib = jars(layout, "cassandra")
+    agent: Path | None = None
     security.ensure(layout)
     waited = 0.0
     any_started = False
@@ -357,9 +366,11 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
             continue
         ensure_ports_free(f"cassandra-{i}", [(layout.hosts[i - 1], layout.cassandra_port),
                                              (layout.hosts[i - 1], layout.cassandra_storage_port),
-                                             ("127.0.0.1", _jmx_port(layout, i))])
+                                             ("127.0.0.1", _jmx_port(layout, i)),
+                                             (layout.hosts[i - 1], layout.cassandra_exporter_port)])
         _prepare(layout, i)
-        spawn(d, _argv(layout, i, java, lib))
+        agent = agent or exporters.jmx_agent(layout)
+        spawn(d, _argv(layout, i, java, lib, agent))
         started.append(d)
         any_started = True
         # Peers check only after all nodes are up; first wait for this node's own CQL.

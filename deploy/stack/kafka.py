@@ -14,6 +14,11 @@ only a broker: in combined mode, when it was also the active controller, the oth
 first had to notice (2 s without its fetches), elect, and only then start the 3 s to
 fencing it, and broker-cut showed posts 7.1 s late (p95) against 0.8-5 s otherwise
 (docs/reliability.md).
+
+Every process carries the Prometheus JMX exporter's agent, serving its few metrics
+(``deploy/prometheus/jmx-kafka.yml``) on its node's address: brokers (and the one-node
+combined process) on ``FEED_KAFKA_EXPORTER_PORT``, controllers on
+``FEED_KAFKA_CONTROLLER_EXPORTER_PORT`` (exporters.py).
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from pathlib import Path
 
 from services.shared.clients import kafka as kafka_clients
 
-from . import security
+from . import exporters, security
 from .layout import REPO, Layout
 from .process import (Daemon, StackError, StatusRow, UpReport, ensure_ports_free, port_open, run_checked,
                       spawn, status_row, stop_many, wait_ready)
@@ -246,11 +251,17 @@ def _reformat_if_insecure(layout: Layout) -> None:
     marker.write_text(security.VERSION + "\n")
 
 
-def _argv(layout: Layout, java: str, lib: Path, conf: Path, controller: bool = False) -> list[str]:
+def _argv(layout: Layout, java: str, lib: Path, conf: Path, controller: bool = False,
+          i: int = 1, agent: Path | None = None) -> list[str]:
+    """The JVM's command line for process ``i``; with ``agent`` (the JMX exporter's jar)
+    the exporter serves on the node's address (exporters.py)."""
     heap = CONTROLLER_HEAP_MB if controller else layout.kafka_heap_mb
+    exporter = [] if agent is None else [
+        exporters.javaagent(agent, layout.hosts[i - 1], exporters.kafka_port(layout, controller),
+                            exporters.KAFKA_CONFIG)]
     return [java, f"-Xms{heap}m", f"-Xmx{heap}m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true", f"-Dlog4j2.configurationFile={TEMPLATES / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={layout.logs}", "-cp", f"{lib}/*", "kafka.Kafka", str(conf)]
+            f"-Dkafka.logs.dir={layout.logs}", *exporter, "-cp", f"{lib}/*", "kafka.Kafka", str(conf)]
 
 
 def _brokers_ready(layout: Layout) -> bool:
@@ -267,14 +278,16 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
     pending = [(i, c) for i, c in _processes(layout) if not daemon(layout, i, c).alive()]
     if not pending:
         return {"state": "already running"}
-    ensure_ports_free("kafka", [(layout.hosts[i - 1], p) for i, c in pending for p in _ports(layout, c)])
+    agent = exporters.jmx_agent(layout)
+    ensure_ports_free("kafka", [(layout.hosts[i - 1], p) for i, c in pending
+                                for p in [*_ports(layout, c), exporters.kafka_port(layout, c)]])
     security.ensure(layout)
     _reformat_if_insecure(layout)
     # All start together: the controller quorum needs a majority to elect.
     for i, c in pending:
         conf = _prepare(layout, i, java, lib, c)
         d = daemon(layout, i, c)
-        spawn(d, _argv(layout, java, lib, conf, c))
+        spawn(d, _argv(layout, java, lib, conf, c, i, agent))
         started.append(d)
     waited = 0.0
     for i, c in pending:

@@ -38,6 +38,14 @@ class Layout:
     cassandra_port: int = 9042
     cassandra_storage_port: int = 7000
     cassandra_jmx_base: int = 7199
+    # The stores' Prometheus exporters (deploy/stack/exporters.py): the JMX exporter's
+    # agent in each broker (the one-node combined process included), each KRaft
+    # controller of three nodes and each Cassandra node, bound to the node's own address
+    # (so every node uses the same port); Debian's postgres exporter on 127.0.0.1.
+    kafka_exporter_port: int = 9404
+    kafka_controller_exporter_port: int = 9405
+    cassandra_exporter_port: int = 9406
+    postgres_exporter_port: int = 9407
     kafka_heap_mb: int = KAFKA_HEAP_MB
     cassandra_heap_mb: int = CASSANDRA_HEAP_MB[1]
     cassandra_memtable_mb: int | None = CASSANDRA_MEMTABLE_MB[1] or None
@@ -63,6 +71,10 @@ class Layout:
             cassandra_port=_env_int("FEED_CASSANDRA_PORT", 9042),
             cassandra_storage_port=_env_int("FEED_CASSANDRA_STORAGE_PORT", 7000),
             cassandra_jmx_base=_env_int("FEED_CASSANDRA_JMX_PORT", 7199),
+            kafka_exporter_port=_env_int("FEED_KAFKA_EXPORTER_PORT", 9404),
+            kafka_controller_exporter_port=_env_int("FEED_KAFKA_CONTROLLER_EXPORTER_PORT", 9405),
+            cassandra_exporter_port=_env_int("FEED_CASSANDRA_EXPORTER_PORT", 9406),
+            postgres_exporter_port=_env_int("FEED_POSTGRES_EXPORTER_PORT", 9407),
             # 512 MB is plenty for a test broker. One Cassandra node gets 2 GB, half of it
             # for memtables (Cassandra's default is a quarter): at 256 MB the inbox table
             # flushed every ~30 MB of rows during a backlog, and leveled compaction

@@ -118,6 +118,9 @@ def _init(layout: Layout, pg_bin: Path) -> None:
     _marker(layout).write_text("ok\n")
 
 
+# The postgres exporter's role (ensure_monitor_role).
+MONITOR_ROLE = "feed_monitor"
+
 # Three nodes: TLS with the stack's certificate, passwords hashed with SCRAM (pg_hba).
 SECURED_SETTINGS = {
     "ssl": "on",
@@ -215,6 +218,23 @@ def _bootstrap_roles(layout: Layout) -> None:
             conn.execute(f"ALTER ROLE feed WITH LOGIN REPLICATION CREATEDB PASSWORD '{feed_password}'")
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname='feed'").fetchone():
             conn.execute("CREATE DATABASE feed OWNER feed")
+
+
+def ensure_monitor_role(layout: Layout) -> None:
+    """The role the postgres exporter logs in as (``exporters.py``): ``feed_monitor``, a
+    member of ``pg_monitor`` (statistics, settings and replication slots of every
+    database; no table's rows), with its generated password on three nodes. Made, or its
+    password set again, whenever the exporter starts (the server must be running)."""
+    from services.shared.clients import pg
+
+    secret = security.password(layout, "pg-monitor") if security.secured(layout) else None
+    with pg.connect(security.postgres_superuser_settings(layout), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname=%s", (MONITOR_ROLE,)).fetchone()
+        if not exists:
+            conn.execute(f"CREATE ROLE {MONITOR_ROLE} LOGIN")
+        if secret is not None:
+            conn.execute(f"ALTER ROLE {MONITOR_ROLE} WITH LOGIN PASSWORD '{secret}'")
+        conn.execute(f"GRANT pg_monitor TO {MONITOR_ROLE}")
 
 
 def up(layout: Layout) -> UpReport:

@@ -46,6 +46,7 @@ PASSWORDS = {
     "cassandra-admin": "Cassandra superuser role 'admin' (replaces 'cassandra')",
     "pg-feed": "Postgres role 'feed' (the services, migrations)",
     "pg-postgres": "Postgres superuser 'postgres' (the stack's own bootstrap)",
+    "pg-monitor": "Postgres role 'feed_monitor' (pg_monitor: the postgres exporter)",
 }
 KAFKA_BROKER_USER = "broker"
 CASSANDRA_ADMIN = "admin"

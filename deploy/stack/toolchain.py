@@ -1,10 +1,12 @@
-"""The programs the stack needs (JDK 17, Maven, PostgreSQL 15) and the jar cache.
+"""The programs the stack needs (JDK 17, Maven, PostgreSQL 15, Prometheus and the
+postgres exporter) and the jar cache.
 
 Kafka and Cassandra are not Debian or PyPI packages: their runtime classpaths are
 assembled from Maven Central by ``mvn dependency:copy-dependencies`` on the small poms in
 ``deploy/maven/<name>/``, each into its own lib folder (their logging stacks clash on one
-classpath). ``~/.m2`` caches the downloads; a ``.complete`` marker tells a finished lib
-folder from one an interrupted run left half-written.
+classpath); so is the JMX exporter's agent jar (``jmx-exporter``). ``~/.m2`` caches the
+downloads; a ``.complete`` marker tells a finished lib folder from one an interrupted run
+left half-written.
 """
 from __future__ import annotations
 
@@ -67,6 +69,21 @@ def ensure_prometheus(log: Path) -> tuple[str, str]:
     return server, tool
 
 
+def ensure_postgres_exporter(log: Path) -> str:
+    """``prometheus-postgres-exporter`` (Debian's package, 0.11 on bookworm): the stack runs
+    it beside its Postgres (``exporters.py``). Where the install started the package's own
+    service (systemd: every address, port 9187, the machine's default cluster), it is
+    stopped again: the stack runs its own, as with Postgres's ``main`` cluster."""
+    found = shutil.which("prometheus-postgres-exporter")
+    if found:
+        return found
+    path = _programs(["prometheus-postgres-exporter"], "prometheus-postgres-exporter",
+                     "the stack's Postgres metrics", log)[0]
+    if shutil.which("invoke-rc.d"):
+        subprocess.run(["invoke-rc.d", "prometheus-postgres-exporter", "stop"], capture_output=True)
+    return path
+
+
 def ensure_chromium(log: Path) -> tuple[str, str]:
     """``chromium`` and ``chromedriver`` (Debian's packages, one version): the feed page's
     tests drive a real headless browser with them."""
@@ -108,7 +125,7 @@ def ensure_postgres(layout: Layout) -> Path:
 
 
 def jars(layout: Layout, name: str) -> Path:
-    """The lib folder for ``name`` (kafka, cassandra, connect), assembled once."""
+    """The lib folder for ``name`` (kafka, cassandra, connect, jmx-exporter), assembled once."""
     lib = layout.lib / name
     marker = lib / ".complete"
     pom = REPO / "deploy" / "maven" / name / "pom.xml"

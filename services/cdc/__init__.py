@@ -12,5 +12,6 @@ See docs/cdc.md. Pure: ``pgoutput``, ``column_rendering``, ``envelope``, ``ack_f
 * ``catalog``: captured tables and their keys, from the catalog
 * ``slot``: the replication slot and the snapshot's durable state
 * ``publisher``: the idempotent Kafka producer
+* ``health``: the relay's liveness and readiness (its loop, its slot, a broker)
 * ``metrics``: the relay's metrics; ``__main__``: runs the relay
 """

@@ -6,12 +6,12 @@ import signal
 import sys
 import threading
 
-from prometheus_client import start_http_server
-
 from services.shared.clients.preflight import preflight
+from services.shared.health import serve
 from services.shared.settings import CdcProcess, load
 
 from .column_rendering import UnsupportedColumnType
+from .health import RelayStatus, relay_health
 from .relay import Relay
 from .slot import SlotInUse
 
@@ -26,10 +26,14 @@ def main() -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    status = RelayStatus()
     if settings.cdc_metrics_port:
-        start_http_server(settings.cdc_metrics_port, addr=settings.metrics_host)
+        # /metrics, /healthz (the relay's loop turns) and /readyz (it holds its slot and
+        # reaches a broker): services/cdc/health.py.
+        serve(relay_health(status, settings.health_stall_s), settings.metrics_host,
+              settings.cdc_metrics_port)
     try:
-        Relay(settings, stop).run()
+        Relay(settings, stop, status=status).run()
     except SlotInUse as exc:
         logging.error("%s", exc)
         return 2

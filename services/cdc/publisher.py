@@ -60,8 +60,11 @@ def _options(settings: CdcProcess) -> dict[str, object]:
 class KafkaPublisher:
     """Thin adapter over confluent-kafka; ``on_ack`` runs inside ``poll``/``flush``."""
 
-    def __init__(self, settings: CdcProcess) -> None:
+    def __init__(self, settings: CdcProcess, on_wait: Callable[[], None] | None = None) -> None:
         self._producer = kafka.producer(settings, _options(settings))
+        # Called on each turn of a wait for room in the local queue (the relay's pulse:
+        # waiting for Kafka is not a stalled loop).
+        self._on_wait = on_wait
         self._failure: str | None = None
         # CdcSettings.cdc_delivery_trace: line-buffered, so a SIGKILL loses at most a line.
         self._trace: TextIO | None = (open(settings.cdc_delivery_trace, "a", buffering=1)
@@ -94,6 +97,8 @@ class KafkaPublisher:
             except BufferError:
                 # Local queue full: serve delivery reports to make room, then retry.
                 self._producer.poll(0.05)
+                if self._on_wait is not None:
+                    self._on_wait()
                 self.raise_on_failure()
 
     def poll(self, timeout: float = 0.0) -> None:

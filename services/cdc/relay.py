@@ -24,6 +24,7 @@ from services.shared.settings import CdcProcess
 
 from . import catalog, metrics, slot
 from .ack_frontier import AckFrontier
+from .health import BACKING_OFF, CONNECTING, SNAPSHOT, STREAMING, RelayStatus
 from .column_rendering import UnsupportedColumnType
 from .envelope import MappingOptions, heartbeat_record
 from .pgoutput import lsn_from_str, lsn_to_str
@@ -46,6 +47,8 @@ BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 30.0
 HEALTHY_SESSION_S = 30.0
 
 FATAL = (slot.SlotInUse, UnsupportedColumnType, LookupError)
+# How long the loop may be silent while Postgres makes a new slot (/healthz).
+SLOT_CREATION_PAUSE_S = 600.0
 
 
 def _now_us() -> int:
@@ -61,18 +64,22 @@ def mapping_options(settings: CdcProcess) -> MappingOptions:
 
 class Relay:
     def __init__(self, settings: CdcProcess, stop: threading.Event | None = None,
-                 clock_us: Callable[[], int] = _now_us) -> None:
+                 clock_us: Callable[[], int] = _now_us, status: RelayStatus | None = None) -> None:
         self.settings = settings
         self.stop = stop or threading.Event()
         self.clock_us = clock_us
         self.slot = slot.slot_name_for(settings)
         self.options = mapping_options(settings)
+        # What the session is doing and the loop's pulse: the relay's /healthz and
+        # /readyz (health.py).
+        self.status = status or RelayStatus()
 
     def run(self) -> None:
         """Run sessions until stopped; raises only the errors a retry cannot fix."""
         backoff = BACKOFF_FIRST_S
         while not self.stop.is_set():
             started = time.monotonic()
+            self.status.enter(CONNECTING, f"slot {self.slot}")
             try:
                 self.run_session()
             except FATAL:
@@ -84,7 +91,9 @@ class Relay:
                     backoff = BACKOFF_FIRST_S
                 log.warning("cdc session ended (%s: %s); reconnecting in %.0f s",
                             type(exc).__name__, str(exc).strip(), backoff)
-                self.stop.wait(backoff)
+                self.status.enter(BACKING_OFF, f"{type(exc).__name__}: {str(exc).strip()}"[:300])
+                with self.status.pulse.pausing(backoff + 1, f"backing off {backoff:.0f} s"):
+                    self.stop.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def run_session(self) -> None:
@@ -92,7 +101,7 @@ class Relay:
             state = slot.read_state(conn, self.slot)
             slot.refuse_if_active(state)
             repl = pg.replication_connect(self.settings)
-            publisher = KafkaPublisher(self.settings)
+            publisher = KafkaPublisher(self.settings, on_wait=self.status.pulse.beat)
             try:
                 cur = repl.cursor()
                 if state is None or not state.snapshot_completed:
@@ -106,7 +115,8 @@ class Relay:
                 self._stream(cur, conn, publisher, start)
             finally:
                 try:
-                    publisher.flush(timeout=30)
+                    with self.status.pulse.pausing(31, "flushing to Kafka"):
+                        publisher.flush(timeout=30)
                 except DeliveryFailed:
                     pass
                 publisher.close_trace()
@@ -115,7 +125,10 @@ class Relay:
     def _create_slot_and_snapshot(self, cur: ReplicationCursor, conn: psycopg.Connection,
                                   publisher: KafkaPublisher) -> int:
         try:
-            cur.execute(f'CREATE_REPLICATION_SLOT "{self.slot}" LOGICAL pgoutput EXPORT_SNAPSHOT')
+            # A logical slot is made once every transaction open now has ended: as long
+            # as the longest of them, not a stalled loop.
+            with self.status.pulse.pausing(SLOT_CREATION_PAUSE_S, "creating the slot (open transactions end first)"):
+                cur.execute(f'CREATE_REPLICATION_SLOT "{self.slot}" LOGICAL pgoutput EXPORT_SNAPSHOT')
         except psycopg2.errors.DuplicateObject as exc:
             raise slot.SlotInUse(f"replication slot {self.slot!r} was just created by "
                                  f"another relay; refusing to start a second one") from exc
@@ -123,6 +136,7 @@ class Relay:
         assert created is not None  # CREATE_REPLICATION_SLOT answers with one row
         _name, consistent_point, snapshot_name, _plugin = created
         slot.record_snapshot_started(conn, self.slot, consistent_point)
+        self.status.enter(SNAPSHOT, f"slot {self.slot} created at {consistent_point}")
         consistent = lsn_from_str(consistent_point)
         rows = 0
         with pg.connect(self.settings) as snap_conn:
@@ -131,10 +145,12 @@ class Relay:
                                            self.options, self.clock_us):
                 publisher.send(record)
                 publisher.poll(0)
+                self.status.pulse.beat()
                 if record.value is not None:
                     rows += 1
                     metrics.EVENTS.labels(record.topic.rsplit(".", 1)[-1], "r").inc()
-        publisher.flush(timeout=300)
+        with self.status.pulse.pausing(301, "flushing the snapshot to Kafka"):
+            publisher.flush(timeout=300)
         slot.record_snapshot_completed(conn, self.slot, rows)
         log.info("snapshot of %d rows complete at %s; streaming", rows, consistent_point)
         return consistent
@@ -156,12 +172,14 @@ class Relay:
             publisher, frontier, lambda rel: catalog.table_from_relation(conn, rel),
             self.options, self.clock_us, emit_truncate=self.settings.cdc_emit_truncate)
         log.info("streaming slot %s from %s", self.slot, lsn_to_str(start_lsn))
+        self.status.enter(STREAMING, f"slot {self.slot} from {lsn_to_str(start_lsn)}")
         heartbeat = heartbeat_topic(self.settings.topic_prefix)
         now = time.monotonic()
         next_feedback = now + self.settings.cdc_feedback_interval_s
         next_heartbeat = now + self.settings.cdc_heartbeat_interval_s
         next_lag = now
         while not self.stop.is_set():
+            self.status.pulse.beat()
             msg = cur.read_message()
             if msg is not None:
                 streamer.on_payload(msg.data_start, msg.payload)
@@ -181,7 +199,8 @@ class Relay:
                 self._refresh_lag(conn)
                 next_lag = now + LAG_REFRESH_S
         # Graceful stop: let Kafka acknowledge what is in flight, then confirm it.
-        publisher.flush(timeout=30)
+        with self.status.pulse.pausing(31, "flushing to Kafka"):
+            publisher.flush(timeout=30)
         self._confirm(cur, frontier)
 
     def _confirm(self, cur: ReplicationCursor, frontier: AckFrontier) -> None:

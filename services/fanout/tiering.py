@@ -12,8 +12,10 @@ the two shares and the dwell time are the hysteresis: an author whose follower c
 the measured capacity wobbles around the line does not flap between tiers.
 
 ``capacity_rows_per_s`` is what the worker measures (``CapacityEstimate``: an EWMA of the
-rows/s its fan-outs achieve) with a configured floor, so the boundary follows the store's
-real speed instead of a follower constant. See docs/fanout.md for how a change of tier
+rows/s its fan-outs achieve), so the boundary follows the store's real speed instead of a
+follower constant. The configured floor is what is assumed before anything is measured
+and how far an overload alone may cut the estimate; a store measured slower than the
+floor moves the boundary below it. See docs/fanout.md for how a change of tier
 keeps every post in every reader's feed exactly once.
 """
 from __future__ import annotations
@@ -92,10 +94,20 @@ def decide_tier(state: TierState, followers: int, capacity_rows_per_s: float,
 
 @dataclass
 class CapacityEstimate:
-    """Measured fan-out capacity: an EWMA of achieved rows/s, never below ``floor``.
+    """Measured fan-out capacity: an EWMA of achieved rows/s.
 
     Only fan-outs of at least ``min_sample_rows`` rows are samples: a small fan-out is
     bound by one round trip's latency, not by throughput, and would underestimate.
+
+    ``floor_rows_per_s`` is an assumption, never a bound on what is measured: it is the
+    estimate until the first sample, the point a first sample below it starts from (one
+    slow fan-out moves the estimate a fifth of the way down, as any later one does), and
+    the least an overload signal alone cuts the estimate to. Samples below it are
+    followed: a store that takes fewer rows a second than the floor says moves the tier
+    boundary down with it, so the largest authors go to the read-time merge instead of
+    fan-outs that overrun the freshness target. (Until 2026-12 the floor clamped the
+    estimate: a store measured at 300 rows/s was still planned at 2,000, and an author
+    with 1,000 followers kept a 3.3 s fan-out per post.)
     """
 
     floor_rows_per_s: float
@@ -113,17 +125,21 @@ class CapacityEstimate:
     overload_factor: float = 0.5
 
     def overloaded(self) -> None:
-        """The store timed out under fan-out load: assume half the capacity (never below
-        the floor); later samples move the estimate back up."""
+        """The store timed out under fan-out load: assume half the capacity. A guess, so
+        it stops at the floor; an estimate samples already took below the floor stays
+        where they put it (later samples move it either way)."""
         current = self.ewma_rows_per_s if self.ewma_rows_per_s is not None else self.floor_rows_per_s
-        self.ewma_rows_per_s = max(self.floor_rows_per_s, current * self.overload_factor)
+        self.ewma_rows_per_s = max(min(current, self.floor_rows_per_s), current * self.overload_factor)
 
     def observe(self, rows: int, seconds: float) -> None:
         if rows < self.min_sample_rows or seconds <= 0:
             return
         sample = rows / seconds
         if self.ewma_rows_per_s is None:
-            self.ewma_rows_per_s = sample
+            # The first sample: taken whole when the store is at least as fast as the
+            # floor assumes; a slower one moves the assumption a fifth of the way down.
+            start = self.floor_rows_per_s
+            self.ewma_rows_per_s = sample if sample >= start else start + self.alpha * (sample - start)
         else:
             self.ewma_rows_per_s += self.alpha * (sample - self.ewma_rows_per_s)
 
@@ -131,7 +147,9 @@ class CapacityEstimate:
     def rows_per_s(self) -> float:
         if self.pinned_rows_per_s > 0:
             return self.pinned_rows_per_s
-        return max(self.floor_rows_per_s, self.ewma_rows_per_s or 0.0)
+        if self.ewma_rows_per_s is None:
+            return self.floor_rows_per_s
+        return self.ewma_rows_per_s
 
 
 @dataclass

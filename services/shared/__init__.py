@@ -8,4 +8,5 @@
 * ``settings/``: typed ``FEED_*`` settings
 * ``secret_policy``: which signing secrets a process may start with
 * ``runtime``: the garbage collector and switch interval of a service process
+* ``health``: a background process's ``/metrics``, ``/healthz`` and ``/readyz``
 """

@@ -19,7 +19,8 @@
   (after the ack), against each acknowledged delete, removal, block, mute, unfollow,
   suspension (every post of the author, to every reader, until the unsuspend's request
   started) and account deletion (the same, for good): an item the action should have hid is counted, whatever the pipeline was
-  doing. This is the window the settled feeds above cannot see.
+  doing. A hide later lifted binds the pages answered before the lift's request started
+  (a page in flight across the lift may show either). This is the window the settled feeds above cannot see.
 - Refusals: a write the API refused with 403 ``account-suspended`` while no suspension of
   its author may have been in force (from the suspension's request to the unsuspend's
   ack) is counted (``wrongly_refused``); the others are expected (the report's
@@ -273,7 +274,9 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
     by_account: dict[int, list[Any]] = {}
     for s in led.account_hidden:
         by_account.setdefault(s.author, []).append(s)
-    served = [(started, reader, post, "page") for started, reader, ids in led.pages for post in ids]
+    # (the request started, its answer arrived, reader, post, where)
+    served = [(p.started, p.started if p.answered is None else p.answered, p.reader, post, "page")
+              for p in led.pages for post in p.ids]
     # An event counts from when the server wrote it (its ``sent`` comment), not from when
     # this client's loop got to it: a delete's answer and an event written just before
     # it are read in either order here. The stamp is read as the bytes are written, after
@@ -282,26 +285,30 @@ def shown_after_ack(w: Workload) -> tuple[int, list[Any]]:
     # ``resync`` instead) a write more than 50 ms after the event's last check, so the
     # commit wait keeps every ack it missed after the stamp; a late write the server let
     # through is still counted here, from its stamp.
-    served += [(at if sent is None else sent, w.cast.watcher, post, "stream")
-               for at, kind, post, sent in led.stream if kind == "new_item" and post is not None]
+    served += [(stamp, stamp, w.cast.watcher, post, "stream")
+               for at, kind, post, sent in led.stream if kind == "new_item" and post is not None
+               for stamp in (at if sent is None else sent,)]
     shown: list[Any] = []
-    for at, reader, post, where in served:
+    for at, done, reader, post, where in served:
         hidden_at = led.hidden_posts.get(post)
         if hidden_at is not None and hidden_at <= at:
             shown.append({"where": where, "reader": reader, "post": post, "why": "deleted or removed",
                           "after_ack_s": round(at - hidden_at, 3)})
             continue
+        # A hide binds what started after its ack and was answered before its lift's
+        # request started (``until``); a page in flight across the lift may show either.
         author = led.posts.get(post, (None, 0.0))[0]
         suspended = next((s for s in by_account.get(author, ())  # type: ignore[arg-type]
-                          if s.since <= at < s.until), None)
+                          if s.since <= at and done < s.until), None)
         if suspended is not None:
             shown.append({"where": where, "reader": reader, "post": post, "why": suspended.kind,
-                          "after_ack_s": round(at - suspended.since, 3)})
+                          "after_ack_s": round(at - suspended.since, 3),
+                          "answered_s": round(done - at, 3)})
             continue
         for h in by_pair.get((reader, author), ()):  # type: ignore[arg-type]
-            if h.since <= at < h.until:
+            if h.since <= at and done < h.until:
                 shown.append({"where": where, "reader": reader, "post": post, "why": h.kind,
-                              "after_ack_s": round(at - h.since, 3)})
+                              "after_ack_s": round(at - h.since, 3), "answered_s": round(done - at, 3)})
                 break
     return len(shown), shown[:10]
 

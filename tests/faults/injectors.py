@@ -17,7 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from deploy.stack import cassandra, cgroups, kafka, postgres
 from deploy.stack.layout import REPO, Layout
@@ -36,6 +36,10 @@ class FaultLog:
     # When the fault proper began, if later than ``started_at`` (the backlog's node kill
     # comes after its load): goodput is judged outside [fault_at, lifted_at].
     fault_at: float = 0.0
+    # What a scenario set up and must undo once the checker is done (run in order).
+    cleanup: list[Callable[[], Any]] = field(default_factory=list)
+    # What a scenario saw that says whether it tested what it is for (the report's).
+    evidence: dict[str, Any] = field(default_factory=dict)
 
 
 def _signal(pid: int | None, sig: signal.Signals, what: str, log: FaultLog) -> None:
@@ -117,6 +121,17 @@ def lift_cut(log: FaultLog | None = None) -> None:
 
 def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: Layout) -> Scenario:
     async def run(w: Workload) -> None:
+        group = None
+        if name == "fanout-group-kill":
+            # Three fan-out workers before the warm-up: the joins' rebalances are over
+            # by the fault (scale.py).
+            from .scale import WORKERS, FanoutGroup
+            group = FanoutGroup(w.settings, layout)
+            log.evidence["group"] = group.evidence
+            log.cleanup += [lambda: setattr(group.evidence, "after", group.settled()), group.close]
+            started = await asyncio.to_thread(group.ensure)
+            log.injected.append(f"started {', '.join(started) or 'none'} beside the stack's fan-out: "
+                                f"{WORKERS} workers in its group")
         await asyncio.sleep(warmup_s)
         w.phase = "during"
         log.started_at = time.time()
@@ -208,6 +223,14 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
                 for service in ("cdc", "fanout", "ranker"):
                     _signal(_service_pid(layout, service), signal.SIGKILL, service, log)
                     await asyncio.sleep(w.rng.uniform(2, hold_s / 9))
+        elif name == "fanout-group-kill":
+            # One of three fan-out workers SIGKILLed mid-drain (the backlog), its
+            # supervisor frozen for hold_s: its partitions move to the two others, then
+            # back when it restarts (scale.py).
+            from .scale import fanout_group_kill
+            assert group is not None
+            await fanout_group_kill(w, group, hold_s, BACKLOG_KILL_AFTER_S, log.injected,
+                                    lambda at: setattr(log, "fault_at", at))
         elif name == "fanout-down":
             # The fan-out killed and kept down for longer than its alert's 1 min "for": its
             # supervisor is frozen first so it cannot restart it, then let go after the
@@ -229,7 +252,15 @@ def scenario(name: str, warmup_s: float, hold_s: float, log: FaultLog, layout: L
 
 def _service_pid(layout: Layout, service: str, *, supervisor: bool = False) -> int | None:
     """The worker process itself (the supervisor's child), or with ``supervisor`` the
-    ``deploy.supervise`` process that restarts it, found by its command line."""
+    ``deploy.supervise`` process that restarts it: the first process of the role
+    (``deploy.services``' pid file; with several workers of a role, always the same
+    one), else found by its command line."""
+    from deploy.services import daemon
+
+    from .scale import child_pid
+    recorded = daemon(layout, service).pid()
+    if recorded is not None:
+        return recorded if supervisor else child_pid(recorded)
     marker = f"services.{service}".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -245,14 +276,21 @@ def _service_pid(layout: Layout, service: str, *, supervisor: bool = False) -> i
 
 SCENARIOS = ("cassandra-kill", "cassandra-pause", "cassandra-cut", "broker-kill", "broker-cut",
              "postgres-restart", "worker-kills", "pipeline-stall", "backlog", "lost-hide",
-             "fanout-down")
+             "fanout-down", "fanout-group-kill")
 # cassandra-kill: the node must stay down past its alert's 1 min "for" plus a scrape and
 # an evaluation (5 s each) even when its restart is quick: with 30 s, a 32 s restart
 # brought it back 62 s after the kill and the alert never fired (2026-12-06).
+# broker-kill: KafkaUnderReplicatedPartitions must fire while the broker is down: the
+# controller fences it (3 s), a scrape and an evaluation see the other leaders' ISRs
+# shrunk (5 s each), then the rule's 30 s "for": ~43 s; with 20 s its broker was back
+# in ~35 s and the rule would never fire.
 HOLD_S = {"cassandra-kill": 50.0, "cassandra-pause": 20.0, "cassandra-cut": 30.0,
-          "broker-kill": 20.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
+          "broker-kill": 50.0, "broker-cut": 30.0, "postgres-restart": 20.0, "worker-kills": 45.0,
           "pipeline-stall": 60.0, "backlog": 30.0, "lost-hide": 20.0,
           # Over the alert's 1 min "for", plus a scrape and an evaluation (5 s each).
-          "fanout-down": 90.0}
+          "fanout-down": 90.0,
+          # Past the session timeout (6 s) and the rebalance to the two workers left, with
+          # time for them to apply the victim's share before it comes back.
+          "fanout-group-kill": 30.0}
 # The backlog drains this long before its node is killed: the kill lands mid-drain.
 BACKLOG_KILL_AFTER_S = 20.0

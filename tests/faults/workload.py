@@ -27,7 +27,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -45,6 +45,20 @@ class PairHidden:
     kind: str            # "block", "mute" (one way: reader mutes author) or "unfollow"
     since: float
     until: float = float("inf")
+
+
+class Served(NamedTuple):
+    """A feed page the workload was served: when its request started and when its answer
+    arrived (None: not recorded, taken as at once), to whom, the post ids it showed.
+
+    A hide later lifted (an unblock, an unmute, a follow again, an unsuspend) binds only
+    the pages answered before the lift's request started: a page whose request started
+    first may still reach the server, or read the log, after the lift committed."""
+
+    started: float
+    reader: int
+    ids: tuple[int, ...]
+    answered: float | None = None
 
 
 @dataclass
@@ -84,8 +98,8 @@ class Ledger:
     refusals: dict[str, Counter[str]] = field(default_factory=lambda: {
         "before": Counter(), "during": Counter(), "after": Counter()})
     actions: Counter = field(default_factory=Counter)                   # acked, by kind
-    # Every feed page served: (request started at, reader, post ids shown).
-    pages: list[tuple[float, int, tuple[int, ...]]] = field(default_factory=list)
+    # Every feed page served.
+    pages: list[Served] = field(default_factory=list)
     likes: dict[tuple[int, int], bool] = field(default_factory=dict)    # (post, user) -> liked
     follows: dict[tuple[int, int], bool] = field(default_factory=dict)  # (reader, author) -> following
     blocks: set[tuple[int, int]] = field(default_factory=set)           # (blocker, blocked)
@@ -223,7 +237,8 @@ class Workload:
         started = time.time()
         r = await self.call("GET", "/v1/feed", reader, params=params)
         if r is not None and r.status_code == 200:
-            self.ledger.pages.append((started, reader, tuple(int(i["post_id"]) for i in r.json()["items"])))
+            self.ledger.pages.append(Served(started, reader, tuple(int(i["post_id"]) for i in r.json()["items"]),
+                                            time.time()))
         return r
 
     async def open(self) -> None:

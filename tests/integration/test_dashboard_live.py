@@ -2,8 +2,10 @@
 
 The four services run as processes on this test's database, topics and free ports (the
 API with one worker); a Prometheus server (Debian's binary, the one the stack runs) scrapes
-them every second with ``deploy/prometheus/rules.yml`` loaded. Traffic goes through the
-API: users follow, post, like and page. Then every PromQL target of every panel of
+them every second with ``deploy/prometheus/rules.yml`` loaded, and the running stack's
+store exporters too (deploy/stack/exporters.py: the JMX exporter in each Kafka and
+Cassandra process, the postgres exporter; ``make up`` starts them). Traffic goes through
+the API: users follow, post, like and page. Then every PromQL target of every panel of
 ``deploy/grafana/feed-pipeline.json`` must return data (a sample that is a number, not
 an empty result or NaN), and every recording and alert rule must evaluate without error.
 """
@@ -24,6 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deploy.stack import exporters
+from deploy.stack.layout import Layout
 from deploy.stack.prometheus import RULES, config
 from services.api.http.auth import mint_token
 from services.shared.clients import pg
@@ -48,6 +52,8 @@ class LiveSystem:
     api: str
     prometheus: str
     logs: Path
+    # The stack's store exporters scraped: job -> addresses.
+    stores: dict[str, list[str]]
 
 
 @pytest.fixture
@@ -73,7 +79,8 @@ def live(settings: Settings, tmp_path: Path) -> Iterator[LiveSystem]:
     jobs = {"feed-api": f"127.0.0.1:{s.api_port}", "feed-cdc": f"127.0.0.1:{s.cdc_metrics_port}",
             "feed-fanout": f"127.0.0.1:{s.fanout_metrics_port}",
             "feed-ranker": f"127.0.0.1:{s.ranker_metrics_port}"}
-    conf = config(jobs, RULES)
+    stores = exporters.targets(Layout.from_env())
+    conf = config({**jobs, **stores}, RULES, exporters.scrape_params())
     conf["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     (tmp_path / "prometheus.yml").write_text(json.dumps(conf))
     try:
@@ -89,7 +96,7 @@ def live(settings: Settings, tmp_path: Path) -> Iterator[LiveSystem]:
         api = f"http://127.0.0.1:{s.api_port}"
         wait_for_http(f"{api}/healthz", "the API", procs)
         wait_for_http(f"http://127.0.0.1:{prom_port}/-/ready", "prometheus", procs)
-        yield LiveSystem(s, api, f"http://127.0.0.1:{prom_port}", tmp_path)
+        yield LiveSystem(s, api, f"http://127.0.0.1:{prom_port}", tmp_path, stores)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -163,6 +170,13 @@ def test_every_panel_shows_data_and_every_rule_evaluates(live: LiveSystem) -> No
     wait_until(lambda: len(_numbers(live.prometheus, 'up{job=~"feed-.*"} == 1')) == len(SERVICES),
                timeout=120, interval=1, message="every service to be scraped")
     assert len(_numbers(live.prometheus, 'up{job=~"feed-.*"} == 1')) == len(SERVICES)
+    # And every exporter of the stack's stores.
+    store_jobs = "|".join(live.stores)
+    expected = sum(len(addresses) for addresses in live.stores.values())
+    wait_until(lambda: len(_numbers(live.prometheus, f'up{{job=~"{store_jobs}"}} == 1')) == expected,
+               timeout=60, interval=1,
+               message=f"every store exporter to be scraped ({live.stores}; a stack started before "
+                       "the exporters existed has none: `make down` then `make up`)")
     _traffic(live)
     panels = json.loads(DASHBOARD.read_text())["panels"]
     exprs = {t["expr"]: p["title"] for p in panels for t in p["targets"]}
@@ -188,6 +202,9 @@ def test_every_panel_shows_data_and_every_rule_evaluates(live: LiveSystem) -> No
     # Every target is up, and every rule evaluated against these series without error.
     up = {int(v) for v in _numbers(live.prometheus, 'up{job=~"feed-.*"}')}
     assert up == {1}, _numbers(live.prometheus, "up")
+    stores_up = _numbers(live.prometheus, f'up{{job=~"{store_jobs}"}}')
+    assert stores_up == [1.0] * expected, stores_up
+    assert _numbers(live.prometheus, "pg_up") == [1.0]
     groups = httpx.get(f"{live.prometheus}/api/v1/rules", timeout=10).json()["data"]["groups"]
     rules = [r for g in groups for r in g["rules"]]
     assert rules and all(r["health"] == "ok" for r in rules), \

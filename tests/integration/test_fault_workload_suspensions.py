@@ -75,8 +75,8 @@ def test_the_suspension_turn_hides_at_once_refuses_posts_and_its_lift_brings_the
             assert w.ledger.statuses["before"]["200"] >= 2, w.ledger.statuses
             held = w.ledger.account_hidden[0]
             assert held.since != float("inf") and held.lifted == float("inf")
-            after = [ids for started, reader, ids in w.ledger.pages
-                     if reader == scene.reader and started >= held.since]
+            after = [p.ids for p in w.ledger.pages
+                     if p.reader == scene.reader and p.started >= held.since]
             assert after and not any(set(ids) & set(scene.posts) for ids in after)
             assert checker.shown_after_ack(w)[0] == 0
             assert _account_entries(api_server, scene.author) == 1
@@ -95,8 +95,8 @@ def test_the_suspension_turn_hides_at_once_refuses_posts_and_its_lift_brings_the
             assert w.ledger.actions["unsuspend"] == 1 and not w._suspended
             assert held.until <= held.lifted < float("inf")
             assert _account_entries(api_server, scene.author) == 2
-            shown = {p for _, reader, ids in w.ledger.pages[pages:] if reader == scene.reader
-                     for p in ids}
+            shown = {post for page in w.ledger.pages[pages:] if page.reader == scene.reader
+                     for post in page.ids}
             assert shown == set(scene.posts)
             assert checker._visible(api_server.settings, [scene.reader], [scene.author]) == {
                 scene.reader: set(scene.posts)}
@@ -128,7 +128,7 @@ def test_a_leaving_users_deletion_hides_their_posts_at_once_and_for_good(
     gone = w.ledger.account_hidden[0]
     assert gone.kind == "deletion" and gone.since < float("inf")
     assert w.ledger.actions["delete_account"] == 1
-    after = [ids for started, reader, ids in w.ledger.pages if started >= gone.since]
+    after = [p.ids for p in w.ledger.pages if p.started >= gone.since]
     assert after and not any(set(ids) & set(scene.posts) for ids in after)
     assert checker.shown_after_ack(w)[0] == 0
     assert _account_entries(api_server, scene.author) == 1

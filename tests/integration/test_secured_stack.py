@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from deploy.stack import postgres, security
@@ -31,6 +32,7 @@ from services.shared.clients.preflight import StoreRefused, check_cassandra, che
 from services.shared.settings import Settings
 from tests.conftest import require
 from tests.integration.test_stack_manager import stack_ports
+from tests.support.waiting import wait_until
 
 
 @dataclass
@@ -110,6 +112,41 @@ def test_three_brokers_three_controllers_and_a_ring_of_three(secured: Secured) -
     finally:
         cluster.shutdown()
     print(f"secured three-node up (cold): {secured.up_seconds:.0f}s")
+
+
+def test_every_store_exporter_is_scraped_on_its_nodes_address(secured: Secured) -> None:
+    """The JMX exporter in each broker, controller and Cassandra node, on the node's own
+    address, and the postgres exporter over TLS with its role's password: the stack's
+    Prometheus scrapes every one of them (deploy/stack/exporters.py)."""
+    env = secured.env
+    prom = f"http://127.0.0.1:{env['FEED_PROMETHEUS_PORT']}"
+    expected = {("kafka-jmx", f"127.0.0.{i}:{env['FEED_KAFKA_EXPORTER_PORT']}") for i in (1, 2, 3)}
+    expected |= {("kafka-controller-jmx", f"127.0.0.{i}:{env['FEED_KAFKA_CONTROLLER_EXPORTER_PORT']}")
+                 for i in (1, 2, 3)}
+    expected |= {("cassandra-jmx", f"127.0.0.{i}:{env['FEED_CASSANDRA_EXPORTER_PORT']}") for i in (1, 2, 3)}
+    expected |= {("postgres", f"127.0.0.1:{env['FEED_POSTGRES_EXPORTER_PORT']}")}
+    assert _status(env)["postgres-exporter"]["pid"]
+
+    def stores() -> dict[tuple[str, str], str] | None:
+        targets = httpx.get(f"{prom}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+        health = {(t["labels"]["job"], t["labels"]["instance"]): t["health"] for t in targets
+                  if not t["labels"]["job"].startswith("feed-")}
+        return health if set(health) == expected and set(health.values()) == {"up"} else None
+
+    def value(expr: str) -> float | None:
+        result = httpx.get(f"{prom}/api/v1/query", params={"query": expr}, timeout=10).json()["data"]["result"]
+        return float(result[0]["value"][1]) if result else None
+
+    wait_until(stores, timeout=60, interval=2, message=f"every store exporter scraped and up: {sorted(expected)}")
+    # What they say: Postgres reached (TLS, verify-full, feed_monitor's password), one
+    # active controller of three, every partition led and in sync, three nodes' compactions.
+    wait_until(lambda: value("pg_up") == 1.0, timeout=30, interval=1, message="pg_up 1")
+    assert value("sum(kafka_controller_kafkacontroller_activecontrollercount)") == 1.0
+    # (the three controllers; a broker-only process has no KafkaController MBeans)
+    assert (value("count(kafka_controller_kafkacontroller_activecontrollercount)") or 0) >= 3
+    assert value("max(kafka_controller_kafkacontroller_offlinepartitionscount)") == 0.0
+    assert value("count(kafka_server_replicamanager_underreplicatedpartitions)") == 3.0
+    assert value("count(cassandra_compaction_pending_tasks)") == 3.0
 
 
 def test_client_settings_come_from_the_example_file_with_passwords_as_files(secured: Secured) -> None:

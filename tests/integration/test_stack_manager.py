@@ -22,7 +22,9 @@ from tests.conftest import require
 from tests.support.ports import free_ports
 
 PORT_NAMES = ("FEED_PG_PORT", "FEED_KAFKA_PORT", "FEED_KAFKA_CONTROLLER_PORT", "FEED_CASSANDRA_PORT",
-              "FEED_CASSANDRA_STORAGE_PORT", "FEED_CASSANDRA_JMX_PORT", "FEED_PROMETHEUS_PORT")
+              "FEED_CASSANDRA_STORAGE_PORT", "FEED_CASSANDRA_JMX_PORT", "FEED_PROMETHEUS_PORT",
+              "FEED_KAFKA_EXPORTER_PORT", "FEED_KAFKA_CONTROLLER_EXPORTER_PORT",
+              "FEED_CASSANDRA_EXPORTER_PORT", "FEED_POSTGRES_EXPORTER_PORT")
 
 
 def stack_ports() -> dict[str, str]:
@@ -59,7 +61,7 @@ def test_up_twice_status_down_and_restart_keep_data(private_env: dict[str, str])
     first = stack(private_env, "up")
     assert first.returncode == 0, first.stderr
     rows = status(private_env)
-    assert set(rows) == {"postgres", "kafka-1", "cassandra-1", "prometheus"}
+    assert set(rows) == {"postgres", "postgres-exporter", "kafka-1", "cassandra-1", "prometheus"}
     assert all(r["pid"] for r in rows.values())
     pids = {name: r["pid"] for name, r in rows.items()}
 

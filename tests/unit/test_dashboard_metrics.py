@@ -7,6 +7,8 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
+from deploy.stack import exporters
+
 REPO = Path(__file__).resolve().parents[2]
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 
@@ -69,3 +71,41 @@ def test_metrics_reference_lists_only_exported_metrics() -> None:
     missing = {n for n in referenced(text) if n not in names and _base(n) not in names
                and not n.startswith("feed_cdc")}
     assert not missing, f"docs/operations.md names metrics nobody exports: {sorted(missing)}"
+
+
+# The stores' metrics come from their exporters, not from the code: the JMX exporter's
+# rules (deploy/prometheus/jmx-*.yml name each metric they export), and the postgres
+# exporter's default queries (0.11, Debian bookworm), of which the rules and panels read these.
+JMX_CONFIGS = ("jmx-kafka.yml", "jmx-cassandra.yml")
+POSTGRES_EXPORTER_DEFAULTS = {"pg_up", "pg_settings_max_connections", "pg_stat_activity_count",
+                              "pg_replication_slots_pg_wal_lsn_diff"}
+
+
+def jmx_exported() -> set[str]:
+    names: set[str] = set()
+    for conf in JMX_CONFIGS:
+        text = (REPO / "deploy" / "prometheus" / conf).read_text()
+        # Kept narrow and cheap (docs/operations.md, "What the exporters cost").
+        assert re.search(r"^startDelaySeconds: 0$", text, re.M), conf
+        assert re.search(r"^lowercaseOutputName: true$", text, re.M), conf
+        assert re.search(r"^includeObjectNames:$", text, re.M), conf
+        names.update(exporters.exported(REPO / "deploy" / "prometheus" / conf))
+    return names
+
+
+def store_referenced(text: str) -> set[str]:
+    return set(re.findall(r"\b((?:kafka|cassandra|pg)_[a-z0-9_]+)", text))
+
+
+def test_dashboard_and_rules_read_only_what_the_store_exporters_export() -> None:
+    dash = json.loads((REPO / "deploy/grafana/feed-pipeline.json").read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    rules = "\n".join(line for line in (REPO / "deploy/prometheus/rules.yml").read_text().splitlines()
+                      if not line.strip().startswith("#"))
+    exported = jmx_exported() | POSTGRES_EXPORTER_DEFAULTS
+    for what, text in (("dashboard", exprs), ("rules", rules)):
+        missing = store_referenced(text) - exported
+        assert not missing, f"{what} uses store metrics no exporter exports: {sorted(missing)}"
+    # Every store metric exported is shown and alerted on.
+    assert store_referenced(exprs) == exported
+    assert store_referenced(rules) == exported - {"cassandra_client_request_latency_seconds"}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from tests.faults.__main__ import LagWatch, freshness_by_phase, row
 from tests.faults.checker import Verdict
+from tests.faults.workload import Served
 
 
 def test_lag_is_back_to_zero_at_the_first_zero_sample_after_the_lift():
@@ -84,11 +85,11 @@ def test_an_item_served_after_the_ack_of_what_hides_it_is_counted_and_none_befor
     led.hidden_posts[501] = 110.0                                  # deleted, acked at 110
     led.pair_hidden += [PairHidden(11, 3, "block", 120.0),          # reader 11 blocked by 3
                         PairHidden(10, 2, "unfollow", 130.0, until=140.0)]
-    led.pages += [(109.9, 11, (501, 502)),   # before both acks: fine
-                  (110.0, 11, (501,)),       # started as the delete was acked: shown after
-                  (125.0, 11, (502,)),       # after the block
-                  (125.0, 10, (502, 503)),   # another reader: not blocked, still following
-                  (141.0, 10, (503,))]       # followed again at 140
+    led.pages += [Served(109.9, 11, (501, 502)),   # before both acks: fine
+                  Served(110.0, 11, (501,)),       # started as the delete was acked: shown after
+                  Served(125.0, 11, (502,)),       # after the block
+                  Served(125.0, 10, (502, 503)),   # another reader: not blocked, still following
+                  Served(141.0, 10, (503,))]       # followed again at 140
     led.stream += [(135.0, "new_item", 503, 134.9), (136.0, "resync", None, None),
                    # written before the delete's answer, read by this client after it
                    (110.2, "new_item", 501, 109.95)]
@@ -201,10 +202,10 @@ def test_a_muted_authors_post_served_to_the_muter_after_the_ack_counts_one_way_u
     led = w.ledger
     led.posts.update({601: (2, 100.0), 602: (11, 100.0)})
     led.pair_hidden.append(PairHidden(11, 2, "mute", 120.0, until=150.0))  # 11 mutes 2
-    led.pages += [(119.0, 11, (601,)),    # before the mute's ack: fine
-                  (121.0, 11, (601,)),    # after it: shown after the ack
-                  (121.0, 2, (602,)),     # the muted author still sees the muter
-                  (151.0, 11, (601,))]    # unmuted at 150
+    led.pages += [Served(119.0, 11, (601,)),    # before the mute's ack: fine
+                  Served(121.0, 11, (601,)),    # after it: shown after the ack
+                  Served(121.0, 2, (602,)),     # the muted author still sees the muter
+                  Served(151.0, 11, (601,))]    # unmuted at 150
     count, examples = shown_after_ack(w)
     assert count == 1
     assert [(e["reader"], e["post"], e["why"]) for e in examples] == [(11, 601, "mute")]
@@ -223,10 +224,10 @@ def test_a_suspended_authors_post_served_to_anyone_after_the_ack_counts_until_un
     led = w.ledger
     led.posts.update({701: (2, 100.0), 702: (3, 100.0)})
     led.account_hidden.append(AccountHidden(2, 120.0, until=150.0))   # 2 suspended, then lifted
-    led.pages += [(119.0, 11, (701,)),    # before the suspension's ack: fine
-                  (121.0, 11, (701,)),    # after it: shown after the ack, to any reader
-                  (122.0, 10, (701, 702)),  # another reader too; 702's author is not suspended
-                  (151.0, 11, (701,))]    # unsuspended at 150
+    led.pages += [Served(119.0, 11, (701,)),    # before the suspension's ack: fine
+                  Served(121.0, 11, (701,)),    # after it: shown after the ack, to any reader
+                  Served(122.0, 10, (701, 702)),  # another reader too; 702's author is not suspended
+                  Served(151.0, 11, (701,))]    # unsuspended at 150
     count, examples = shown_after_ack(w)
     assert count == 2
     assert [(e["reader"], e["post"], e["why"]) for e in examples] == [
@@ -250,15 +251,18 @@ def test_an_unacknowledged_suspension_counts_nothing_and_the_unsuspend_request_e
     led.account_hidden.append(AccountHidden(2, 120.0, until=150.0, requested=119.0, lifted=151.0))
     # 3: a suspension whose answer never came (it may have happened): nothing to count.
     led.account_hidden.append(AccountHidden(3, inf, until=140.0, requested=130.0, lifted=141.0))
-    led.pages += [(119.5, 11, (801,)),   # during the request, before the ack: fine
-                  (150.0, 11, (801,)),   # the unsuspend's request had started: fine
-                  (149.9, 11, (801,)),   # counted
-                  (135.0, 10, (802,))]   # unacknowledged: not counted
+    led.pages += [Served(119.5, 11, (801,)),   # during the request, before the ack: fine
+                  Served(150.0, 11, (801,)),   # the unsuspend's request had started: fine
+                  Served(149.9, 11, (801,)),   # counted
+                  Served(149.5, 11, (801,), 150.3),  # in flight across the unsuspend: either
+                  Served(149.0, 11, (801,), 149.8),  # answered before it: counted
+                  Served(135.0, 10, (802,))]   # unacknowledged: not counted
     led.stream.append((149.0, "new_item", 801, 148.0))   # the watcher's stream: counted
     count, examples = shown_after_ack(w)
-    assert count == 2
-    assert [(e["where"], e["post"], e["why"]) for e in examples] == [
-        ("page", 801, "suspension"), ("stream", 801, "suspension")]
+    assert count == 3
+    assert [(e["where"], e["post"], e["why"], e["answered_s"]) for e in examples] == [
+        ("page", 801, "suspension", 0.0), ("page", 801, "suspension", 0.8),
+        ("stream", 801, "suspension", 0.0)]
     assert led.suspended_between(2, 151.0, 160.0) and not led.suspended_between(2, 151.1, 160.0)
     assert led.suspended_between(3, 0.0, 130.0) and not led.suspended_between(3, 0.0, 129.9)
 
@@ -455,7 +459,7 @@ def test_a_deleted_accounts_post_counts_for_good_and_the_deletion_drops_the_foll
 
     asyncio.run(scene())
     since = w.ledger.account_hidden[0].since
-    w.ledger.pages += [(since - 1.0, follower, (1,)), (since + 1000.0, follower, (1,))]
+    w.ledger.pages += [Served(since - 1.0, follower, (1,)), Served(since + 1000.0, follower, (1,))]
     count, examples = shown_after_ack(w)
     assert count == 1 and examples[0]["why"] == "deletion"
     # A deletion never answered may have happened: it counts nothing, nor does an old one

@@ -83,7 +83,7 @@ def test_pki_names_each_node_and_is_made_once(stack_layout: StackLayout) -> None
         assert verified.returncode == 0, verified.stderr
     private = [*security.pki(layout).glob("*.key"), *security.pki(layout).glob("*-bundle.pem"),
                *security.secrets_dir(layout).glob("*.password")]
-    assert len(private) == 5 + 4 + 6  # keys (CA, three nodes, Postgres), bundles, passwords
+    assert len(private) == 5 + 4 + 7  # keys (CA, three nodes, Postgres), bundles, passwords
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in private)
 
 

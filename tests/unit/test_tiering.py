@@ -66,7 +66,7 @@ def test_policy_rejects_thresholds_without_hysteresis():
         TierPolicy(promote_share=0.3, demote_share=0.3)
 
 
-def test_capacity_is_an_ewma_of_large_fanouts_and_never_below_the_floor():
+def test_capacity_is_an_ewma_of_large_fanouts_starting_from_the_floor():
     cap = CapacityEstimate(floor_rows_per_s=1000)
     assert cap.rows_per_s == 1000
     cap.observe(rows=10, seconds=1.0)  # too small to measure throughput: ignored
@@ -104,3 +104,43 @@ def test_an_overloaded_store_sheds_the_largest_audiences():
     cap.overloaded()
     after = decide_tier(TierState(), 5_000, cap.rows_per_s, T0, POLICY)
     assert before.tier is Tier.ORDINARY and after.tier is Tier.CELEBRITY
+
+
+def test_a_slow_store_moves_the_boundary_below_the_floor():
+    # The store takes 300 rows/s; the floor assumes 2,000. An author with 1,000 followers
+    # then costs 3.3 s a post at what the store can take, over the 0.75 s promote line:
+    # planned at the floor (0.5 s) it would have stayed ordinary and overrun every post.
+    cap = CapacityEstimate(floor_rows_per_s=2000)
+    author = 1_000
+    assert decide_tier(TierState(), author, cap.rows_per_s, T0, POLICY).tier is Tier.ORDINARY
+    cap.observe(rows=300, seconds=1.0)
+    # One slow sample moves the assumption a fifth of the way down, no further.
+    assert cap.rows_per_s == pytest.approx(2000 + 0.2 * (300 - 2000))
+    for _ in range(30):
+        cap.observe(rows=600, seconds=2.0)
+    assert cap.rows_per_s == pytest.approx(300, rel=0.01)
+    decision = decide_tier(TierState(), author, cap.rows_per_s, T0, POLICY)
+    assert decision.tier is Tier.CELEBRITY and decision.changed
+    assert decision.cost_s == pytest.approx(author / 300, rel=0.01)
+    # And the boundary comes back up with the store: demoted once it is fast again.
+    for _ in range(40):
+        cap.observe(rows=20_000, seconds=1.0)
+    later = T0 + timedelta(seconds=POLICY.min_dwell_s)
+    back = decide_tier(TierState(Tier.CELEBRITY, T0), author, cap.rows_per_s, later, POLICY)
+    assert back.tier is Tier.ORDINARY and back.changed
+
+
+def test_an_overload_does_not_lift_an_estimate_measured_below_the_floor():
+    cap = CapacityEstimate(floor_rows_per_s=2000)
+    for _ in range(30):
+        cap.observe(rows=500, seconds=1.0)
+    measured = cap.rows_per_s
+    assert measured < 600
+    cap.overloaded()  # a guess stops at the floor, but never raises a measurement to it
+    assert cap.rows_per_s == pytest.approx(measured)
+
+
+def test_a_fast_first_sample_is_taken_whole():
+    cap = CapacityEstimate(floor_rows_per_s=2000)
+    cap.observe(rows=9_000, seconds=1.0)
+    assert cap.rows_per_s == 9_000

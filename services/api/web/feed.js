@@ -188,7 +188,10 @@ async function loadFirst() {
     state.fresh = 0;
     $("new-posts").hidden = true;
     showPage(page, true);
-  } catch (e) { failed(e, loadFirst); } finally { state.loading = false; }
+  } catch (e) { failed(e, loadFirst); return; } finally { state.loading = false; }
+  // A sentinel seen while this page loaded was turned away (loading); if the page left it
+  // in view, nothing will fire again until it leaves and comes back: read on now.
+  if (sentinelInView()) loadMore();
 }
 
 async function loadMore() {

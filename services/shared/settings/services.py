@@ -207,12 +207,16 @@ class ActivitySettings(FeedSettings):
 
 
 class MetricsSettings(FeedSettings):
-    """Where the background processes (relay, fan-out, ranker) serve ``/metrics``; the
-    API serves its own on its HTTP port (``FEED_API_HOST``)."""
+    """Where the background processes (relay, fan-out, ranker) serve ``/metrics``,
+    ``/healthz`` and ``/readyz`` (services/shared/health.py); the API serves its own on
+    its HTTP port (``FEED_API_HOST``)."""
 
-    # Where the workers' and the relay's /metrics listen (loopback: a Prometheus on this
-    # host; 0.0.0.0 for one elsewhere).
+    # Where the workers' and the relay's /metrics, /healthz and /readyz listen (loopback:
+    # a Prometheus or a kubelet on this host; 0.0.0.0 for one elsewhere).
     metrics_host: str = "127.0.0.1"
+    # Seconds a worker's event loop or consumer thread, or the relay's loop, may go
+    # without turning before /healthz fails (and a rebalance may last before /readyz does).
+    health_stall_s: float = Field(default=30.0, gt=0)
 
 
 class WorkerSettings(FeedSettings):
@@ -273,7 +277,8 @@ class FanoutSettings(FeedSettings):
     tier_demote_share: float = 0.25
     # Seconds an author stays in a tier at least before the next change.
     tier_min_dwell_s: float = 600.0
-    # Inbox rows per second the tier policy assumes at least, whatever is measured.
+    # Inbox rows per second the tier policy assumes until it has measured, and the least
+    # a store timeout alone cuts the estimate to; a slower measured store is followed below it.
     fanout_capacity_floor_rows_per_s: float = 2000.0
     # Above 0: the capacity, inbox rows per second, pinned instead of measured.
     fanout_capacity_pinned_rows_per_s: float = 0.0

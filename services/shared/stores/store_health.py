@@ -10,6 +10,7 @@ FeedCassandraNodeUnreachable and FeedKafkaBrokerUnreachable, deploy/prometheus/r
 from __future__ import annotations
 
 import json
+import time
 import weakref
 from typing import Any, Iterator
 
@@ -87,11 +88,24 @@ def kafka_broker_states(stats_json: str) -> dict[str, int]:
     return counts
 
 
+# The last statistics document's broker states and when it came (time.monotonic()):
+# the relay's readiness (services/cdc/health.py) reads them.
+_last_kafka_states: tuple[float, dict[str, int]] | None = None
+
+
 def record_kafka_stats(stats_json: str) -> None:
     """librdkafka ``stats_cb``: the broker states into ``feed_kafka_brokers``."""
+    global _last_kafka_states
     try:
         counts = kafka_broker_states(stats_json)
     except (ValueError, AttributeError):
         return  # a malformed document changes nothing
     for state, n in counts.items():
         KAFKA_BROKERS.labels(state).set(n)
+    _last_kafka_states = (time.monotonic(), counts)
+
+
+def last_kafka_states() -> tuple[float, dict[str, int]] | None:
+    """When the last statistics document came (``time.monotonic()``) and its broker
+    states; None before the first."""
+    return _last_kafka_states

@@ -8,4 +8,5 @@
 * ``count_owner``: the agent side of counts with one writer
 * ``kafka_consumers``: the API's consumers (no group)
 * ``kafka_failover``: clients that stop asking a broker that just failed
+* ``health``: a worker's liveness (its loops) and readiness (its group, its stores)
 """

@@ -46,10 +46,14 @@ LAG_REFRESH_S = 5.0
 
 
 class ConsumerLag:
-    """Tracks the last processed offset per partition; ``refresh`` sets the lag gauge."""
+    """Tracks the last processed offset per partition; ``refresh`` sets the lag gauge for
+    the partitions this worker holds, and drops the series of those it no longer holds
+    (with several workers a partition moves: the old holder's last value would be summed
+    with the new holder's)."""
 
     def __init__(self) -> None:
         self._processed: dict[tuple[str, int], int] = {}
+        self._exported: set[tuple[str, int]] = set()
 
     def processed(self, msg: RawMessage) -> None:
         self._processed[(msg.topic, msg.partition)] = msg.offset
@@ -57,13 +61,29 @@ class ConsumerLag:
     def refresh(self, app: faust.App) -> None:
         # The transport's Consumer (what ConsumerT always is here) keeps the committed offsets.
         consumer = cast("Consumer", app.consumer)
+        held = set()
         for tp in consumer.assignment():
+            held.add((tp.topic, tp.partition))
             high = consumer.highwater(tp)
             if high is None:
                 continue
             done = self._processed.get((tp.topic, tp.partition))
             position = done + 1 if done is not None else (consumer._committed_offset.get(tp) or 0)
             LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - position))
+            self._exported.add((tp.topic, tp.partition))
+        self.forget(self._exported - held)
+
+    def forget(self, gone: set[tuple[str, int]]) -> None:
+        """Partitions moved to another worker: their series and their progress here."""
+        for topic, partition in gone:
+            try:
+                LAG.remove(topic, str(partition))
+            except KeyError:
+                pass
+            self._exported.discard((topic, partition))
+            # Another worker moves it on meanwhile: if it comes back, its committed
+            # offset says where it is, not this worker's last message.
+            self._processed.pop((topic, partition), None)
 
 
 async def stop_worker_without_commit(app: faust.App, reason: BaseException) -> None:

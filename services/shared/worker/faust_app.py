@@ -6,25 +6,42 @@ resources its agents open once.
 * ``raw_topic`` / ``raw_message``: topics read as bytes and the ``RawMessage`` the rest of
   the pipeline sees (``poison_guard``, ``batch_consumer``).
 * ``OpenedOnce``: sessions and producers opened on the worker's loop by the first agent.
-* ``run_worker``: a worker process's entry point (``python -m services.<role>``).
+* ``run_worker``: a worker process's entry point (``python -m services.<role>``): its
+  metrics, ``/healthz`` and ``/readyz`` on one port (services/shared/health.py,
+  services/shared/worker/health.py), then faust's worker.
+
+Several processes of one role share its consumer group (the app id): faust's assignor
+spreads the partitions of the topics the role consumes over them, partition numbers
+together across topics of the same size (its co-partitioned assignment). Nothing a
+worker keeps is local state that another would need: the apps declare no faust tables
+(no RocksDB, no changelog topics; ``tests/unit/test_worker_scaling.py`` keeps it so), so
+the ``<app id>-data`` folder faust makes in the working directory stays empty and
+several workers may share it. Each process names itself to the group by its HTTP
+address (``worker_address``): the client id every member shows in the group's
+description, and faust's ``canonical_url``, which its assignor keys members' metadata by.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import weakref
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
 
 import faust
-from prometheus_client import REGISTRY, start_http_server
+from prometheus_client import REGISTRY
 
 from services.shared import runtime
+from services.shared.health import Answer, Health, serve
 from services.shared.clients import kafka
 from services.shared.clients.preflight import preflight
 from services.shared.settings import WorkerProcess, load
 
+from . import health as worker_health
 from . import kafka_failover
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -46,8 +63,17 @@ def build_faust_app(settings: WorkerProcess, app_id: str) -> faust.App:
     the agents publish goes through their own ``EventPublisher``, built by the same
     factories, not through faust's producer."""
     kafka_failover.install(settings.kafka_failed_broker_hold_s)
+    named = {}
+    if _worker_address is not None:
+        # Each member of the group says which process it is: the group's description
+        # shows the client id (deploy/assignment.py), and faust keys its members'
+        # metadata by canonical_url, which would otherwise be the same for every worker
+        # on a host (http://<hostname>:6066, though faust's web server is off).
+        named = {"broker_client_id": f"{app_id}@{_worker_address}",
+                 "canonical_url": f"http://{_worker_address}"}
     return kafka.faust_app(
         settings, app_id,
+        **named,
         web_enabled=False,
         topic_disable_leader=True,
         topic_replication_factor=1 if settings.kafka_bootstrap.count(",") == 0 else 3,
@@ -82,12 +108,16 @@ def raw_message(event: Any) -> RawMessage:
 
 class OpenedOnce(Generic[T]):
     """Resources (sessions, producers) opened once on the worker's loop by whichever
-    agent needs them first; agents start concurrently."""
+    agent needs them first; agents start concurrently. Every instance of the process
+    counts in ``stores_open`` (the worker's readiness)."""
+
+    _instances: "weakref.WeakSet[OpenedOnce[Any]]" = weakref.WeakSet()
 
     def __init__(self, opener: Callable[[], Awaitable[T]]) -> None:
         self._opener = opener
         self._value: T | None = None
         self._lock: asyncio.Lock | None = None
+        OpenedOnce._instances.add(self)
 
     async def get(self) -> T:
         if self._lock is None:
@@ -100,6 +130,28 @@ class OpenedOnce(Generic[T]):
     @property
     def opened(self) -> T | None:
         return self._value
+
+
+def stores_open() -> Answer:
+    """Whether every ``OpenedOnce`` of the process has opened (its agents' sessions and
+    producers): the stores part of a worker's readiness."""
+    instances = list(OpenedOnce._instances)
+    waiting = sum(1 for i in instances if i.opened is None)
+    if waiting:
+        return False, f"{waiting} of {len(instances)} store connections not opened yet"
+    return True, f"{len(instances)} opened"
+
+
+# This process's worker's HTTP address (host:port of its metrics and health), set by
+# ``run_worker`` before the app is built; None in a process that only builds apps.
+_worker_address: str | None = None
+
+
+def worker_address(host: str, port: int) -> str:
+    """How a worker listening on ``host:port`` names itself (an address others can use:
+    a wildcard host is named as this host's loopback)."""
+    shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"{shown}:{port}"
 
 
 def tune_worker_process(settings: WorkerProcess) -> None:
@@ -117,11 +169,17 @@ def run_worker(process: type[W], create_app: Callable[[W], faust.App],
                stores: Sequence[str] = ("kafka", "cassandra")) -> None:
     """Run one worker role in this process: its settings (``process``: only that role's
     variables are read), logging, a preflight of ``stores`` (a store that refuses our
-    credentials or TLS ends the process with one line, status 78), Prometheus metrics on
-    ``metrics_port(settings)`` (``metrics_host``), then faust's worker until it stops."""
+    credentials or TLS ends the process with one line, status 78), ``/metrics``,
+    ``/healthz`` and ``/readyz`` on ``metrics_port(settings)`` (``metrics_host``; 0: a
+    free port, logged), then faust's worker until it stops."""
+    global _worker_address
     settings = load(process)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     preflight(settings, stores)
-    start_http_server(metrics_port(settings), addr=settings.metrics_host)
+    health = Health(settings.health_stall_s)
+    served = serve(health, settings.metrics_host, metrics_port(settings))
+    _worker_address = worker_address(settings.metrics_host, served.port)
     app = create_app(settings)
+    worker_health.attach(app, health, stores_open)
+    log.info("worker %s in group %s, pid %d", _worker_address, app.conf.id, os.getpid())
     faust.Worker(app, loglevel="INFO").execute_from_commandline()
