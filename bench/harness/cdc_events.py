@@ -79,6 +79,10 @@ class CdcEvents:
     def post_deleted(self, row: dict) -> list[CdcMessage]:
         return self._envelope("posts", "d", row, None, {"post_id": row["post_id"]})
 
+    def post_updated(self, before: dict, after: dict) -> list[CdcMessage]:
+        """An edit, a moderation removal (visibility 0) or a restore (1 again)."""
+        return self._envelope("posts", "u", before, after, {"post_id": after["post_id"]})
+
     # -- users ---------------------------------------------------------------------------
     @staticmethod
     def user_row(user_id: int, created_at: datetime, *, handle: str | None = None,

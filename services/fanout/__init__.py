@@ -1,7 +1,10 @@
 """The fan-out worker (docs/fanout.md).
 
 * ``app``: the faust agents and their wiring; ``__main__``: runs the worker
-* ``post_events``: a post's changes: its copy, then push to inboxes or unpush
+* ``post_events``: a post's changes: its copy, then push to inboxes or unpush; a batch's
+  old posts together
+* ``backlog``: which posts of a batch go together, and what each needs (pure)
+* ``push_rounds``: a batch's inbox pushes written together, grouped by reader
 * ``relation_events``: follows and blocks: copies, follower counts, backfill, clean-up
 * ``account_events``: suspensions, unsuspends and deletions: the account copy
 * ``profile_events``: users changes: the copy of their names (``user_profiles``)

@@ -51,7 +51,7 @@ from services.shared.stores.store_health import watch_cassandra
 from services.shared.stores.store_pressure import StorePressure
 from services.shared.stores.write_coalescer import SUPPORTED as coalescing_supported
 from services.shared.stores.write_coalescer import WriteCoalescer
-from services.shared.worker.batch_consumer import (ConsumerLag, consume_in_batches,
+from services.shared.worker.batch_consumer import (ConsumerLag, Splitter, consume_in_batches,
                                                    refresh_lag_periodically)
 from services.shared.worker.count_owner import CountOwner
 from services.shared.worker.event_publisher import EventPublisher
@@ -154,7 +154,7 @@ async def open_ports(settings: FanoutProcess) -> FanoutPorts:
     posts = PostFanout(copies, inbox, tiers, publisher, settings.topic_prefix,
                        retry=StoreRetry(settings.store_retry_attempts, settings.store_retry_base_s,
                                         gate=pressure.retries),
-                       **options)
+                       push_rounds=settings.fanout_posts_by_batch, **options)
     tune_worker_process(settings)
     account_copy = AccountCopy(session, runner)
     return FanoutPorts(
@@ -187,13 +187,15 @@ def create_app(settings: FanoutProcess) -> faust.App:
     ports = OpenedOnce(lambda: open_ports(settings))
 
     async def consume(stream: faust.StreamT[bytes], handler: MessageHandler,
-                      keys_in_flight: int = settings.fanout_max_in_flight) -> None:
+                      keys_in_flight: int = settings.fanout_max_in_flight,
+                      split: Callable[[FanoutPorts], Splitter] | None = None) -> None:
         p = await ports.get()
         await consume_in_batches(app, stream, p.guard, p.lag, handler(p),
                                  max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
                                  keys_in_flight=keys_in_flight,
-                                 max_unacked=settings.consumer_max_unacked)
+                                 max_unacked=settings.consumer_max_unacked,
+                                 split=split(p) if split is not None else None)
 
     def changes(apply: ChangeApplier) -> MessageHandler:
         def handler(p: FanoutPorts) -> Callable[[RawMessage], Awaitable[None]]:
@@ -217,8 +219,11 @@ def create_app(settings: FanoutProcess) -> faust.App:
 
     @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
     async def posts(stream: faust.StreamT[bytes]) -> None:
+        # A batch's posts older than the inbox TTL go together (backlog.py), the rest
+        # post by post beside them, their inbox rows in rounds (push_rounds.py).
         await consume(stream, changes(lambda p: p.posts.on_post_changed),
-                      keys_in_flight=settings.fanout_posts_in_flight)
+                      keys_in_flight=settings.fanout_posts_in_flight,
+                      split=(lambda p: p.posts.split_batch) if settings.fanout_posts_by_batch else None)
 
     @app.agent(raw_topic(app, cdc_topic("follows", prefix)), name="follows")
     async def follows(stream: faust.StreamT[bytes]) -> None:

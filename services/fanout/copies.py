@@ -38,6 +38,7 @@ from services.shared.stores.timelines import FanoutTimelines
 from services.shared.stores.write_coalescer import Row, WriteCoalescer
 
 from .audience import Follower, PostCopy, PostFields
+from .backlog import Drop, Keep
 
 
 # Post ids per multi-partition read: the backfill's candidates are a few posts; a bound
@@ -91,13 +92,51 @@ class CopyStore:
             await self._run.run_bounded(rows, len(rows))
 
     # -- posts ---------------------------------------------------------------------------
-    async def write_post(self, post: PostFields, lsn: int) -> None:
+    def _post_row(self, post: PostFields, lsn: int) -> Row:
         with_text, with_media = post.text is not None, post.media_ids is not None
         params: list[object] = [lsn, post.author_id, post.created_at]
         params += ([post.text] if with_text else []) + ([post.media_ids] if with_media else [])
         params += [post.visibility if not post.deleted else REMOVED, post.deleted, post.post_id]
-        await self._write(self._posts.writer(with_text, with_media), params)
+        return self._posts.writer(with_text, with_media), params
+
+    async def write_post(self, post: PostFields, lsn: int) -> None:
+        await self._write(*self._post_row(post, lsn))
         await self._notices.changed(ServingChange(posts=(post.post_id,)))
+
+    async def write_posts(self, changes: Sequence[tuple[PostFields, int]]) -> None:
+        """The copies of several changes (``(post, lsn)``), one round of writes: each at
+        its LSN, so the cells end as the changes one after another would leave them."""
+        await self._write_all([self._post_row(post, lsn) for post, lsn in changes])
+        await self._notices.changed(ServingChange(posts=tuple(dict.fromkeys(p.post_id for p, _ in changes))))
+
+    async def settle_old_posts(self, kept: Sequence[Keep], dropped: Sequence[Drop]) -> None:
+        """Old posts' writes (backlog.py), one round: for a kept post its key (when it
+        must be written), its author-timeline row and its ``fanned_out = false`` mark,
+        the same statements and write times as ``set_rank_key``, ``add_author_post`` and
+        ``mark_fanned_out``; for a dropped one the tombstones and key of
+        ``remove_author_post`` and ``set_rank_key``."""
+        posts, timelines = self._posts, self._timelines
+        rows: list[Row] = []
+        changed: list[int] = []
+        for k in kept:
+            if k.write_key:
+                rows.append((posts.set_rank_key, (k.key_ts, k.key, k.post_id)))
+                changed.append(k.post_id)
+            rows.append((timelines.add, (k.author_id, ids.day_bucket(k.post_id), k.key, k.post_id, k.key_ts)))
+            rows.append((posts.mark_fanned_out, (k.mark_lsn, False, k.post_id)))
+        for d in dropped:
+            bucket = ids.day_bucket(d.post_id)
+            rows += [(timelines.delete, (d.removed_at, d.author_id, bucket, key, d.post_id))
+                     for key in dict.fromkeys(d.keys)]
+            rows.append((posts.set_rank_key, (d.removed_at, d.keys[0], d.post_id)))
+            changed.append(d.post_id)
+        if not rows:
+            return
+        await self._write_all(rows)
+        written: list[Keep | Drop] = [*kept, *dropped]
+        await self._notices.changed(ServingChange(
+            posts=tuple(changed),
+            timelines=tuple(dict.fromkeys((p.author_id, ids.day_bucket(p.post_id)) for p in written))))
 
     async def read_post(self, post_id: int) -> PostCopy | None:
         if self._coalesced is not None:

@@ -72,6 +72,7 @@ class InboxPort(Protocol):
 
     async def push(self, reader_ids: Iterable[int], post_id: int, author_id: int,
                    rank_key: float, key_ts: int, ttl_s: int = INBOX_TTL_S) -> int: ...
+    async def push_many(self, pushes: Sequence[tuple[Sequence[int], InboxRow]]) -> int: ...
     async def move(self, reader_ids: Iterable[int], post_id: int, author_id: int,
                    old_keys: Sequence[float], new_key: float, key_ts: int, ttl_s: int) -> int: ...
     async def push_posts(self, reader_id: int, rows: Sequence[InboxRow]) -> int: ...
@@ -164,6 +165,35 @@ class InboxStore:
             written = await self._send_grouped(
                 readers, lambda r: [(push, (r, rank_key, post_id, author_id, ttl_s, key_ts))])
         await self._changed(readers)
+        return written
+
+    async def push_many(self, pushes: Sequence[tuple[Sequence[int], InboxRow]]) -> int:
+        """Several posts' pushes (each post's readers and row) at once, written grouped by
+        reader: a reader's rows of these posts leave in one batch, so the node applies
+        them as one partition mutation instead of one per row (a consumer batch's recent
+        posts: docs/fanout.md, "The backlog intake"). The same statements and values as
+        ``push`` for each; returns rows written."""
+        by_reader: list[tuple[int, int]] = []  # (reader, index of its push)
+        for i, (readers, row) in enumerate(pushes):
+            if row.ttl_s > 0:  # TTL 0 would mean "never expires"
+                by_reader += [(reader, i) for reader in readers]
+        if not by_reader:
+            return 0
+        by_reader.sort()
+        push = self._s.push
+        if self._writes is not None:
+            rests = [(r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts) for _, r in pushes]
+            written = await self._writes.write_keyed_rows(
+                push, [(reader, rests[i]) for reader, i in by_reader])
+        else:
+            rows_of: dict[int, list[InboxRow]] = {}
+            for reader, i in by_reader:
+                rows_of.setdefault(reader, []).append(pushes[i][1])
+            await self._send_grouped(rows_of, lambda reader: [
+                (push, (reader, r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts))
+                for r in rows_of[reader]])
+            written = len(by_reader)
+        await self._changed(list(dict.fromkeys(reader for reader, _ in by_reader)))
         return written
 
     async def _changed(self, readers: Sequence[int]) -> None:

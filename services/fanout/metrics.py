@@ -27,6 +27,16 @@ CELEBRITY_POSTS = Counter("feed_fanout_celebrity_posts_total",
                           "Posts kept in the author partition only")
 POSTS_ANNOUNCED = Counter("feed_fanout_posts_announced_total",
                           "author-events records published (one per post made readable)")
+BACKLOG_POSTS = Counter("feed_fanout_backlog_posts_total",
+                        "Posts older than the inbox TTL taken in by the batch (backlog.py), by "
+                        "outcome: kept, dropped, unchanged, or left to the per-post path",
+                        ["outcome"])
+for _outcome in ("kept", "dropped", "unchanged", "per_post"):
+    BACKLOG_POSTS.labels(_outcome)
+PUSH_ROUND_POSTS = Histogram("feed_fanout_push_round_posts",
+                             "Posts whose inbox rows one push round wrote together, grouped by "
+                             "reader (push_rounds.py)",
+                             buckets=(1, 2, 5, 10, 25, 50, 100, 250, 500, 1000))
 FOLLOWER_DRIFT = Gauge("feed_reconcile_follower_drift_authors",
                        "Authors whose follower count differs from Postgres (last reconciliation)")
 RANK_MOVE_ROWS = Histogram("feed_fanout_rank_move_rows",

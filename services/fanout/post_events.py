@@ -1,8 +1,11 @@
 """Posts changes: keep the copy, then push the post to inboxes or unpush it.
 
-``on_post_changed`` is the only entry: it writes the copy (last-write-wins by LSN), then
+``on_post_changed`` applies one change: it writes the copy (last-write-wins by LSN), then
 decides from the *merged* copy, not from the event alone, so an old create arriving
-after its delete does nothing, and a replay re-derives exactly the same rows. Reads and
+after its delete does nothing, and a replay re-derives exactly the same rows. The posts
+of a batch older than the inbox TTL go together instead (``split_batch``,
+``take_old_posts``: backlog.py), one round of each step for all of them, and a recent
+post's pages of rows join the batch's push round (push_rounds.py). Reads and
 writes that do not depend on each other go out together. Posts of one batch fan out
 concurrently, so capacity is measured over their overlap (``OverlapMeter``). A page of
 inbox rows that times out is retried on its own (``StoreRetry``), not the whole post,
@@ -17,9 +20,9 @@ import logging
 import time
 from datetime import datetime, timezone
 from functools import partial
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
-from services.shared.contracts.envelope import ChangeRecord
+from services.shared.contracts.envelope import ChangeRecord, parse_change
 from services.shared.contracts.feed_events import AuthorPosted
 from services.shared.contracts.feed_events import encode as encode_event
 from services.shared.contracts.rank_moves import RankKeyMoved
@@ -27,17 +30,21 @@ from services.shared.contracts.topics import author_events_topic
 from services.shared.domain.ids import EPOCH
 from services.shared.domain.ranking import rank_key
 from services.shared.stores.cql_async import StoreRetry
+from services.shared.worker.batch_consumer import Together, key_groups
 from services.shared.worker.event_publisher import EventPublisher, delivered
+from services.shared.worker.faust_app import RawMessage
 from services.shared.worker.notices import flush_notices
 
 from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_fields,
                        readers_for_post)
+from .backlog import Drop, Keep, OldChange, Outcome, plan_old_post, takes_together
 from .cleanup import post_removal_reaches_inboxes
 from .copies import CopyStore
-from .inbox import InboxPort
-from .metrics import (CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX, FANOUT_CAPACITY,
-                      FANOUT_SECONDS, INACTIVE_ROWS_SKIPPED, INBOX_ROWS, POSTS_ANNOUNCED,
-                      STORE_RETRIES, TRIMS)
+from .inbox import InboxPort, InboxRow
+from .metrics import (BACKLOG_POSTS, CELEBRITY_POSTS, CLEANUP_ROWS, EVENT_TO_INBOX,
+                      FANOUT_CAPACITY, FANOUT_SECONDS, INACTIVE_ROWS_SKIPPED, INBOX_ROWS,
+                      POSTS_ANNOUNCED, STORE_RETRIES, TRIMS)
+from .push_rounds import PushRounds
 from .rank_moves import RankMoves
 from .tier_store import TierStore
 from .tiering import OverlapMeter, Tier
@@ -56,8 +63,12 @@ class PostFanout:
                  wall_clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  monotonic: Callable[[], float] = time.monotonic,
                  wall_clock_us: Callable[[], int] = lambda: time.time_ns() // 1000,
-                 inactive: Callable[[int], Awaitable[frozenset[int]]] = _nobody) -> None:
+                 inactive: Callable[[int], Awaitable[frozenset[int]]] = _nobody,
+                 push_rounds: bool = False) -> None:
         self._copies = copies
+        # With rounds, the pushes of the changes applied at once are written together,
+        # grouped by reader (push_rounds.py); without, each push leaves on its own.
+        self._rounds = PushRounds(inbox) if push_rounds else None
         # An author's followers the fan-out skips: they have not read their feed for
         # FEED_INACTIVE_AFTER (services/fanout/inactive.py).
         self._inactive = inactive
@@ -85,6 +96,13 @@ class PostFanout:
                     self._tiers.capacity.rows_per_s, exc)
 
     async def on_post_changed(self, change: ChangeRecord) -> None:
+        if self._rounds is None:
+            await self._apply(change)
+            return
+        with self._rounds.applying():  # a push round waits for this change to push or end
+            await self._apply(change)
+
+    async def _apply(self, change: ChangeRecord) -> None:
         action = post_action(change)
         post = post_fields(change.row, deleted_row=change.is_delete)
         await self._copies.write_post(post, change.lsn)
@@ -92,6 +110,70 @@ class PostFanout:
             await self._remove(post.author_id, post.post_id)
         elif action is PostAction.MATERIALIZE:
             await self._materialize(post.post_id, change)
+
+    def split_batch(self, msgs: Sequence[RawMessage]) -> tuple[Together | None, list[RawMessage]]:
+        """The posts of a batch older than the inbox TTL, taken together
+        (``take_old_posts``; backlog.py ``takes_together``), and the messages left to
+        ``on_post_changed``. Whole keys: a post whose changes do not all parse, or do not
+        all name an old post, goes message by message (the guard dead-letters a poison
+        one)."""
+        now = datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc)
+        taken: list[RawMessage] = []
+        posts: list[list[OldChange]] = []
+        rest: list[RawMessage] = []
+        for group in key_groups(msgs):
+            try:
+                together = takes_together(
+                    [c for c in (parse_change(m.key, m.value) for m in group) if c is not None], now)
+            except Exception:  # noqa: BLE001 - decided message by message, under the guard
+                together = None
+            if together is not None:
+                taken += group
+                posts.append(together)
+            else:
+                rest += group
+        if not posts:
+            return None, rest
+        return Together(taken, partial(self.take_old_posts, posts)), rest
+
+    async def take_old_posts(self, posts: Sequence[Sequence[OldChange]]) -> None:
+        """Posts older than the inbox TTL, by the batch (backlog.py): every change's copy
+        in one round of writes, then every merged copy in one round of reads, then each
+        post's key, author-timeline row and mark (or a removal's tombstones) in one more
+        round, decided by ``plan_old_post``. A post the plan leaves to the per-post path
+        has its changes applied by ``on_post_changed`` in order, beside that round.
+        Idempotent as a whole, like the per-post path: a retry or a replay writes the
+        same copies, reads the same merged copies and so writes the same cells."""
+        await self._copies.write_posts([(c.post, c.change.lsn) for changes in posts for c in changes])
+        copies = {c.post_id: c for c in await self._copies.read_posts([changes[0].post.post_id
+                                                                      for changes in posts])}
+        now_us = self._now_us()
+        now = datetime.fromtimestamp(self._now_ms() / 1000, timezone.utc)
+        kept: list[Keep] = []
+        dropped: list[Drop] = []
+        per_post: list[list[ChangeRecord]] = []
+        outcomes: dict[Outcome, int] = {}
+        for changes in posts:
+            plan = plan_old_post(copies.get(changes[0].post.post_id), changes, now, now_us)
+            if isinstance(plan, Keep):
+                kept.append(plan)
+                outcome = Outcome.KEPT
+            elif isinstance(plan, Drop):
+                dropped.append(plan)
+                outcome = Outcome.DROPPED
+            else:
+                outcome = plan
+                if plan is Outcome.PER_POST:
+                    per_post.append([c.change for c in changes])
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        await asyncio.gather(self._copies.settle_old_posts(kept, dropped),
+                             *(self._one_by_one(changes) for changes in per_post))
+        for outcome, count in outcomes.items():
+            BACKLOG_POSTS.labels(outcome.value).inc(count)
+
+    async def _one_by_one(self, changes: Sequence[ChangeRecord]) -> None:
+        for change in changes:
+            await self.on_post_changed(change)
 
     async def _remove(self, author_id: int, post_id: int) -> None:
         """Tombstone the post's rows (every key they may be under) at the time of the
@@ -170,7 +252,7 @@ class PostFanout:
                     readers = active
                 if not readers:
                     continue
-                written = await self._retry(partial(self._inbox.push, readers, post_id,
+                written = await self._retry(partial(self._push, readers, post_id,
                                                     copy.author_id, key, key_ts, ttl_s),
                                             self._store_timed_out)
                 rows += written
@@ -194,6 +276,14 @@ class PostFanout:
         # route it to connected followers; a replay announces again, same event id).
         await self._announce(copy.author_id, post_id, copy.created_at)
         await self._follow_a_move(post_id, copy.author_id, copy.created_at, key)
+
+    async def _push(self, readers: list[int], post_id: int, author_id: int, key: float,
+                    key_ts: int, ttl_s: int) -> int:
+        """A page of the post's rows: in the current push round (written with the other
+        posts' rows, grouped by reader), or on its own without rounds."""
+        if self._rounds is None:
+            return await self._inbox.push(readers, post_id, author_id, key, key_ts, ttl_s)
+        return await self._rounds.push(readers, InboxRow(post_id, author_id, key, key_ts, ttl_s))
 
     async def _announce(self, author_id: int, post_id: int, created_at: datetime) -> None:
         """Publish the post's ``author-events`` record and wait for the broker's ack; the

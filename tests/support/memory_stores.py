@@ -396,6 +396,16 @@ class InMemoryInboxStore:
         await self._changed(readers)
         return len(readers)
 
+    async def push_many(self, pushes: Sequence[tuple[Sequence[int], InboxRow]]) -> int:
+        written: list[int] = []
+        for readers, r in pushes:
+            if r.ttl_s > 0:
+                for reader in readers:
+                    self.tables.inbox_of(reader).write(r.rank_key, r.post_id, r.author_id, r.key_ts)
+                written += readers
+        await self._changed(list(dict.fromkeys(written)))
+        return len(written)
+
     async def move(self, reader_ids: Iterable[int], post_id: int, author_id: int,
                    old_keys: Sequence[float], new_key: float, key_ts: int, ttl_s: int) -> int:
         old = [k for k in dict.fromkeys(old_keys) if k != new_key]

@@ -118,6 +118,9 @@ class _Picked:
                    rank_key: float, key_ts: int, ttl_s: int = INBOX_TTL_S) -> int:
         raise NotImplementedError
 
+    async def push_many(self, pushes: Sequence[tuple[Sequence[int], InboxRow]]) -> int:
+        raise NotImplementedError
+
     async def move(self, reader_ids: Iterable[int], post_id: int, author_id: int,
                    old_keys: Sequence[float], new_key: float, key_ts: int, ttl_s: int) -> int:
         raise NotImplementedError

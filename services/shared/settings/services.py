@@ -298,6 +298,9 @@ class FanoutSettings(FeedSettings):
     fanout_coalesce_s: float = 0.001
     # Followers read per page.
     fanout_follower_page: int = 500
+    # A batch's posts older than the inbox TTL taken in together, and its recent posts'
+    # inbox rows written together, grouped by reader; false: post by post.
+    fanout_posts_by_batch: bool = True
 
     # The visibility verifier (services/fanout/verifier.py, docs/fanout.md).
 

@@ -166,6 +166,37 @@ class WriteCoalescer:
         await _settled(outcomes)
         return count
 
+    async def write_keyed_rows(self, statement: PreparedStatement,
+                               rows: Iterable[tuple[int, Sequence[Any]]]) -> int:
+        """Rows of one statement as ``(key, rest)``: ``write_keyed`` for rows of several
+        ``rest`` values (several posts' rows), each distinct ``rest`` object serialized
+        once. Rows join batches in the order given, so rows given grouped by key (a
+        reader's rows of several posts) share a batch: one partition mutation on the
+        node instead of one per row. Returns how many rows."""
+        self._check(statement)
+        query_id = statement.query_id
+        keyed = self._keyed.get(query_id)
+        if keyed is None:
+            keyed = self._keyed[query_id] = _keyed(statement)
+        if not keyed:
+            return await self.write_all((statement, (key, *rest)) for key, rest in rows)
+        # id(rest) -> its values, a row's size, and rest itself (held, so no other object
+        # takes its id while the rows are read)
+        serialized: dict[int, tuple[list[Any], int, Sequence[Any]]] = {}
+        pack = _BIGINT.pack
+        outcomes: set[asyncio.Future[None]] = set()  # one per batch joined
+        count = 0
+        for key, rest in rows:
+            known = serialized.get(id(rest))
+            if known is None:
+                consts = statement.bind((0, *rest)).values[1:]  # the driver's type checks, once
+                known = serialized[id(rest)] = (consts, _BIGINT.size + _size(consts), rest)
+            packed = pack(key)
+            outcomes.add(self._add(query_id, [packed, *known[0]], packed, None, known[1]))
+            count += 1
+        await _settled(outcomes)
+        return count
+
     def _check(self, statement: PreparedStatement) -> None:
         refused = self._refused.get(statement.query_id)
         if refused is None:

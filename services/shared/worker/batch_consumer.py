@@ -4,6 +4,11 @@ Messages are taken in batches, split by key (one key = one source row: its chang
 apply in order), keys run concurrently, each message goes through ``GuardedProcessing``
 (``poison_guard``), and the batch is acked in offset order once every message is applied
 or dead-lettered. ``ConsumerLag``: consumer lag per topic/partition as a Prometheus gauge.
+
+A handler may also take part of a batch together (``Together``, ``Splitter``): whole keys
+it applies in one batch step (the fan-out's old posts, services/fanout/backlog.py), while
+the rest of the batch goes message by message beside it; a step that fails for good
+hands its messages to the message-by-message path, each through the guard.
 """
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import asyncio
 import logging
 import os
 from collections import deque
+from dataclasses import dataclass
 from typing import (TYPE_CHECKING, Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence,
                     TypeVar, cast)
 
@@ -20,7 +26,7 @@ from prometheus_client import Gauge, Histogram
 from .event_publisher import deferred_deliveries, settle
 from .faust_app import RawMessage, raw_message
 from .notices import batched_notices, flush_notices
-from .poison_guard import GuardedProcessing, Handler, expect_topic
+from .poison_guard import GuardedProcessing, Handler, WorkerMustStop, expect_topic
 
 if TYPE_CHECKING:
     from faust.transport.consumer import Consumer
@@ -125,9 +131,58 @@ async def apply_batch(msgs: Sequence[RawMessage], guard: GuardedProcessing, hand
             for msg in waiting.popleft():
                 await guard.process(msg, handle)
 
-    tasks = [asyncio.ensure_future(worker()) for _ in range(min(max(1, keys_in_flight), len(waiting)))]
-    if not tasks:
+    workers = min(max(1, keys_in_flight), len(waiting))
+    if workers:
+        await _until_first_error([worker() for _ in range(workers)])
+
+
+@dataclass
+class Together:
+    """What a batch step took of a batch: its messages (whole keys, so each key's changes
+    stay on one path and in order) and the step that applies them together. The step
+    must be idempotent as a whole: a transient store error runs it again from the start,
+    and a step that fails otherwise is followed by its messages one by one."""
+
+    msgs: list[RawMessage]
+    apply: Callable[[], Awaitable[None]]
+
+
+# A batch in, what a step takes of it together (None: nothing) and the messages left
+# for the message-by-message path. Pure work (parsing, deciding): no I/O.
+Splitter = Callable[[Sequence[RawMessage]], "tuple[Together | None, list[RawMessage]]"]
+
+
+async def apply_split_batch(msgs: Sequence[RawMessage], guard: GuardedProcessing, handle: Handler,
+                            keys_in_flight: int, split: Splitter) -> None:
+    """Apply a batch part together, part message by message (``apply_batch``), the two at
+    once. The part taken together is one step under the guard's store retries
+    (``with_store_retries``: a store that stays down stops the worker, nothing of the
+    batch acked); any other error from it hands its messages to ``apply_batch``, where a
+    poison message is dead-lettered alone and the others apply one by one (every effect
+    is idempotent, so what the failed step wrote is written again, the same)."""
+    together, rest = split(msgs)
+    if together is None or not together.msgs:
+        await apply_batch(msgs, guard, handle, keys_in_flight)
         return
+
+    async def taken(step: Together) -> None:
+        try:
+            await guard.with_store_retries(step.apply)
+        except WorkerMustStop:
+            raise
+        except Exception as exc:  # noqa: BLE001 - not transient: each message on its own
+            log.warning("a batch step failed (%r); its %d messages go one by one",
+                        exc, len(step.msgs))
+            await apply_batch(step.msgs, guard, handle, keys_in_flight)
+            return
+        guard.applied_together(step.msgs)
+
+    await _until_first_error([taken(together), apply_batch(rest, guard, handle, keys_in_flight)])
+
+
+async def _until_first_error(work: Sequence[Awaitable[None]]) -> None:
+    """Run ``work`` at once; the first error cancels the rest and is raised."""
+    tasks = [asyncio.ensure_future(w) for w in work]
     done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     for task in pending:
         task.cancel()
@@ -184,7 +239,7 @@ async def consume_in_batches(app: faust.App, stream: faust.StreamT[bytes], guard
                              lag: ConsumerLag, handle: Handler, *, max_batch: int, within_s: float,
                              keys_in_flight: int,
                              finish_batch: Callable[[], Awaitable[None]] | None = None,
-                             max_unacked: int = 5000) -> None:
+                             max_unacked: int = 5000, split: Splitter | None = None) -> None:
     """An agent's loop: batches of messages applied by ``apply_batch`` (order per key,
     keys concurrent), then ``finish_batch`` (work shared by the batch, e.g. one rescore
     per post), then the batch's serving-changes notices, merged (notices.py), then every
@@ -192,7 +247,8 @@ async def consume_in_batches(app: faust.App, stream: faust.StreamT[bytes], guard
     batch is acked before all of it is done: ``WorkerMustStop``, or any error outside
     the per-message guard, stops the process without committing it (at-least-once; a
     replayed batch is idempotent). The acks of a batch wait for the events it sent
-    (``InOrderAcks``) while the next batches apply, up to ``max_unacked`` messages."""
+    (``InOrderAcks``) while the next batches apply, up to ``max_unacked`` messages.
+    ``split``: what of each batch is applied together (``apply_split_batch``)."""
     for topic in getattr(stream.channel, "topics", ()):
         expect_topic(topic)
     # An agent is always handed a faust.Stream; noack is not part of StreamT.
@@ -209,7 +265,10 @@ async def consume_in_batches(app: faust.App, stream: faust.StreamT[bytes], guard
             msgs = [raw_message(e) for e in events]
             with deferred_deliveries() as sent, batched_notices():
                 try:
-                    await apply_batch(msgs, guard, handle, keys_in_flight)
+                    if split is not None:
+                        await apply_split_batch(msgs, guard, handle, keys_in_flight, split)
+                    else:
+                        await apply_batch(msgs, guard, handle, keys_in_flight)
                     if finish_batch is not None:
                         await guard.with_store_retries(finish_batch)
                     # Merged (notices.py); the acks wait for them.

@@ -14,7 +14,7 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from prometheus_client import Counter
 
@@ -140,6 +140,16 @@ class GuardedProcessing:
                     f"failure share over {self._s.consumer_max_failure_share:.0%} "
                     f"of the last {self._s.consumer_failure_window} messages") from poison
             return "dead_letter"
+
+    def applied_together(self, msgs: Sequence[RawMessage]) -> None:
+        """Messages a batch step applied together (batch_consumer.py ``Together``): each
+        counts as one ``process`` that succeeded at once (its outcome, the failure
+        window, the retry budget's earnings)."""
+        for msg in msgs:
+            if self._retries is not None:
+                self._retries.succeeded()
+            self.budget.record(False)
+            MESSAGES.labels(msg.topic, "ok").inc()
 
     def _is_transient(self, exc: BaseException) -> bool:
         """A store that did not answer, or a Kafka cluster that did not (an event the

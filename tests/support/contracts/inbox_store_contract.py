@@ -89,6 +89,29 @@ class InboxStoreContract:
         assert run(subject.inbox.push_posts(reader, [InboxRow(old, author, 3.0, T0, 0)])) == 0
         assert subject.notices.changes == [_inbox(reader)]
 
+    def test_push_many_writes_what_each_push_would_grouped_by_reader(self, subject: InboxSubject) -> None:
+        """Several posts' pushes at once (a consumer batch's recent posts): every reader
+        gets exactly the rows their pushes would write, a post with no TTL left none, a
+        replay changes nothing, and each reader is named once in the notices."""
+        readers = [new_user_id() for _ in range(5)]
+        authors = [new_user_id() for _ in range(3)]
+        posts = [new_post_id(BASE - timedelta(seconds=i)) for i in range(4)]
+        pushes = [(readers[:3], InboxRow(posts[0], authors[0], 4.0, T0, 600)),
+                  (readers[1:], InboxRow(posts[1], authors[1], 3.0, T0 + 7, 600)),
+                  (readers[::2], InboxRow(posts[2], authors[2], 5.0, T0, 0)),    # too old: nothing
+                  (readers[2:3], InboxRow(posts[3], authors[0], 2.0, T0, 600))]
+        assert subject.run(subject.inbox.push_many(pushes)) == 3 + 4 + 1
+        expected: dict[int, list[tuple[float, int, int]]] = {r: [] for r in readers}
+        for rs, row in pushes:
+            for r in rs if row.ttl_s > 0 else ():
+                expected[r].append((row.rank_key, row.post_id, row.author_id))
+        assert {r: subject.rows(r) for r in readers} == {r: sorted(v, reverse=True) for r, v in expected.items()}
+        assert subject.run(subject.inbox.push_many(pushes)) == 8     # a replay: the same rows
+        assert {r: subject.rows(r) for r in readers} == {r: sorted(v, reverse=True) for r, v in expected.items()}
+        named = [r for change in subject.notices.changes for r in change.inboxes]
+        assert sorted(named) == sorted(readers * 2)
+        assert subject.run(subject.inbox.push_many([(readers, InboxRow(posts[2], authors[2], 5.0, T0, 0))])) == 0
+
     def test_push_posts_writes_a_whole_rebuild_into_one_inbox(self, subject: InboxSubject) -> None:
         reader = new_user_id()
         authors = [new_user_id() for _ in range(3)]
