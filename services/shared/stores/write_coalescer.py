@@ -147,13 +147,9 @@ class WriteCoalescer:
         costs a struct pack instead of a ``bind`` of every value (py-spy: binding was
         ~18 % of the fan-out's loop thread, ~4 µs a row against 0.15 µs). Returns how many
         rows; a statement of another shape is bound row by row (``write_all``)."""
-        self._check(statement)
-        query_id = statement.query_id
-        keyed = self._keyed.get(query_id)
-        if keyed is None:
-            keyed = self._keyed[query_id] = _keyed(statement)
-        if not keyed:
+        if not self._keyed_shape(statement):
             return await self.write_all((statement, (key, *rest)) for key in keys)
+        query_id = statement.query_id
         consts = statement.bind((0, *rest)).values[1:]  # the driver's type checks, once
         size = _BIGINT.size + _size(consts)  # every row's: only the key differs
         pack = _BIGINT.pack
@@ -173,13 +169,9 @@ class WriteCoalescer:
         once. Rows join batches in the order given, so rows given grouped by key (a
         reader's rows of several posts) share a batch: one partition mutation on the
         node instead of one per row. Returns how many rows."""
-        self._check(statement)
-        query_id = statement.query_id
-        keyed = self._keyed.get(query_id)
-        if keyed is None:
-            keyed = self._keyed[query_id] = _keyed(statement)
-        if not keyed:
+        if not self._keyed_shape(statement):
             return await self.write_all((statement, (key, *rest)) for key, rest in rows)
+        query_id = statement.query_id
         # id(rest) -> its values, a row's size, and rest itself (held, so no other object
         # takes its id while the rows are read)
         serialized: dict[int, tuple[list[Any], int, Sequence[Any]]] = {}
@@ -196,6 +188,15 @@ class WriteCoalescer:
             count += 1
         await _settled(outcomes)
         return count
+
+    def _keyed_shape(self, statement: PreparedStatement) -> bool:
+        """``_check``, then whether rows of ``statement`` may be written by their key alone
+        (its first value a bigint partition key: ``_keyed``), decided once a statement."""
+        self._check(statement)
+        keyed = self._keyed.get(statement.query_id)
+        if keyed is None:
+            keyed = self._keyed[statement.query_id] = _keyed(statement)
+        return keyed
 
     def _check(self, statement: PreparedStatement) -> None:
         refused = self._refused.get(statement.query_id)
