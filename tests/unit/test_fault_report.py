@@ -1,9 +1,19 @@
 """The fault suite's bookkeeping (tests/faults): lag recovery and the report row."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 from tests.faults.__main__ import LagWatch, freshness_by_phase, row
 from tests.faults.checker import Verdict
-from tests.faults.workload import Served
+from tests.faults.workload import Cast, Ledger, Served
+
+
+def _checked() -> Any:
+    """The parts of a Workload the checks read: a small cast, an empty ledger."""
+    return SimpleNamespace(cast=Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11],
+                                     fans=[20], watcher=10, moderator=30),
+                           ledger=Ledger())
 
 
 def test_lag_is_back_to_zero_at_the_first_zero_sample_after_the_lift():
@@ -44,14 +54,8 @@ def test_a_verdict_with_any_loss_or_drift_misses_and_the_row_says_so():
 
 def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
     from tests.faults.checker import stream_gaps
-    from tests.faults.workload import Cast, Ledger
 
-    class W:  # the parts of a Workload the check reads
-        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
-                    moderator=30)
-        ledger = Ledger()
-
-    w = W()
+    w = _checked()
     led = w.ledger
     led.follows[(10, 2)] = True
     led.stream_opened.append(100.0)
@@ -67,19 +71,14 @@ def test_a_followed_post_neither_streamed_nor_resynced_is_a_silent_gap():
     assert stream_gaps(w) == (1, [506])
     led.posts[509] = (4, 108.5)  # the celebrity's, after the resync and never announced
     assert stream_gaps(w) == (2, [506, 509])
-    assert stream_gaps(type("N", (), {"cast": W.cast, "ledger": Ledger()})())[0] == 0
+    assert stream_gaps(SimpleNamespace(cast=w.cast, ledger=Ledger()))[0] == 0
 
 
 def test_an_item_served_after_the_ack_of_what_hides_it_is_counted_and_none_before() -> None:
     from tests.faults.checker import shown_after_ack
-    from tests.faults.workload import Cast, Ledger, PairHidden
+    from tests.faults.workload import PairHidden
 
-    class W:
-        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
-                    moderator=30)
-        ledger = Ledger()
-
-    w = W()
+    w = _checked()
     led = w.ledger
     led.posts.update({501: (2, 100.0), 502: (3, 100.0), 503: (2, 100.0)})
     led.hidden_posts[501] = 110.0                                  # deleted, acked at 110
@@ -191,14 +190,9 @@ def test_goodput_collapse_counts_only_low_windows_while_draining_outside_the_fau
 
 def test_a_muted_authors_post_served_to_the_muter_after_the_ack_counts_one_way_until_unmuted() -> None:
     from tests.faults.checker import shown_after_ack
-    from tests.faults.workload import Cast, Ledger, PairHidden
+    from tests.faults.workload import PairHidden
 
-    class W:
-        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
-                    moderator=30)
-        ledger = Ledger()
-
-    w = W()
+    w = _checked()
     led = w.ledger
     led.posts.update({601: (2, 100.0), 602: (11, 100.0)})
     led.pair_hidden.append(PairHidden(11, 2, "mute", 120.0, until=150.0))  # 11 mutes 2
@@ -213,14 +207,9 @@ def test_a_muted_authors_post_served_to_the_muter_after_the_ack_counts_one_way_u
 
 def test_a_suspended_authors_post_served_to_anyone_after_the_ack_counts_until_unsuspended() -> None:
     from tests.faults.checker import shown_after_ack
-    from tests.faults.workload import AccountHidden, Cast, Ledger
+    from tests.faults.workload import AccountHidden
 
-    class W:
-        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
-                    moderator=30)
-        ledger = Ledger()
-
-    w = W()
+    w = _checked()
     led = w.ledger
     led.posts.update({701: (2, 100.0), 702: (3, 100.0)})
     led.account_hidden.append(AccountHidden(2, 120.0, until=150.0))   # 2 suspended, then lifted
@@ -236,14 +225,9 @@ def test_a_suspended_authors_post_served_to_anyone_after_the_ack_counts_until_un
 
 def test_an_unacknowledged_suspension_counts_nothing_and_the_unsuspend_request_ends_it() -> None:
     from tests.faults.checker import shown_after_ack
-    from tests.faults.workload import AccountHidden, Cast, Ledger
+    from tests.faults.workload import AccountHidden
 
-    class W:
-        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
-                    moderator=30)
-        ledger = Ledger()
-
-    w = W()
+    w = _checked()
     led = w.ledger
     led.posts.update({801: (2, 100.0), 802: (3, 100.0)})
     inf = float("inf")
@@ -269,14 +253,9 @@ def test_an_unacknowledged_suspension_counts_nothing_and_the_unsuspend_request_e
 
 def test_a_post_whose_author_was_suspended_after_its_ack_is_no_stream_gap() -> None:
     from tests.faults.checker import stream_gaps
-    from tests.faults.workload import AccountHidden, Cast, Ledger
+    from tests.faults.workload import AccountHidden
 
-    class W:
-        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
-                    moderator=30)
-        ledger = Ledger()
-
-    w = W()
+    w = _checked()
     led = w.ledger
     led.follows[(10, 2)] = True
     led.stream_opened.append(100.0)
@@ -470,14 +449,9 @@ def test_a_deleted_accounts_post_counts_for_good_and_the_deletion_drops_the_foll
 
 def test_a_lift_never_answered_may_undo_a_later_hide_which_then_binds_nothing() -> None:
     from tests.faults.checker import shown_after_ack
-    from tests.faults.workload import IN_DOUBT_S, AccountHidden, Cast, Ledger, PairHidden
+    from tests.faults.workload import IN_DOUBT_S, AccountHidden, PairHidden
 
-    class W:
-        cast = Cast(wide=1, celebrity=4, authors=[2, 3], readers=[10, 11], fans=[20], watcher=10,
-                    moderator=30)
-        ledger = Ledger()
-
-    w = W()
+    w = _checked()
     led = w.ledger
     led.posts.update({901: (2, 100.0), 902: (3, 100.0)})
     # 2: an unsuspend at 110 never answered (it may commit until 110 + IN_DOUBT_S), then
