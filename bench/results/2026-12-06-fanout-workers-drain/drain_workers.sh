@@ -20,7 +20,7 @@ t_served=$(date +%s)
 .venv/bin/python -m deploy.assignment --stack > $OUT.assignment.txt 2>&1 || true
 wait $DRAIN
 t_drained=$(date +%s)
-python3 "$(dirname "$0")/cpu_by_component.py" > $OUT.cpu.json
+.venv/bin/python -m bench.harness.stack_cpu > $OUT.cpu.json
 echo "workers=$N rc=$rc up_s=$((t_up-t0)) served_after_s=$((t_served-t_run)) drained_after_s=$((t_drained-t_run))" | tee $OUT.summary
 .venv/bin/python -m deploy.services stop > /dev/null 2>&1
 .venv/bin/python -m deploy.stack down > /dev/null 2>&1
