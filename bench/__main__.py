@@ -15,6 +15,8 @@ INDEX: dict[str, list[tuple[str, str]]] = {
          "What cores, processes, nodes and partitions does a stated load need, from a run's costs?"),
         ("python -m bench.run.drain  (beside make run)",
          "How fast does the demo's backlog drain, and does goodput hold up while it does?"),
+        ("python -m bench.harness.stack_cpu  (after make run)",
+         "How many CPU-seconds has each component of the stack and the services used so far?"),
         ("python -m bench.run.streams_at_scale",
          "Do 1,000 readers of one author get their streams opened and the post within 0.5 s?"),
     ],
