@@ -72,7 +72,8 @@ class Page:
         except Exception:
             self.shot(f"failed-{what.replace(' ', '-')}")
             raise AssertionError(f"{self.name}: timed out waiting for {what}; "
-                                 f"status={self.text('#status')!r} error={self.text('#error')!r}")
+                                 f"status={self.text('#status')!r} error={self.text('#error')!r} "
+                                 f"items listed={len(self.items())}")
 
     def text(self, css: str) -> str:
         return self.el(css).text

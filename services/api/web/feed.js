@@ -9,6 +9,7 @@ const state = {
   // The profile view (#/users/{id}): which one, its data and timeline cursor; feedStale:
   // a follow, unfollow, mute or unmute since the feed was read (reread when shown again).
   profile: null, profileSeq: 0, feedStale: false,
+  sentinel: null,  // the IntersectionObserver that reads on at the end of the list
 };
 let controlIds = 0;
 
@@ -189,9 +190,7 @@ async function loadFirst() {
     $("new-posts").hidden = true;
     showPage(page, true);
   } catch (e) { failed(e, loadFirst); return; } finally { state.loading = false; }
-  // A sentinel seen while this page loaded was turned away (loading); if the page left it
-  // in view, nothing will fire again until it leaves and comes back: read on now.
-  if (sentinelInView()) loadMore();
+  readOnFromHere();
 }
 
 async function loadMore() {
@@ -207,8 +206,16 @@ async function loadMore() {
     else failed(e, loadMore);
     return;
   } finally { state.loading = false; }
-  // The observer fires only when the sentinel comes into view: if this page left it in
-  // view (a short page, a tall window, a scroll that arrived while loading), read on.
+  readOnFromHere();
+}
+
+// After a page is shown. The observer reports only changes of the sentinel's state, as
+// measured at a rendering step: one that last saw it in view (an empty feed, a page
+// still loading) and was not given a frame before the user scrolled back to the end
+// reports nothing. Observing it again makes the next frame report its state afresh;
+// and if this page left it in view (a short page, a tall window), read on at once.
+function readOnFromHere() {
+  if (state.sentinel) { state.sentinel.unobserve($("sentinel")); state.sentinel.observe($("sentinel")); }
   if (sentinelInView()) loadMore();
 }
 
@@ -588,9 +595,10 @@ function wire() {
   $("profile-mute").addEventListener("click", () => toggle("mute"));
   $("profile-form").addEventListener("submit", saveProfile);
   window.addEventListener("hashchange", route);
-  new IntersectionObserver((entries) => {
+  state.sentinel = new IntersectionObserver((entries) => {
     if (entries.some((entry) => entry.isIntersecting)) loadMore();
-  }).observe($("sentinel"));
+  });
+  state.sentinel.observe($("sentinel"));
   const saved = sessionStorage.getItem("feed-token");
   if (saved) signIn(saved);
 }
