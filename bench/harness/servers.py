@@ -6,9 +6,10 @@
 * ``pull-<shape>``: ``python -m bench.read.pull_service --query <shape> --workers <workers>`` on
   the same database; ready when ``/healthz`` answers 200.
 
-Both get the run's own JWT secret and cursor key (``secrets_env``: FEED_JWT_SECRET,
-FEED_CURSOR_KEYS), never the built-in development ones. ``Servers`` is a context manager: every process it started is terminated (then killed)
-on the way out, whatever happened. Store pids (Postgres, Cassandra) come from the stack
+Both reach the running stack by its client settings (``stack_client_env``), whatever
+their tree's defaults, and get the run's own JWT secret and cursor key (``secrets_env``:
+FEED_JWT_SECRET, FEED_CURSOR_KEYS), never the built-in development ones. ``Servers`` is
+a context manager: every process it started is terminated (then killed) on the way out, whatever happened. Store pids (Postgres, Cassandra) come from the stack
 manager, for the CPU the stores spend per page.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from types import TracebackType
 from typing import Callable
 
 from bench.harness.wrk_load import tree_cpu_s
+from deploy.stack.layout import Layout
 
 ROOT = Path(__file__).resolve().parents[2]
 # Our API connects to Postgres, Cassandra and Kafka and pins stream offsets before
@@ -47,6 +49,13 @@ class Server:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+
+def stack_client_env() -> dict[str, str]:
+    """This environment, with the local stack's client settings (``deploy.stack env``) for
+    every FEED_* variable it does not set: a tree whose defaults differ (an A/B base from
+    before a port or security change) still reaches the running stack."""
+    return {**Layout.from_env().client_env(), **os.environ}
 
 
 def free_port() -> int:
@@ -95,7 +104,7 @@ class Servers:
 
     def _spawn(self, name: str, port: int, argv: list[str], env: dict[str, str],
                ready_path: str, tree: Path = ROOT) -> Server:
-        env = dict(os.environ, FEED_PG_DATABASE=self._database, PYTHONPATH=str(tree),
+        env = dict(stack_client_env(), FEED_PG_DATABASE=self._database, PYTHONPATH=str(tree),
                    **self._secrets_env, **env)
         log = open(self._log_dir / f"{name}.log", "wb")
         process = subprocess.Popen(argv, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -29,7 +29,7 @@ from pathlib import Path
 from bench.read.grid import (PAGE_LIMIT, TOKEN_TTL_S, grid_args, grid_or_usage_error, next_entries,
                              profile_run, seeded_stores)
 from bench.read.seed import log
-from bench.harness.servers import ROOT, Server, Servers, store_pids
+from bench.harness.servers import ROOT, Server, Servers, stack_client_env, store_pids
 from bench.harness.wrk_load import warm_and_run
 from services.api.http.auth import mint_token
 
@@ -65,7 +65,7 @@ def base_topics(tree: Path, prefix: str) -> None:
     before a topic was retired (``inbox-events``) waits for it in its readiness check.
     The run's clean-up deletes every topic under the prefix (``grid.drop_stores``)."""
     subprocess.run([sys.executable, "-m", "deploy.migrate", "--only", "kafka", "--topic-prefix", prefix],
-                   cwd=tree, check=True, capture_output=True)
+                   cwd=tree, env=stack_client_env(), check=True, capture_output=True)
 
 
 def drop_worktree(path: Path) -> None:

@@ -1,7 +1,8 @@
 """Likes on a page: each item's like count, and whether the reader liked it.
 
-Two reads per page at most, one per kind, made for the whole window at once and
-concurrently with the window's other reads (``FeedReader._fill``); never one per item.
+Two reads per page at most, one per kind, made together for the page's items once
+eligibility has chosen them (``FeedReader._dressed``); never one per item, and none
+when the process keeps them all.
 
 * **Counts** (``LikeCounts``) come from the count's copy in Cassandra (``like_edges``'
   static count, written by the ranker's count owner, services/shared/stores/
@@ -262,7 +263,6 @@ class LikesRead:
     liked: set[int] = field(default_factory=set)    # posts the reader likes
     known: set[int] = field(default_factory=set)    # posts whose ``liked`` was read
     failed: bool = False
-    asked: set[int] = field(default_factory=set)    # posts a read was started for
 
     def merge(self, other: "LikesRead") -> None:
         self.counts.update(other.counts)

@@ -10,8 +10,8 @@ who set no name has no row: both fields are null.
 ``ttl_s`` (``FEED_NAME_CACHE_S``), and drops a user at once when a serving-changes notice
 names them (``profiles``: the fan-out wrote their copy; the serving cache passes it on,
 serving_cache.py ``profile_listeners``). What is missing is read in ``IN`` reads of
-``CHUNK`` users, issued together: one read per page window (a window's authors are far
-fewer than 50), started with the window's other reads (feed/reader.py).
+``CHUNK`` users, issued together: one read per page (its items' authors are far fewer
+than 50), started with the page's like reads (feed/reader.py).
 
 How old a name can be: the pipeline's lag (the profile's commit to the fan-out's write)
 plus the notice's way to this process; at most that lag plus ``ttl_s`` when the notice is
@@ -147,8 +147,8 @@ class Names:
 
 
 class PageNames:
-    """A page's name reads: one per window at most (its authors not yet asked), started
-    before the window's other reads so it overlaps them, settled with them."""
+    """A page's name reads: the authors of its items, read at most once (``start``), with
+    the page's like reads; none when the process keeps every name."""
 
     __slots__ = ("_names", "_pending", "asked", "found", "failed")
 

@@ -365,28 +365,20 @@ class FeedReader:
         entries: Sequence[Ranked] = snapshot.PackedEntries(walk.blob)
         latest = walk.order == LATEST
         known: dict[int, PostView] = {}
-        items: list[PageItem] = []
+        shown: list[tuple[Ranked, PostBody]] = []
         index = start
         stalled = stale = False
-        likes = _PageLikes(self._likes, walk.reader_id)
-        names = PageNames(self._names)
-        while len(items) < limit:
+        while len(shown) < limit:
             if index >= len(entries):
                 extended = await self._extend(walk)
                 if extended is None:
                     break
                 entries = extended
-            win = paging.window(entries, index, limit - len(items), PAGE_SLACK)
-            # One pass over the window for what every read below asks about.
-            post_ids = [e.post_id for e in win]
+            win = paging.window(entries, index, limit - len(shown), PAGE_SLACK)
             authors = {e.author_id for e in win}
             authors.discard(None)
-            likes.start(post_ids)
-            names.start(authors)
             fetched, accounts = await self._window_reads(
-                [p for p in post_ids if p not in known], cast("set[int]", authors), graph)
-            await likes.settle()
-            await names.settle()
+                [e.post_id for e in win if e.post_id not in known], cast("set[int]", authors), graph)
             known.update(fetched.views)
             stale = stale or fetched.stale > 0
             usable = paging.until_unknown(win, fetched.failed)
@@ -403,39 +395,30 @@ class FeedReader:
                 judged = judged.hiding_authors(accounts)
             if self._accounts is not None and fetched.views:
                 # A copy's author the snapshot entry did not name (rare): asked too.
-                named = {e.author_id for e in win}
                 extra = {a for v in fetched.views.values()
-                        if (a := v.state.author_id) is not None and a not in named}
+                         if (a := v.state.author_id) is not None and a not in authors}
                 if extra:
                     try:
                         judged = judged.hiding_authors(await self._accounts.hidden_among(extra))
                     except AccountsUnavailable as exc:
                         raise FeedUnavailable(str(exc)) from exc
-            got = paging.fill(usable, limit - len(items),
+            got = paging.fill(usable, limit - len(shown),
                               lambda e: self._eligible(e, known.get(e.post_id), current, made_us,
                                                        latest, judged))
-            items += [PageItem(e, known[e.post_id].body) for e in got.items]  # type: ignore[arg-type]
+            shown += [(e, known[e.post_id].body) for e in got.items]  # type: ignore[misc]
             index += got.consumed
-            if got.consumed == len(usable) < len(win) and len(items) < limit:
+            if got.consumed == len(usable) < len(win) and len(shown) < limit:
                 stalled = True
                 break
         warnings: list[str] = []
         if stalled:
             self._metrics.partial_pages.inc()
-            if not items:
+            if not shown:
                 raise FeedUnavailable("post copies could not be read")
             warnings.append("partial_page")
         if stale:
             warnings.append("stale_post_states")
-        items = likes.on(items)
-        if likes.read.failed and items:
-            warnings.append("likes_unavailable")
-        if names.enabled and items:
-            names.start(i.body.author_id for i in items)  # entries that did not say (rare)
-            await names.settle()
-            items = _named(items, names)
-            if names.failed:
-                warnings.append("names_unavailable")
+        items = await self._dressed(walk.reader_id, shown, warnings)
         next_cursor = None
         more = paging.has_more(entries, index) or snapshot.PackedEntries(walk.blob).more
         if items and (stalled or more):
@@ -443,6 +426,36 @@ class FeedReader:
             next_cursor = encode_cursor(Cursor(walk.reader_id, walk.version, last.rank, last.post_id,
                                                walk.order), self._keys)
         return FeedPage(items, next_cursor, walk.version, walk.generated_at, warnings, walk.order)
+
+    async def _dressed(self, reader_id: int, shown: list[tuple[Ranked, PostBody]],
+                       warnings: list[str]) -> list[PageItem]:
+        """The page's items with their like counts, ``liked`` and authors' names, read for
+        the items shown (not the windows read): both reads at once, and none when the
+        process keeps them all (a warm page awaits nothing). A failed read leaves its
+        fields null and adds its warning."""
+        if not shown:
+            return []
+        likes = _PageLikes(self._likes, reader_id)
+        names = PageNames(self._names)
+        likes.start([e.post_id for e, _ in shown])
+        names.start({body.author_id for _, body in shown})
+        await likes.settle()
+        await names.settle()
+        read = likes.read
+        counts, liked, known = read.counts, read.liked, read.known
+        name_of = names.name_of
+        items = []
+        for e, body in shown:
+            post_id = e.post_id
+            name = name_of(body.author_id)
+            items.append(PageItem(e, body, counts.get(post_id),
+                                  (post_id in liked) if post_id in known else None,
+                                  name.handle, name.display_name))
+        if read.failed:
+            warnings.append("likes_unavailable")
+        if names.failed:
+            warnings.append("names_unavailable")
+        return items
 
     async def _window_reads(self, missing: list[int], authors: set[int],
                             graph: PageGraph) -> tuple[FetchResult, frozenset[int]]:
@@ -506,8 +519,8 @@ def _window_items(window: Sequence[Ranked], known: dict[int, PostView]) -> list[
 
 
 class _PageLikes:
-    """A page's like reads (copies/likes.py): one per window at most, started before the
-    window's other reads so it overlaps them however those are awaited."""
+    """A page's like reads (copies/likes.py): one for its items, if the process does not
+    keep them all."""
 
     __slots__ = ("_likes", "_reader_id", "_pending", "read")
 
@@ -518,41 +531,16 @@ class _PageLikes:
         self.read = LikesRead()
 
     def start(self, post_ids: Sequence[int]) -> None:
-        if self._likes is None:
+        if self._likes is None or not post_ids:
             return
-        asked = self.read.asked
-        ask = [p for p in post_ids if p not in asked]
-        if ask:
-            asked.update(ask)
-            if self._likes.held_into(self._reader_id, ask, self.read):
-                return   # all kept in the process: no task, no read
-            self._pending = asyncio.ensure_future(self._likes.read(self._reader_id, ask))
+        if self._likes.held_into(self._reader_id, post_ids, self.read):
+            return   # all kept in the process: no task, no read
+        self._pending = asyncio.ensure_future(self._likes.read(self._reader_id, post_ids))
 
     async def settle(self) -> None:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             self.read.merge(await pending)
-
-    def on(self, items: list[PageItem]) -> list[PageItem]:
-        """``items`` given their like count and ``liked`` (in place; as they are without
-        reads)."""
-        if self._likes is None:
-            return items
-        read = self.read
-        counts, liked, known = read.counts, read.liked, read.known
-        for i in items:
-            post_id = i.entry.post_id
-            i.like_count = counts.get(post_id)
-            i.liked = (post_id in liked) if post_id in known else None
-        return items
-
-
-def _named(items: list[PageItem], names: PageNames) -> list[PageItem]:
-    """``items`` given their authors' names (in place)."""
-    for i in items:
-        name = names.name_of(i.body.author_id)
-        i.author_handle, i.author_display_name = name.handle, name.display_name
-    return items
 
 
 # A window whose posts are all known already: nothing fetched (never mutated).
