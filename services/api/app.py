@@ -33,6 +33,7 @@ from services.api.http.problems import install_problem_handlers
 from services.api.http.readiness import (ReadinessChecks, cassandra_check, lease_check,
                                          postgres_check)
 from services.api.stores.idempotency import purge_expired_periodically
+from services.api.stores.social import pool_user_gone
 from services.api.write.idgen import NodeLease, SnowflakeGenerator
 from services.api.write.users import KnownUsers
 from services.shared import runtime
@@ -91,6 +92,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.metrics.id_node.set(lease.node_id)
     app.state.readiness.register("postgres", postgres_check(pool))
     app.state.readiness.register("id_lease", lease_check(lease.is_held))
+    # Asked by the user lists when an account is hidden: deleted (no row) or suspended.
+    app.state.user_gone = pool_user_gone(pool)
     await open_read_path(app)  # app.state.cassandra, feed_store and the feed reader
     await open_stream(app)  # the stream's leases, gate and hub on that store
     if getattr(app.state, "cassandra", None) is not None:

@@ -7,10 +7,12 @@ alone hides too (what the fan-out writes, once the fence entry is released).
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
 
+from services.api.stores.accounts import delete_account
 from services.shared.clients import pg
 from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, new_user_id
@@ -56,7 +58,8 @@ def test_a_suspension_hides_every_post_on_the_next_request_and_an_unsuspend_rest
     # The very next requests: feed (both orders), timeline, single post.
     assert scene.every_page() == []
     assert scene.every_page(order="latest") == []
-    assert _timeline(scene) == []
+    assert _timeline(scene) == []   # a suspended user is still a user: 200, empty
+    assert scene.as_reader.get(f"/v1/users/{scene.author}/followers").status_code == 200
     single = scene.as_reader.get(f"/v1/posts/{scene.posts[0]}")
     assert single.status_code == 404
     assert single.headers["content-type"].startswith("application/problem+json")
@@ -90,6 +93,26 @@ def test_the_account_copy_hides_on_its_own(scene: Scene, world: FeedWorld) -> No
         assert _timeline(scene) == []
     finally:
         world.session.execute("DELETE FROM account_states WHERE user_id = %s", (scene.author,))
+
+
+def test_a_user_deleted_through_another_process_is_no_user_here_on_the_next_request(
+        scene: Scene, api_server: RunningApi) -> None:
+    # This process has seen the author (its lists then skip asking Postgres whether the
+    # user exists); the deletion is committed as another API process commits it.
+    assert set(_timeline(scene)) == set(scene.posts)
+    assert scene.as_reader.get(f"/v1/users/{scene.author}/followers").status_code == 200
+
+    async def delete_elsewhere() -> None:
+        async with await pg.async_connect(api_server.settings) as conn:
+            async with conn.transaction():
+                assert await delete_account(conn, scene.author)
+    asyncio.run(delete_elsewhere())
+    for path in ("posts", "followers", "following"):
+        resp = scene.as_reader.get(f"/v1/users/{scene.author}/{path}")
+        assert resp.status_code == 404, (path, resp.text)
+        assert resp.headers["content-type"].startswith("application/problem+json")
+    assert scene.as_reader.get(f"/v1/users/{scene.author}").status_code == 404
+    assert scene.every_page() == []
 
 
 def test_moderating_unknown_users_and_without_the_role(api_server: RunningApi) -> None:

@@ -19,7 +19,8 @@ following_since (then user id). The counts: followers from ``follow_edges``' exa
 reader are left out of the items (not out of the counts).
 
 A block either way between the reader and the user answers as an unknown user does
-(``NotVisible``, a 404), on all three lists; so does ``GET /v1/posts/{id}`` for a post
+(``NotVisible``, a 404), on all three lists, and so does a deleted user (an account the
+log or the account copy hides, and Postgres has no row of: ``user_gone``); so does ``GET /v1/posts/{id}`` for a post
 of a blocked author. A mute is not a block here: it hides the muted author from the
 muter's home feed and stream only, so the muter still opens their timeline and lists and
 sees them in other lists (``Blocks.blocked`` and ``ReaderChanges.blocked``, never the
@@ -131,9 +132,11 @@ class UserLists:
     def __init__(self, store: FeedPort, runner: StatementRunner, copies: PostCopies,
                  fence: VisibilityFence | None, keys: CursorKeys, timelines: ReadPathTimelines,
                  follows: ReadPathFollowLists, counts: CountReads, list_max: int,
-                 clock_ms: Callable[[], int], accounts: AccountCopies | None = None) -> None:
+                 clock_ms: Callable[[], int], accounts: AccountCopies | None = None,
+                 user_gone: Callable[[int], Awaitable[bool]] | None = None) -> None:
         assert counts.table is FOLLOW_EDGES
         self._accounts = accounts
+        self._user_gone = user_gone
         self._store = store
         self._run = runner.run
         self._copies = copies
@@ -187,16 +190,27 @@ class UserLists:
         blocked = await self._blocked(reader_id)
         fold = await self._fold(ticket, reader_id)
         recent = fold if fold is not None else await self._window(reader_id, [(0, user_id)])
+        hidden_account = user_id in recent.hidden_authors
         if self._accounts is not None:
             # A suspended or deleted author: the account copy hides every post of theirs.
             try:
                 hidden = await self._accounts.hidden_among([user_id])
             except AccountsUnavailable as exc:
                 raise ListUnavailable(str(exc)) from exc
+            hidden_account = hidden_account or bool(hidden)
             if hidden and fold is not None:
                 fold = fold.hiding_authors(hidden)   # (window mode asks Postgres itself)
         if user_id != reader_id and (user_id in blocked or user_id in recent.blocked):
             raise NotVisible(user_id)
+        if hidden_account and self._user_gone is not None:
+            # Suspended or deleted? Only the truth tells: a deleted user is no user, in
+            # every process, from the request after the deletion's answer.
+            try:
+                gone = await self._user_gone(user_id)
+            except Exception as exc:  # noqa: BLE001 - Postgres unreachable or timed out
+                raise ListUnavailable("whether the user exists could not be read") from exc
+            if gone:
+                raise NotVisible(user_id)
         return fold, blocked
 
     # -- a user's counts (GET /v1/users/{id}) -------------------------------------------

@@ -128,7 +128,8 @@ def _build(app: FastAPI, settings: ApiProcess) -> None:
         store, raw, copies, fence, CursorKeys.parse(settings.cursor_keys.get_secret_value()),
         ReadPathTimelines(session), ReadPathFollowLists(session, page=settings.follow_list_max),
         CountReads(session, FOLLOW_EDGES), settings.follow_list_max,
-        lambda: int(utc_now().timestamp() * 1000), accounts)
+        lambda: int(utc_now().timestamp() * 1000), accounts,
+        getattr(app.state, "user_gone", None))
 
 
 async def open_read_path(app: FastAPI) -> None:

@@ -50,9 +50,9 @@ def _lists(request: Request) -> UserLists:
 
 
 async def _existing(request: Request, pool: Pg, user_id: int) -> None:
-    """404 unless the user exists. A known one is remembered: a user deleted since then
-    answers empty pages here (the account copy and the log hide every post of theirs),
-    a process that never saw them answers 404."""
+    """404 unless the user exists. A known one is remembered; if their account is hidden
+    since, the lists' guard asks Postgres again (``UserLists._guard``): a deleted user
+    answers 404 in every process."""
     known: KnownUsers = request.app.state.known_users
     if known.touch(user_id):
         return

@@ -10,8 +10,10 @@ row before the pair would wait for the fence the other way round (a deadlock).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Awaitable, Callable
 
 from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 
 
 async def lock_pair(conn: AsyncConnection, a: int, b: int) -> None:
@@ -23,6 +25,14 @@ async def lock_pair(conn: AsyncConnection, a: int, b: int) -> None:
 async def user_exists(conn: AsyncConnection, user_id: int) -> bool:
     return await (await conn.execute("SELECT 1 FROM users WHERE user_id = %s",
                                      (user_id,))).fetchone() is not None
+
+
+def pool_user_gone(pool: AsyncConnectionPool) -> Callable[[int], Awaitable[bool]]:
+    """Whether a user has no ``users`` row (deleted, or never was), asked of ``pool``."""
+    async def gone(user_id: int) -> bool:
+        async with pool.connection() as conn:
+            return not await user_exists(conn, user_id)
+    return gone
 
 
 async def blocked_either_way(conn: AsyncConnection, a: int, b: int) -> bool:
