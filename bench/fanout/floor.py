@@ -223,3 +223,23 @@ def floor_rates(session: Any, posts: Sequence[tuple[int, int]],
             for name, _, _ in STEPS}
     return {"steps": best, "floor_rows_per_s": best[FLOOR_STEP]["rows/s"],
             "tried": [t.summary() for t in tried]}
+
+
+def floor_once(session: Any, posts: Sequence[tuple[int, int]],
+               audiences: Mapping[int, Sequence[int]], created_at: datetime, ttl_s: int, *,
+               table: str, settings: KafkaSettings, topic: str, follower_page: int,
+               in_flight: int, followers_table: str = "followers") -> int:
+    """The floor's step (it reads each audience, writes the rows, announces each post once)
+    over ``posts`` once at ``in_flight``, no warm-up: for a window of the caller's own
+    (bench/fanout/alike.py). The rows written."""
+    insert = session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
+                             "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
+    page = session.prepare(f"SELECT follower_id FROM {followers_table} WHERE followed_id=?")
+    page.fetch_size = follower_page
+    announcer = _Announcer(settings, topic)
+    try:
+        with worker_collector():
+            return asyncio.run(_run(session, CqlRunner(session), insert, page, posts, audiences,
+                                    created_at, ttl_s, True, announcer, in_flight))
+    finally:
+        announcer.close()

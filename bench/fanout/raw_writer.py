@@ -181,6 +181,17 @@ def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
             "tried": [t.summary() for t in tried]}
 
 
+def raw_once(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int, table: str,
+             strategy: str, size: int, in_flight: int) -> Tried:
+    """``pairs`` written once with one setting (the sweep's best), no warm-up: for a
+    window of the caller's own (bench/fanout/alike.py)."""
+    stmt = session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
+                           "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
+    with worker_collector():
+        return asyncio.run(_one(session, CqlRunner(session), stmt, strategy, size, in_flight,
+                                pairs, ttl_s))
+
+
 def best_of(result: dict[str, Any], strategy: str) -> dict[str, Any] | None:
     """The fastest setting of ``strategy`` among ``best_raw_rate``'s tried ones, if any."""
     tried = [t for t in result.get("tried", []) if t["strategy"] == strategy]

@@ -27,6 +27,11 @@ stack, with a real ``python -m services.fanout`` worker subprocess.
    from /proc and ``process_time``).
    Then the contract's floor (``bench/fanout/floor.py``) on the same posts, announcing
    one event per post on the worker's own author-events topic, as the worker does.
+   Last, every side charged alike (``bench/fanout/alike.py``): the fan-out's window
+   above, the raw writer's best setting and the floor's best, each into its own table,
+   run from a settled start until Cassandra flushed what it wrote and no compaction is
+   pending or running; CPU µs per row of the worker or client, Cassandra and Kafka, side
+   by side, and the fan-out's ratios to the floor (computed).
 3. latency: ``--rate`` posts/s for ``--seconds`` s by an author with 100 followers; per
    post, from the CDC event's commit time (source.ts_ms = when produced) to its
    ``AuthorPosted`` record on ``<prefix>.author-events`` (its CreateTime: when the worker
@@ -52,8 +57,9 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
 
-from bench.fanout.floor import floor_rates  # noqa: E402
-from bench.fanout.raw_writer import best_of, best_raw_rate  # noqa: E402
+from bench.fanout.alike import Charge, charged, table as alike_table  # noqa: E402
+from bench.fanout.floor import FLOOR_STEP, floor_once, floor_rates  # noqa: E402
+from bench.fanout.raw_writer import best_of, best_raw_rate, raw_once  # noqa: E402
 from bench.harness.cdc_events import CdcEvents, post_id_at, send  # noqa: E402
 from bench.harness.pipeline import scratch_keyspace, stop_process  # noqa: E402
 from bench.harness.profiling import profiler, stop_profiler  # noqa: E402
@@ -64,6 +70,9 @@ from services.shared.contracts.feed_events import parse_author  # noqa: E402
 from services.shared.contracts.topics import all_topics, author_events_topic  # noqa: E402
 from services.shared.domain.rules import INBOX_TTL_S  # noqa: E402
 from services.shared.settings import KafkaSettings  # noqa: E402
+
+
+CLIENT = "worker or client"
 
 
 def free_port() -> int:
@@ -188,17 +197,24 @@ def main() -> int:
         # Every author (and the small one) has no post yet: the topic is empty until now.
         done = announcements(s, author_events_topic(name))
         before = scrape(port, "feed_fanout_inbox_rows_total")
-        cassandra_cpu_s = stack_cpu_meter("cassandra")
-        cpu, cass = tree_cpu_s(worker.pid), cassandra_cpu_s()
-        spy = profiler(worker.pid, args.profile) if args.profile else None
-        start = time.perf_counter()
-        send(s, posts)
-        try:
-            until_announced(done, set(post_ids.values()), 600)
-        finally:
-            done.close()
-            stop_profiler(spy)
-        fan = rows / (time.perf_counter() - start)
+        cassandra_cpu_s, kafka_cpu_s = stack_cpu_meter("cassandra"), stack_cpu_meter("kafka")
+        worker_pid = worker.pid
+        stores = {"Cassandra": cassandra_cpu_s, "Kafka": kafka_cpu_s}
+        alike: list[Charge] = []
+        with charged("fan-out (worker)", name,
+                     {CLIENT: lambda: tree_cpu_s(worker_pid), **stores}) as charge:
+            cpu, cass = tree_cpu_s(worker.pid), cassandra_cpu_s()
+            spy = profiler(worker.pid, args.profile) if args.profile else None
+            start = time.perf_counter()
+            send(s, posts)
+            try:
+                until_announced(done, set(post_ids.values()), 600)
+            finally:
+                done.close()
+                stop_profiler(spy)
+            fan = rows / (time.perf_counter() - start)
+            charge.rows = rows
+        alike.append(charge)
         # Each post's rows are counted before its announcement is produced.
         counted = scrape(port, "feed_fanout_inbox_rows_total") - before
         if counted < rows:
@@ -246,6 +262,33 @@ def main() -> int:
         print(f"fan-out / floor: {fan / floor['floor_rows_per_s']:.0%} (computed; target >= 60%); the "
               f"floor is {floor['floor_rows_per_s'] / raw['rows_per_s']:.0%} of the best raw writer "
               f"(computed); fan-out / raw writer target >= 30%")
+
+        # Charged alike (bench/fanout/alike.py): the raw writer's best setting and the
+        # floor's best, each once more into its own table, from a settled start to
+        # settled compactions, as the fan-out's window above.
+        best = raw["best"]
+        session.execute(raw_table_cql(cluster, name, "raw_alike"))
+        with charged("best raw writer", name, {CLIENT: time.process_time, **stores}) as charge:
+            charge.rows = raw_once(session, pairs, INBOX_TTL_S, "raw_alike", best["strategy"],
+                                   best["rows per request (at most)"], best["in flight"]).rows
+        alike.append(charge)
+        session.execute(raw_table_cql(cluster, name, "floor_alike"))
+        with charged("floor", name, {CLIENT: time.process_time, **stores}) as charge:
+            charge.rows = floor_once(session, [(pid, a) for (_, a), pid in post_ids.items()],
+                                     audiences, now, INBOX_TTL_S, table="floor_alike", settings=s,
+                                     topic=author_events_topic(name),
+                                     follower_page=s.fanout_follower_page,
+                                     in_flight=floor["steps"][FLOOR_STEP]["posts in flight"])
+        alike.append(charge)
+        print("CPU per inbox row charged alike (each side to its own table, from a settled "
+              "start until Cassandra flushed it and no compaction was pending or running):")
+        print(alike_table(alike, (CLIENT, "Cassandra", "Kafka")))
+        fan_alike, floor_alike = alike[0].per_row_us(), alike[2].per_row_us()
+        for component, target in ((CLIENT, 2.0), ("Cassandra", 1.5)):
+            print(f"fan-out / floor, {component} µs per row: "
+                  f"{fan_alike[component] / floor_alike[component]:.2f}x (computed; target <= {target}x)")
+        for c in alike:
+            print(f"  {c.summary()}")
 
         consumer = kafka.consumer(s, {"group.id": f"{name}.bench",
                                       "auto.offset.reset": "latest", "enable.auto.commit": False})
