@@ -169,11 +169,20 @@ def test_names_reach_feed_items_post_reads_and_timelines_and_a_rename_follows(
     assert timeline.status_code == 200, timeline.text
     assert {(i["author_handle"], i["author_display_name"]) for i in timeline.json()["items"]} \
         == {(ada, "Ada")}
+    # A new post's answer carries the names Postgres holds (no copy needed), and so do
+    # its replays, whatever the names are later.
+    key = {"Idempotency-Key": f"named-{scene.author}"}
+    created = scene.as_author.post("/v1/posts", json={"text": "named"}, headers=key)
+    assert created.status_code == 201, created.text
+    assert (created.json()["author_handle"], created.json()["author_display_name"]) == (ada, "Ada")
     # A rename: the copy's notice drops the name this process kept; the next page shows it.
     renamed = handle("Ada_L")
     world.name(scene.author, renamed, "Ada Lovelace")
     assert _items_names(scene.feed()) == {(author, renamed, "Ada Lovelace")}
     assert scene.as_reader.get(f"/v1/posts/{scene.posts[1]}").json()["author_handle"] == renamed
+    replay = scene.as_author.post("/v1/posts", json={"text": "named"}, headers=key)
+    assert replay.headers.get("Idempotent-Replayed") == "true"
+    assert replay.json()["author_handle"] == ada and replay.json()["post_id"] == created.json()["post_id"]
     # Names cleared: null again.
     world.name(scene.author, None, None)
     assert _items_names(scene.feed(order="latest")) == {(author, None, None)}

@@ -23,6 +23,7 @@ from services.api.http.problems import (FORBIDDEN, IDEMPOTENCY_IN_FLIGHT, IDEMPO
                                         NOT_FOUND, UNAVAILABLE, ProblemError, problem_responses)
 from services.api.stores import idempotency as keys
 from services.api.stores import posts as post_rows
+from services.api.stores import profiles
 from services.api.visibility.commit_wait import settle
 from services.api.write import idempotency
 from services.api.write.idempotency import Outcome, StoredKey
@@ -38,8 +39,8 @@ log = logging.getLogger(__name__)
 
 def post_json(post: StoredPost, like_count: int | None = 0, liked: bool | None = False,
               name: Name = NO_NAME) -> dict[str, Any]:
-    """The API's view of a post; ids as strings (a new post: no likes; its author's names
-    are not stored with it: null in the creation's answer and its replays)."""
+    """The API's view of a post; ids as strings (a new post: no likes; the creation's
+    answer and its replays carry the author's names as they were at creation)."""
     return PostOut(post_id=str(post.post_id), author_id=str(post.author_id), text=post.text,
                    media_ids=list(post.media_ids), created_at=post.created_at,
                    visibility="visible" if post.visibility == VISIBLE else "removed",
@@ -120,8 +121,11 @@ async def create_post(body: PostCreate, user: CurrentUser, pool: Pg, ids: Ids,
                           created_at=snowflake.parse(post_id).created_at,
                           visibility=VISIBLE, deleted_at=None)
         async with pool.connection() as conn, conn.transaction():
+            # The author's names as Postgres holds them now: stored with the answer, so a
+            # replay shows the names the post was created under.
+            name = Name(*await profiles.names_of(conn, user.user_id))
             stored = await keys.complete(conn, user.user_id, idempotency_key, claim, 201,
-                                         post_json(post))
+                                         post_json(post, name=name))
             if stored is None:
                 raise ProblemError(IDEMPOTENCY_IN_FLIGHT,
                                    "this Idempotency-Key was taken over by another request")

@@ -40,6 +40,13 @@ async def save(conn: AsyncConnection, user_id: int, handle: str | None,
         raise
 
 
+async def names_of(conn: AsyncConnection, user_id: int) -> tuple[str | None, str | None]:
+    """The user's (handle, display name); (None, None) when unset or there is no row."""
+    row = await (await conn.execute("SELECT handle, display_name FROM users WHERE user_id = %s",
+                                    (user_id,))).fetchone()
+    return (row[0], row[1]) if row is not None else (None, None)
+
+
 async def fetch(conn: AsyncConnection, user_id: int, viewer_id: int) -> UserRow | None:
     """The user's row and, in the same statement, whether ``viewer_id`` follows and mutes
     them (``follows`` and ``mutes``, the truth: a follow, unfollow, mute or unmute
