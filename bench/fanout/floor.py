@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from confluent_kafka import TopicPartition
 
-from bench.fanout.raw_writer import serialized_batches, worker_collector
+from bench.fanout.raw_writer import inbox_insert, serialized_batches, worker_collector
 from services.shared.clients import kafka
 from services.shared.contracts.feed_events import AuthorPosted, encode
 from services.shared.settings import KafkaSettings
@@ -179,6 +179,13 @@ async def _run(session: Any, runner: CqlRunner, insert: Any, page: Any,
     return written
 
 
+def _statements(session: Any, table: str, followers_table: str, follower_page: int) -> tuple[Any, Any]:
+    """The row INSERT into ``table`` and the audience read, paged as the fan-out pages it."""
+    page = session.prepare(f"SELECT follower_id FROM {followers_table} WHERE followed_id=?")
+    page.fetch_size = follower_page
+    return inbox_insert(session, table), page
+
+
 def floor_rates(session: Any, posts: Sequence[tuple[int, int]],
                 audiences: Mapping[int, Sequence[int]], created_at: datetime, ttl_s: int, *,
                 table: str, settings: KafkaSettings, topic: str, follower_page: int,
@@ -192,10 +199,7 @@ def floor_rates(session: Any, posts: Sequence[tuple[int, int]],
     qualified with another; the steps that do not read use ``audiences``); ``topic`` the
     author-events topic the posts are announced on (the fan-out's, or one with its
     partitions and replication: ``topics.author_events_topic`` of a migrated prefix)."""
-    insert = session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
-                             "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
-    page = session.prepare(f"SELECT follower_id FROM {followers_table} WHERE followed_id=?")
-    page.fetch_size = follower_page
+    insert, page = _statements(session, table, followers_table, follower_page)
     runner = CqlRunner(session)
     announcer = _Announcer(settings, topic)
 
@@ -232,10 +236,7 @@ def floor_once(session: Any, posts: Sequence[tuple[int, int]],
     """The floor's step (it reads each audience, writes the rows, announces each post once)
     over ``posts`` once at ``in_flight``, no warm-up: for a window of the caller's own
     (bench/fanout/alike.py). The rows written."""
-    insert = session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
-                             "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
-    page = session.prepare(f"SELECT follower_id FROM {followers_table} WHERE followed_id=?")
-    page.fetch_size = follower_page
+    insert, page = _statements(session, table, followers_table, follower_page)
     announcer = _Announcer(settings, topic)
     try:
         with worker_collector():

@@ -150,6 +150,13 @@ def worker_collector() -> ContextManager[None]:
     return collector_tuned(s.worker_gc_gen0_threshold, s.worker_gc_freeze)
 
 
+def inbox_insert(session: Any, table: str) -> Any:
+    """The prepared INSERT of one row into ``table``, a table of ``feed_inbox``'s shape,
+    with its TTL and write timestamp bound per row: every baseline writes through it."""
+    return session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
+                           "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
+
+
 def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
                   settings: Iterable[tuple[str, int, int]] = SETTINGS,
                   table: str = "feed_inbox",
@@ -158,8 +165,7 @@ def best_raw_rate(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int,
     rows/s and every setting tried. ``session`` is on a scratch keyspace, or ``table`` is
     a scratch table of ``feed_inbox``'s shape. ``server_cpu`` (CPU seconds of the store's
     processes so far) adds the store's CPU per row to each setting."""
-    stmt = session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
-                           "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
+    stmt = inbox_insert(session, table)
     runner = CqlRunner(session)
 
     async def sweep() -> list[Tried]:
@@ -185,8 +191,7 @@ def raw_once(session: Any, pairs: Sequence[tuple[int, int]], ttl_s: int, table: 
              strategy: str, size: int, in_flight: int) -> Tried:
     """``pairs`` written once with one setting (the sweep's best), no warm-up: for a
     window of the caller's own (bench/fanout/alike.py)."""
-    stmt = session.prepare(f"INSERT INTO {table} (reader_id, rank_key, post_id, author_id) "
-                           "VALUES (?,?,?,?) USING TTL ? AND TIMESTAMP ?")
+    stmt = inbox_insert(session, table)
     with worker_collector():
         return asyncio.run(_one(session, CqlRunner(session), stmt, strategy, size, in_flight,
                                 pairs, ttl_s))
