@@ -20,7 +20,7 @@ import logging
 import time
 from datetime import datetime, timezone
 from functools import partial
-from typing import Awaitable, Callable, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 from services.shared.contracts.envelope import ChangeRecord, parse_change
 from services.shared.contracts.feed_events import AuthorPosted
@@ -35,7 +35,7 @@ from services.shared.worker.event_publisher import EventPublisher, delivered
 from services.shared.worker.faust_app import RawMessage
 from services.shared.worker.notices import flush_notices
 
-from .audience import (PostAction, inbox_ttl_s, key_write_ts, post_action, post_fields,
+from .audience import (Follower, PostAction, inbox_ttl_s, key_write_ts, post_action, post_fields,
                        readers_for_post)
 from .backlog import Drop, Keep, OldChange, Outcome, plan_old_post, takes_together
 from .cleanup import post_removal_reaches_inboxes
@@ -54,6 +54,16 @@ log = logging.getLogger(__name__)
 
 async def _nobody(_author_id: int) -> frozenset[int]:
     return frozenset()
+
+
+async def _then(first: list[Follower] | None, rest: AsyncIterator[list[Follower]],
+                ) -> AsyncIterator[list[Follower]]:
+    """``first`` (a page already read; None: there was none), then the pages of ``rest``."""
+    if first is None:
+        return
+    yield first
+    async for page in rest:
+        yield page
 
 
 class PostFanout:
@@ -223,8 +233,10 @@ class PostFanout:
             # of a month's backlog is such posts.
             await asyncio.gather(timeline_row, self._copies.mark_fanned_out(post_id, False, lsn))
             return
-        _, followers = await asyncio.gather(timeline_row, self._copies.followers_count(copy.author_id))
-        decision = await self._tiers.tier_for_post(copy.author_id, followers)
+        # The count and the tier state at once: the decision needs both, neither the other.
+        _, followers, tier_now = await asyncio.gather(
+            timeline_row, self._copies.followers_count(copy.author_id), self._tiers.state(copy.author_id))
+        decision = await self._tiers.tier_for_post(copy.author_id, followers, tier_now)
         if decision.tier is Tier.CELEBRITY:
             await self._copies.mark_fanned_out(post_id, False, lsn)
             await self._announce(copy.author_id, post_id, copy.created_at)
@@ -236,15 +248,18 @@ class PostFanout:
         await self._copies.mark_fanned_out(post_id, True, lsn)
         # Read after the timeline row and the mark: a returning reader's rebuild, which
         # runs after their flags are gone, finds whatever this read still skipped them for.
-        blocked, inactive = await asyncio.gather(self._copies.blocked_set(copy.author_id),
-                                                 self._inactive(copy.author_id))
+        # The followers' first page is read with them (an ordinary audience is that page).
+        pages = aiter(self._copies.follower_pages(copy.author_id, followers))
+        blocked, inactive, first = await asyncio.gather(self._copies.blocked_set(copy.author_id),
+                                                        self._inactive(copy.author_id),
+                                                        anext(pages, None))
         started = self._monotonic()
         metered = followers >= self._meter.min_rows
         if metered:
             self._meter.started(started)
         rows = skipped = 0
         try:
-            async for page in self._copies.follower_pages(copy.author_id, followers):
+            async for page in _then(first, pages):
                 readers = readers_for_post(copy.author_id, copy.created_at, page, blocked)
                 if inactive:
                     active = [r for r in readers if r not in inactive]
@@ -273,9 +288,10 @@ class PostFanout:
         if rows and change.commit_ts_ms and not change.snapshot:
             EVENT_TO_INBOX.observe(max(0, self._now_ms() - change.commit_ts_ms) / 1000)
         # One announcement per post, after every row of it is written (the API's streams
-        # route it to connected followers; a replay announces again, same event id).
-        await self._announce(copy.author_id, post_id, copy.created_at)
-        await self._follow_a_move(post_id, copy.author_id, copy.created_at, key)
+        # route it to connected followers; a replay announces again, same event id). A
+        # rank move the rows missed is followed beside it: neither waits for the other.
+        await asyncio.gather(self._announce(copy.author_id, post_id, copy.created_at),
+                             self._follow_a_move(post_id, copy.author_id, copy.created_at, key))
 
     async def _push(self, readers: list[int], post_id: int, author_id: int, key: float,
                     key_ts: int, ttl_s: int) -> int:

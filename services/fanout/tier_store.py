@@ -55,10 +55,13 @@ class TierStore:
             changed = changed.replace(tzinfo=timezone.utc)
         return TierState(Tier(row.tier), changed)
 
-    async def tier_for_post(self, author_id: int, followers: int) -> TierDecision:
-        """Decide the author's tier now; persist and count a change."""
+    async def tier_for_post(self, author_id: int, followers: int,
+                            current: TierState | None = None) -> TierDecision:
+        """Decide the author's tier now; persist and count a change. ``current``: the
+        author's state if the caller read it (``state``, beside the follower count)."""
         now = self._clock()
-        current = await self.state(author_id)
+        if current is None:
+            current = await self.state(author_id)
         decision = decide_tier(current, followers, self.capacity.rows_per_s, now, self._policy)
         if decision.changed:
             await self._persist(author_id, decision.tier, followers, now)

@@ -185,7 +185,7 @@ class _Tiers:
     async def state(self, author_id: int) -> TierState:
         return TierState()
 
-    async def tier_for_post(self, author_id: int, followers: int) -> Any:
+    async def tier_for_post(self, author_id: int, followers: int, current: Any = None) -> Any:
         raise AssertionError("a post older than the inbox TTL weighs no tier")
 
 

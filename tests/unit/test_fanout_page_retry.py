@@ -10,7 +10,7 @@ from cassandra import OperationTimedOut
 
 from services.fanout.audience import Follower, PostCopy
 from services.fanout.post_events import PostFanout
-from services.fanout.tiering import CapacityEstimate, Tier, TierDecision
+from services.fanout.tiering import CapacityEstimate, Tier, TierDecision, TierState
 from services.shared.contracts.envelope import ChangeRecord
 from services.shared.domain.rules import INBOX_TTL_S
 from services.shared.stores.cql_async import StoreRetry
@@ -81,7 +81,10 @@ class _Tiers:
         self.capacity.observe(16_000, 1.0)
         self.decided = 0
 
-    async def tier_for_post(self, author_id, followers):
+    async def state(self, author_id):
+        return TierState()
+
+    async def tier_for_post(self, author_id, followers, current=None):
         self.decided += 1
         return TierDecision(Tier.ORDINARY, False, 0.0, "test")
 

@@ -14,7 +14,7 @@ from services.fanout.audience import Follower, PostCopy
 from services.fanout.inbox import InboxRow
 from services.fanout.post_events import PostFanout
 from services.fanout.push_rounds import PushRounds
-from services.fanout.tiering import CapacityEstimate, Tier, TierDecision
+from services.fanout.tiering import CapacityEstimate, Tier, TierDecision, TierState
 from services.shared.contracts.envelope import ChangeRecord
 from services.shared.stores.cql_async import StoreRetry
 from tests.support.fakes import RecordingPublisher
@@ -178,7 +178,10 @@ class _Copies:
 class _Tiers:
     capacity = CapacityEstimate(floor_rows_per_s=1000)
 
-    async def tier_for_post(self, author_id, followers):
+    async def state(self, author_id):
+        return TierState()
+
+    async def tier_for_post(self, author_id, followers, current=None):
         return TierDecision(Tier.ORDINARY, False, 0.0, "test")
 
 
