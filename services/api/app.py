@@ -92,9 +92,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.metrics.id_node.set(lease.node_id)
     app.state.readiness.register("postgres", postgres_check(pool))
     app.state.readiness.register("id_lease", lease_check(lease.is_held))
-    # Asked by the user lists when an account is hidden: deleted (no row) or suspended.
-    app.state.user_gone = pool_user_gone(pool)
-    await open_read_path(app)  # app.state.cassandra, feed_store and the feed reader
+    # app.state.cassandra, feed_store and the feed reader; the user lists ask Postgres
+    # whether a hidden account is deleted (no row) or suspended.
+    await open_read_path(app, user_gone=pool_user_gone(pool))
     await open_stream(app)  # the stream's leases, gate and hub on that store
     if getattr(app.state, "cassandra", None) is not None:
         app.state.readiness.register("cassandra", cassandra_check(app.state.cassandra))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Awaitable, Callable
 
 from fastapi import FastAPI
 
@@ -54,7 +55,8 @@ from .user_lists import UserLists
 log = logging.getLogger(__name__)
 
 
-def _build(app: FastAPI, settings: ApiProcess) -> None:
+def _build(app: FastAPI, settings: ApiProcess,
+           user_gone: Callable[[int], Awaitable[bool]]) -> None:
     """Blocking part (connect, prepare statements): run in a thread."""
     session = cql.cluster(settings).connect(settings.cassandra_keyspace)  # TCP_NODELAY set there
     watch_cassandra(session.cluster, app.state.metrics.registry)
@@ -128,13 +130,14 @@ def _build(app: FastAPI, settings: ApiProcess) -> None:
         store, raw, copies, fence, CursorKeys.parse(settings.cursor_keys.get_secret_value()),
         ReadPathTimelines(session), ReadPathFollowLists(session, page=settings.follow_list_max),
         CountReads(session, FOLLOW_EDGES), settings.follow_list_max,
-        lambda: int(utc_now().timestamp() * 1000), accounts,
-        getattr(app.state, "user_gone", None))
+        lambda: int(utc_now().timestamp() * 1000), accounts, user_gone)
 
 
-async def open_read_path(app: FastAPI) -> None:
+async def open_read_path(app: FastAPI, user_gone: Callable[[int], Awaitable[bool]]) -> None:
+    """The read path on ``app.state``. ``user_gone``: whether an account the copies hide is
+    deleted or suspended in Postgres (asked by the user lists; api/stores/social.py)."""
     settings: ApiProcess = app.state.settings
-    await asyncio.to_thread(_build, app, settings)
+    await asyncio.to_thread(_build, app, settings, user_gone)
     fence: VisibilityFence = app.state.visibility_fence
     fence.arrive()  # the log's first read goes out now, not with the first page
 
