@@ -2,7 +2,8 @@
 reach lag 0.
 
     .venv/bin/python -m bench.fanout.history_drain [--authors 500] [--followers 100]
-        [--posts-per-day 5] [--days 30] [--worker-root DIR] [--with-api] [--profile FILE] [--out FILE.json]
+        [--posts-per-day 5] [--days 30] [--worker-root DIR] [--fanout-workers N] [--with-api]
+        [--profile FILE] [--out FILE.json]
 
 On its own database, keyspace and topics (``bench_history``, dropped and made again at
 the start), against the running stack (``make up``):
@@ -17,7 +18,9 @@ the start), against the running stack (``make up``):
    posts cost their per-post steps and no rows.
 
 ``--worker-root`` runs the fan-out from another checkout (a baseline commit, as
-``bench/fanout/rows.py``). ``--with-api`` also runs the API (one process per core, from
+``bench/fanout/rows.py``). ``--fanout-workers N`` runs N fan-out processes in one consumer
+group (the topics have 3 partitions: at most 3 do work), as a deployment scales the role;
+their CPU is reported summed, as ``fanout CPU-s``. ``--with-api`` also runs the API (one process per core, from
 the same checkout), as ``make run`` does and as the drain was first measured: before
 2026-12-04 every API process read one ``inbox-events`` record per inbox row. ``--profile``
 samples the fan-out worker with py-spy over the drain (bench/harness/profiling.py). Prints and writes the drain time, the rows written, rows/s and
@@ -38,6 +41,7 @@ from pathlib import Path
 from bench.harness.costs import CostMeter
 from bench.harness.pipeline import Sampler, Services, bench_settings, fresh_stores, shut_down, topic_sizes, wait_caught_up
 from bench.harness.profiling import profiler, stop_profiler
+from deploy.stack.workers import PORT_STRIDE
 from deploy.workload import _copy
 from services.shared.clients import pg
 from services.shared.domain import ids
@@ -57,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--posts-per-day", type=int, default=5)
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--worker-root", type=Path, default=REPO)
+    ap.add_argument("--fanout-workers", type=int, default=1)
     ap.add_argument("--with-api", action="store_true")
     ap.add_argument("--profile", type=Path, help="py-spy samples of the fan-out worker over the drain")
     ap.add_argument("--timeout-s", type=float, default=3600)
@@ -80,10 +85,13 @@ def main(argv: list[str] | None = None) -> int:
     recent = sum(1 for _p, _a, c in posts if now - c < timedelta(days=7))
 
     services = Services(settings, REPO / "bench" / "out" / "history-drain-logs")
-    sampler = Sampler(settings)
+    # The second and later fan-out processes listen where `make run`'s would (deploy/stack/workers.py).
+    extra_fanouts = {f"fanout-{i + 1}": settings.fanout_metrics_port + PORT_STRIDE * i
+                     for i in range(1, max(1, args.fanout_workers))}
+    sampler = Sampler(settings, fanout_ports=[settings.fanout_metrics_port, *extra_fanouts.values()])
     result: dict = {"authors": args.authors, "followers each": args.followers, "posts": len(posts),
                     "posts within the inbox TTL (7 days)": recent, "worker root": str(args.worker_root),
-                    "api running": args.with_api}
+                    "fan-out workers": max(1, args.fanout_workers), "api running": args.with_api}
     try:
         if args.worker_root.resolve() != REPO:
             # The baseline worker's own topics too (before 2026-12-04 it also wrote
@@ -94,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"{settings.topic_prefix!r})"], cwd=args.worker_root, check=True)
         services.start("cdc")
         services.start("fanout", root=args.worker_root)
+        for name, port in extra_fanouts.items():
+            services.start(name, root=args.worker_root, role="fanout", metrics_port=port)
         services.start("ranker")
         if args.with_api:
             services.start("api", root=args.worker_root)
@@ -123,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 stop_profiler(spy)
             cpu = meter.stop()
+            if extra_fanouts:  # one figure for the role, its processes summed
+                cpu["fanout CPU-s"] = round(sum(cpu.pop(f"{n} CPU-s") for n in ["fanout", *extra_fanouts]), 2)
         rows = sampler.inbox_rows() - rows_before
         result.update({"drain s (COPY to lag 0)": round(drain_s, 1), "inbox rows written": int(rows),
                        "inbox rows/s over the drain (computed)": round(rows / drain_s),

@@ -11,7 +11,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from deploy.lag import group_lag, scrape, slot_lag
 from deploy.migrate import migrate_all, migrate_cassandra, migrate_kafka
@@ -126,16 +126,23 @@ class Services:
     log_dir: Path
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
-    def start(self, name: str, extra_env: dict[str, str] | None = None, root: Path = REPO) -> None:
-        """Start ``services.<name>`` from ``root`` (another checkout: a baseline) and wait
-        until it answers."""
+    def start(self, name: str, extra_env: dict[str, str] | None = None, root: Path = REPO,
+              *, role: str | None = None, metrics_port: int | None = None) -> None:
+        """Start ``services.<role>`` (``role``: ``name`` by default) from ``root`` (another
+        checkout: a baseline) as ``name`` and wait until it answers; a second process of
+        a role gets a ``name`` and ``metrics_port`` of its own."""
+        role = role or name
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")
+        env = {**(extra_env or {})}
+        if metrics_port is not None:
+            env[f"FEED_{role.upper()}_METRICS_PORT"] = str(metrics_port)
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", f"services.{name}"], cwd=root, stdout=log,
-            stderr=subprocess.STDOUT, env=env_for(self.settings, extra_env), start_new_session=True)
-        url = (f"http://127.0.0.1:{PORTS['api_port']}/readyz" if name == "api"
-               else f"http://127.0.0.1:{PORTS[name + '_metrics_port']}/metrics")
+            [sys.executable, "-m", f"services.{role}"], cwd=root, stdout=log,
+            stderr=subprocess.STDOUT, env=env_for(self.settings, env), start_new_session=True)
+        port = metrics_port if metrics_port is not None else PORTS.get(role + "_metrics_port")
+        url = (f"http://127.0.0.1:{PORTS['api_port']}/readyz" if role == "api"
+               else f"http://127.0.0.1:{port}/metrics")
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.procs[name].poll() is not None:
@@ -177,9 +184,12 @@ class Sample:
 class Sampler(threading.Thread):
     """Records lag and fan-out progress every ``interval`` seconds until stopped."""
 
-    def __init__(self, settings: Settings, interval: float = 1.0) -> None:
+    def __init__(self, settings: Settings, interval: float = 1.0,
+                 fanout_ports: Sequence[int] | None = None) -> None:
         super().__init__(daemon=True)
         self.settings, self.interval = settings, interval
+        # Every fan-out process's metrics port (their inbox-row counters are summed).
+        self.fanout_ports = list(fanout_ports or [settings.fanout_metrics_port])
         self.samples: list[Sample] = []
         self.t0 = time.monotonic()
         self._halt = threading.Event()
@@ -199,11 +209,11 @@ class Sampler(threading.Thread):
         return Sample(time.monotonic() - self.t0, lag["fanout"], lag["ranker"], slot, self.inbox_rows())
 
     def inbox_rows(self) -> float:
-        """The fan-out worker's inbox-row counter alone (one scrape; NaN when unreachable):
-        cheap enough to poll while a fan-out is being timed."""
+        """The fan-out workers' inbox-row counters alone (one scrape each; NaN when one is
+        unreachable): cheap enough to poll while a fan-out is being timed."""
         try:
-            return sum(v for _l, v in scrape(self.settings.fanout_metrics_port)
-                       .get("feed_fanout_inbox_rows_total", []))
+            return sum(v for port in self.fanout_ports
+                       for _l, v in scrape(port).get("feed_fanout_inbox_rows_total", []))
         except Exception:  # noqa: BLE001
             return float("nan")
 
