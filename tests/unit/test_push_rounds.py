@@ -238,3 +238,52 @@ def test_a_failed_round_is_retried_page_by_page_and_halves_capacity_once():
     assert len(inbox.rounds) >= 2 and sorted(p for r in inbox.rounds[1:] for _x, p in r) == [11, 12]
     assert tiers.capacity.rows_per_s == 8_000       # one shared failure: halved once
     assert sorted(p for _k, p, _a in inbox.tables.inbox_of(102).rows()) == [11, 12]
+
+
+def test_a_recent_posts_audience_is_read_after_its_mark_and_its_tier_before_it():
+    """The steps read together (count with tier state; blocks, inactive readers and the
+    first page of followers) keep their side of the mark: an unfollow or block that does
+    not see the mark is seen by the audience reads; the tier decides the mark."""
+    steps: list[str] = []
+
+    class Copies(_Copies):
+        async def mark_fanned_out(self, post_id, fanned_out, lsn):
+            await asyncio.sleep(0)
+            steps.append("mark")
+
+        async def followers_count(self, author_id):
+            steps.append("count")
+            return await super().followers_count(author_id)
+
+        async def blocked_set(self, author_id):
+            steps.append("blocks")
+            return frozenset()
+
+        async def follower_pages(self, author_id, expected=None):
+            steps.append("followers")
+            async for page in super().follower_pages(author_id, expected):
+                yield page
+
+    class Tiers(_Tiers):
+        async def state(self, author_id):
+            steps.append("tier state")
+            return TierState()
+
+        async def tier_for_post(self, author_id, followers, current=None):
+            assert current is not None  # read beside the count, not again
+            steps.append("tier")
+            return await super().tier_for_post(author_id, followers, current)
+
+    async def inactive(author_id: int) -> frozenset[int]:
+        steps.append("inactive")
+        return frozenset()
+
+    inbox = _Inbox()
+    fanout = PostFanout(Copies(), inbox, Tiers(), RecordingPublisher(), "t",  # type: ignore[arg-type]
+                        wall_clock_ms=lambda: int((T0 + timedelta(minutes=5)).timestamp() * 1000),
+                        monotonic=lambda: 0.0, inactive=inactive)
+    asyncio.run(fanout.on_post_changed(_created(11, 7)))
+    mark = steps.index("mark")
+    assert set(steps[:mark]) == {"count", "tier state", "tier"} and steps.index("tier") == mark - 1
+    assert set(steps[mark + 1:]) == {"blocks", "inactive", "followers"}
+    assert sorted(p for _k, p, _a in inbox.tables.inbox_of(100).rows()) == [11]
