@@ -32,7 +32,7 @@ INDEX: dict[str, list[tuple[str, str]]] = {
     "fan-out": [
         ("python -m bench.fanout", "Fan-out rows/s against the best raw writer and the contract's floor?"),
         ("python -m bench.fanout.raw_writer", "The best raw Cassandra writer on this stack, alone."),
-        ("python -m bench.fanout.history_drain", "How long does a month of bulk-loaded posts take to fan out?"),
+        ("python -m bench.fanout.history_drain", "How long does a month of bulk-loaded posts take to fan out (--fanout-workers N: N processes)?"),
         ("python -m bench.fanout.follows", "How fast does one worker apply follows and likes?"),
         ("python -m bench.fanout.counted_changes", "What does counting follows and likes cost per change?"),
         ("python -m bench.fanout.counted_step", "The counting step alone: changes/s of the stores."),
