@@ -6,7 +6,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from services.api.copies.post_view import PostView
-from services.api.feed.candidates import fallback_slice, fallback_start, merge_top
+from services.api.feed.candidates import fallback_slice, fallback_start, merge_top, pooled
 from services.api.visibility.eligibility import PostState
 
 ROWS = st.lists(st.tuples(st.floats(0, 2000), st.integers(1, 10**6), st.integers(1, 50)), max_size=80)
@@ -25,6 +25,21 @@ def test_merge_keeps_the_highest_rows_one_per_post(sources: list, depth: int) ->
     assert rows == expected[:depth]
     assert more == (len(expected) > depth)
     assert len({r[1] for r in rows}) == len(rows)
+
+
+@given(st.lists(ROWS, max_size=5))
+@example([[(5.0, 2, 7), (4.0, 1, 7)], [(5.0, 2, 7)], [(4.0, 1, 7), (9.0, 1, 7)]])
+def test_pooling_is_every_distinct_row_highest_first_with_the_posts_in_doubt(sources: list) -> None:
+    """Whatever order each source comes in: equal rows once, highest first; the posts with
+    rows under two keys in doubt; ``doubled`` when some post has two rows."""
+    rows, doubt, doubled = pooled(sources)
+    distinct = sorted(set(r for rows_ in sources for r in rows_), reverse=True)
+    assert rows == distinct
+    keys: dict[int, set[float]] = {}
+    for key, post_id, _author in distinct:
+        keys.setdefault(post_id, set()).add(key)
+    assert doubt == {p for p, k in keys.items() if len(k) > 1}
+    assert doubled == (len(keys) < len(distinct))
 
 
 def test_merge_drops_blocked_authors_and_excluded_posts() -> None:

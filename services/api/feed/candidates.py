@@ -197,10 +197,14 @@ def pooled(sources: Iterable[Sequence[SourceRow]]) -> tuple[list[SourceRow], set
     must still give one row per post).
 
     Equal rows (a post in the inbox and in its author's partition under one key) are one
-    row; set and sort are C, and the doubt check is one set of post ids unless some post
-    has two rows. A first page pools its sources once for both uses (twice cost ~4 % of
-    the API's CPU, py-spy 2026-12-01)."""
-    rows = sorted(set(chain.from_iterable(sources)), reverse=True)
+    row; sort and dedupe are C, and the doubt check is one set of post ids unless some
+    post has two rows. The sort comes first: each source is already in order, so it
+    merges runs, and ``dict.fromkeys`` keeps that order while it drops the equal rows
+    (sorting a set's scrambled order instead cost 87 µs against 54 for a 600-row first
+    page, ~10 % of a first page built with reuse off, py-spy 2026-12-06). A first page
+    pools its sources once for both uses (twice cost ~4 % of the API's CPU, py-spy
+    2026-12-01)."""
+    rows = list(dict.fromkeys(sorted(chain.from_iterable(sources), reverse=True)))
     if len({row[1] for row in rows}) == len(rows):
         return rows, set(), False
     keys: dict[int, float] = {}
