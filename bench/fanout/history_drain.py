@@ -41,7 +41,7 @@ from pathlib import Path
 from bench.harness.costs import CostMeter
 from bench.harness.pipeline import Sampler, Services, bench_settings, fresh_stores, shut_down, topic_sizes, wait_caught_up
 from bench.harness.profiling import profiler, stop_profiler
-from deploy.stack.workers import PORT_STRIDE
+from deploy.stack.workers import instances
 from deploy.workload import _copy
 from services.shared.clients import pg
 from services.shared.domain import ids
@@ -85,10 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     recent = sum(1 for _p, _a, c in posts if now - c < timedelta(days=7))
 
     services = Services(settings, REPO / "bench" / "out" / "history-drain-logs")
-    # The second and later fan-out processes listen where `make run`'s would (deploy/stack/workers.py).
-    extra_fanouts = {f"fanout-{i + 1}": settings.fanout_metrics_port + PORT_STRIDE * i
-                     for i in range(1, max(1, args.fanout_workers))}
-    sampler = Sampler(settings, fanout_ports=[settings.fanout_metrics_port, *extra_fanouts.values()])
+    # The fan-out's processes, named and on the ports `make run` gives them (deploy/stack/workers.py).
+    fanouts = [i for i in instances(settings, {"fanout": max(1, args.fanout_workers)}) if i.role == "fanout"]
+    sampler = Sampler(settings, fanout_ports=[i.port for i in fanouts])
     result: dict = {"authors": args.authors, "followers each": args.followers, "posts": len(posts),
                     "posts within the inbox TTL (7 days)": recent, "worker root": str(args.worker_root),
                     "fan-out workers": max(1, args.fanout_workers), "api running": args.with_api}
@@ -102,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"{settings.topic_prefix!r})"], cwd=args.worker_root, check=True)
         services.start("cdc")
         services.start("fanout", root=args.worker_root)
-        for name, port in extra_fanouts.items():
-            services.start(name, root=args.worker_root, role="fanout", metrics_port=port)
+        for extra in fanouts[1:]:
+            services.start(extra.name, root=args.worker_root, role="fanout", metrics_port=extra.port)
         services.start("ranker")
         if args.with_api:
             services.start("api", root=args.worker_root)
@@ -133,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 stop_profiler(spy)
             cpu = meter.stop()
-            if extra_fanouts:  # one figure for the role, its processes summed
-                cpu["fanout CPU-s"] = round(sum(cpu.pop(f"{n} CPU-s") for n in ["fanout", *extra_fanouts]), 2)
+            if len(fanouts) > 1:  # one figure for the role, its processes summed
+                cpu["fanout CPU-s"] = round(sum(cpu.pop(f"{i.name} CPU-s") for i in fanouts), 2)
         rows = sampler.inbox_rows() - rows_before
         result.update({"drain s (COPY to lag 0)": round(drain_s, 1), "inbox rows written": int(rows),
                        "inbox rows/s over the drain (computed)": round(rows / drain_s),

@@ -24,7 +24,8 @@ log or the account copy hides, and Postgres has no row of: ``user_gone``); so do
 ``GET /v1/posts/{id}`` for a post of a blocked author. A mute is not a block here: it
 hides the muted author from the muter's home feed and stream only, so the muter still
 opens their timeline and lists and sees them in other lists (``Blocks.blocked`` and
-``ReaderChanges.blocked``, never the mutes). The pure parts (``posts_below``, ``follows_below``) are here too.
+``ReaderChanges.blocked``, never the mutes). The pure parts (``posts_below``,
+``follows_below``) are here too.
 """
 from __future__ import annotations
 
