@@ -6,7 +6,8 @@
 ``GET /v1/feed?limit&cursor`` answered by one prepared query per page (the specified
 pull query: posts JOIN follows, with text, blocks both ways, ``following_since``, ``deleted_at IS NULL``
 and ``visibility = 1``, ``ORDER BY created_at DESC, post_id DESC``, keyset cursor) on the
-same stack as ours: FastAPI + uvicorn (uvloop, httptools, 1 worker by default), orjson
+same stack as ours: FastAPI + uvicorn (uvloop, httptools with a response's writes sent as
+one: services/api/http/one_write.py, 1 worker by default), orjson
 bodies, a psycopg async pool of ``Settings.api_pg_pool_max`` connections, and the same
 HS256 JWT check (``services.api.http.auth.verify_token``, PyJWT). ``GET /healthz`` is its
 empty endpoint. Nothing is cached: every page is one query, as a pull service is.
@@ -49,6 +50,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from services.api.app import NO_OTEL
 from services.api.http.auth import TokenRejected, VerifiedTokens
+from services.api.http.one_write import PROTOCOL as ONE_WRITE
 from services.api.routes.feed_fast import feed_query as parse_feed_query
 from services.shared.clients import pg
 from services.shared.domain.rules import VISIBLE
@@ -265,7 +267,7 @@ def main() -> None:
     parser.add_argument("--query", choices=QUERY_SHAPES, default="lateral")
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    common = {"host": args.host, "port": args.port, "loop": "uvloop", "http": "httptools",
+    common = {"host": args.host, "port": args.port, "loop": "uvloop", "http": ONE_WRITE,
               "log_config": None, "access_log": False}
     if args.workers <= 1:
         uvicorn.run(create_app(get_settings(), args.query), **common)

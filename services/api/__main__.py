@@ -6,7 +6,8 @@ Each builds its own app through ``worker_app`` (uvicorn imports it by name in ev
 worker): its own Postgres pool, Snowflake node lease, Cassandra session, caches and
 stream consumer. Nothing in a process is the only copy of anything: snapshots live in
 Cassandra, stream leases are rows every process counts, and node leases are per process.
-uvloop and httptools are used when installed (uvicorn's ``auto``; both are pinned).
+uvloop is used when installed (uvicorn's ``auto``; pinned); HTTP/1.1 is httptools' parser
+with a response's writes sent as one (``http/one_write.py``).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from services.shared.secret_policy import UnsafeSecrets, require_safe_secrets
 from services.shared.settings import ApiProcess, load
 
 from .app import create_app
+from .http.one_write import PROTOCOL
 
 WORKER_APP = "services.api.__main__:worker_app"
 # The master's pid, for its workers: each dies with it (services/shared/parent_death.py).
@@ -77,12 +79,12 @@ def main() -> None:
     # uvicorn's access_log off: edge.Edge is the access log (logs.py).
     if workers == 1:
         uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
-                    log_config=None, access_log=False)
+                    log_config=None, access_log=False, http=PROTOCOL)
         return
     os.environ[MASTER_ENV] = str(os.getpid())   # inherited by the workers uvicorn spawns
     uvicorn.run(WORKER_APP, factory=True, workers=workers,
                 host=settings.api_host, port=settings.api_port, log_config=None,
-                access_log=False)
+                access_log=False, http=PROTOCOL)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The real API app served by uvicorn in a thread, on a free loopback port: what the
-integration tests talk to over HTTP (``running_api``, ``RunningApi.client``)."""
+"""The real API app served by uvicorn in a thread, on a free loopback port, with the
+HTTP protocol ``python -m services.api`` serves with: what the integration tests talk to
+over HTTP (``running_api``, ``RunningApi.client``)."""
 from __future__ import annotations
 
 import secrets
@@ -14,6 +15,7 @@ from fastapi import FastAPI
 
 from services.api.app import create_app
 from services.api.http.auth import MODERATOR_ROLE, mint_token
+from services.api.http.one_write import PROTOCOL
 from services.shared.settings import Settings
 from tests.support.waiting import wait_until
 
@@ -55,7 +57,7 @@ class _ThreadedServer(uvicorn.Server):
 def serve_in_thread(app: FastAPI) -> tuple[_ThreadedServer, threading.Thread, str]:
     """Start uvicorn for ``app`` on a free loopback port; return it once it accepts."""
     server = _ThreadedServer(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                            access_log=False, lifespan="on"))
+                                            access_log=False, lifespan="on", http=PROTOCOL))
     thread = threading.Thread(target=server.run, name="api-server", daemon=True)
     thread.start()
     wait_until(lambda: server.started or not thread.is_alive(), timeout=STARTUP_DEADLINE_S,

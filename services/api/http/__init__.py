@@ -1,6 +1,7 @@
 """What every request goes through.
 
 * ``edge``: ``Edge``, the one ASGI layer every request passes first
+* ``one_write``: uvicorn's HTTP/1.1 protocol, sending a response's writes as one
 * ``auth``: bearer-token authentication (JWT)
 * ``jwks``: the gateway's public keys, from a URL or a file
 * ``problems``: errors as problem+json with stable type URIs
