@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, Mapping
 
+import orjson
+
 Op = Literal["c", "u", "d", "r"]
 # Debezium's placeholder for an unchanged TOASTed column in an update's after-image:
 # the consumer keeps the value it already has.
@@ -55,11 +57,18 @@ class ChangeRecord:
 
 
 def _decode_json(raw: bytes | str | None, what: str) -> Any:
+    """A message's key or value, decoded by orjson: 3-4x the stdlib's speed on these
+    small documents, and the JSON decode was ~3 % of the fan-out's GIL samples in the
+    history drain (py-spy, 2026-12-06). What it refuses is refused as malformed (a DLQ
+    record), as before: bad UTF-8, ``NaN``, trailing data. One difference, for values no
+    envelope field may hold (bigint ids and LSNs are far below it): an integer past
+    2**64 decodes as a float, so it fails the field's integer check instead of its
+    range check."""
     if raw is None:
         return None
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return orjson.loads(raw)
+    except ValueError as exc:  # orjson.JSONDecodeError is a ValueError
         raise MalformedEnvelope(f"{what} is not JSON: {exc}") from exc
 
 
@@ -145,8 +154,11 @@ def parse_timestamp(value: Any) -> datetime | None:
 
 def parse_jsonb(value: Any) -> Any:
     """A jsonb column: Debezium sends it as a JSON string; already-decoded values pass."""
-    if isinstance(value, str):
-        return _decode_json(value, "jsonb column")
+    if isinstance(value, str):  # the stdlib's decoder: a document's integers stay exact
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise MalformedEnvelope(f"jsonb column is not JSON: {exc}") from exc
     return value
 
 
