@@ -130,9 +130,7 @@ def start(layout: Layout, names: list[str], counts: Mapping[str, int] | None = N
                 continue
             env = {**layout.client_env(), DEV_MODE_ENV: os.environ.get(DEV_MODE_ENV, "true"),
                    # PYTHONFAULTHANDLER: a crash in a C extension logs every thread's stack.
-                   "PYTHONFAULTHANDLER": "1"}
-            if inst.role in SCALED:
-                env[f"FEED_{inst.role.upper()}_METRICS_PORT"] = str(inst.port)
+                   "PYTHONFAULTHANDLER": "1", **inst.port_env}
             spawn(d, [sys.executable, "-m", "deploy.supervise", f"services.{inst.role}"],
                   env=env, cwd=REPO)
             started.append(d)

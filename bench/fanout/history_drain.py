@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler = Sampler(settings, fanout_ports=[i.port for i in fanouts])
     result: dict = {"authors": args.authors, "followers each": args.followers, "posts": len(posts),
                     "posts within the inbox TTL (7 days)": recent, "worker root": str(args.worker_root),
-                    "fan-out workers": max(1, args.fanout_workers), "api running": args.with_api}
+                    "fan-out workers": len(fanouts), "api running": args.with_api}
     try:
         if args.worker_root.resolve() != REPO:
             # The baseline worker's own topics too (before 2026-12-04 it also wrote
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         services.start("cdc")
         services.start("fanout", root=args.worker_root)
         for extra in fanouts[1:]:
-            services.start(extra.name, root=args.worker_root, role="fanout", metrics_port=extra.port)
+            services.start(extra.name, root=args.worker_root, instance=extra)
         services.start("ranker")
         if args.with_api:
             services.start("api", root=args.worker_root)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 from deploy.lag import group_lag, scrape, slot_lag
 from deploy.migrate import migrate_all, migrate_cassandra, migrate_kafka
+from deploy.stack.workers import Instance
 from services.shared.contracts.topics import (cdc_topic, follow_counts_topic, like_counts_topic,
                                               rank_features_topic)
 from services.shared.settings import Settings
@@ -127,20 +128,18 @@ class Services:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def start(self, name: str, extra_env: dict[str, str] | None = None, root: Path = REPO,
-              *, role: str | None = None, metrics_port: int | None = None) -> None:
-        """Start ``services.<role>`` (``role``: ``name`` by default) from ``root`` (another
-        checkout: a baseline) as ``name`` and wait until it answers; a second process of
-        a role gets a ``name`` and ``metrics_port`` of its own."""
-        role = role or name
+              *, instance: Instance | None = None) -> None:
+        """Start ``services.<name>`` from ``root`` (another checkout: a baseline) and wait
+        until it answers; with ``instance`` (deploy/stack/workers.py), that process of its
+        role instead, under its name and on its port, as ``make run`` starts it."""
+        role = instance.role if instance is not None else name
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")
-        env = {**(extra_env or {})}
-        if metrics_port is not None:
-            env[f"FEED_{role.upper()}_METRICS_PORT"] = str(metrics_port)
+        env = {**(extra_env or {}), **(instance.port_env if instance is not None else {})}
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", f"services.{role}"], cwd=root, stdout=log,
             stderr=subprocess.STDOUT, env=env_for(self.settings, env), start_new_session=True)
-        port = metrics_port if metrics_port is not None else PORTS.get(role + "_metrics_port")
+        port = instance.port if instance is not None else PORTS.get(role + "_metrics_port")
         url = (f"http://127.0.0.1:{PORTS['api_port']}/readyz" if role == "api"
                else f"http://127.0.0.1:{port}/metrics")
         deadline = time.monotonic() + 120

@@ -56,6 +56,12 @@ class Instance:
     def name(self) -> str:
         return self.role if self.index == 0 else f"{self.role}-{self.index}"
 
+    @property
+    def port_env(self) -> dict[str, str]:
+        """The variable that puts a scaled role's process on its port (none for the
+        others: they keep their settings' port)."""
+        return {f"FEED_{self.role.upper()}_METRICS_PORT": str(self.port)} if self.role in SCALED else {}
+
 
 def base_port(s: "Settings", role: str) -> int:
     if role == "api":
