@@ -188,11 +188,10 @@ def create_app(settings: FanoutProcess) -> faust.App:
 
     async def consume(stream: faust.StreamT[bytes], handler: MessageHandler,
                       keys_in_flight: int = settings.fanout_max_in_flight,
-                      split: Callable[[FanoutPorts], Splitter] | None = None,
-                      max_batch: int = settings.consumer_batch_max) -> None:
+                      split: Callable[[FanoutPorts], Splitter] | None = None) -> None:
         p = await ports.get()
         await consume_in_batches(app, stream, p.guard, p.lag, handler(p),
-                                 max_batch=max_batch,
+                                 max_batch=settings.consumer_batch_max,
                                  within_s=settings.consumer_batch_within_s,
                                  keys_in_flight=keys_in_flight,
                                  max_unacked=settings.consumer_max_unacked,
@@ -221,12 +220,9 @@ def create_app(settings: FanoutProcess) -> faust.App:
     @app.agent(raw_topic(app, cdc_topic("posts", prefix)), name="posts")
     async def posts(stream: faust.StreamT[bytes]) -> None:
         # A batch's posts older than the inbox TTL go together (backlog.py), the rest
-        # post by post beside them, their inbox rows in rounds (push_rounds.py). Larger
-        # batches than other topics', with more posts in flight: a backlog's round then
-        # holds more recent posts, so a reader's rows of more posts are one mutation.
+        # post by post beside them, their inbox rows in rounds (push_rounds.py).
         await consume(stream, changes(lambda p: p.posts.on_post_changed),
                       keys_in_flight=settings.fanout_posts_in_flight,
-                      max_batch=settings.fanout_posts_batch_max,
                       split=(lambda p: p.posts.split_batch) if settings.fanout_posts_by_batch else None)
 
     @app.agent(raw_topic(app, cdc_topic("follows", prefix)), name="follows")

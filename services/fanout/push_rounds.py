@@ -33,8 +33,8 @@ from typing import Iterator, Sequence
 from .inbox import InboxPort, InboxRow
 from .metrics import PUSH_ROUND_POSTS
 
-# A round's rows at most (memory, and a bound on what one failure redoes): the month of
-# history's batches of 2,000 posts (fanout_posts_batch_max) carry ~46,600.
+# A round's rows at most (memory, and a bound on what one failure redoes): the history's
+# batches carry ~23,000.
 MAX_ROWS = 50_000
 # Seconds a round waits at most after its first push for the other changes being applied.
 MAX_WAIT_S = 1.0

@@ -170,8 +170,7 @@ def test_one_of_three_killed_mid_drain_loses_and_duplicates_no_inbox_row(wide_en
     env.send(graph.follow_events())
     # Slow enough that the kill lands while the drain is under way.
     addresses = _start_workers(env, fanout_max_in_flight=2, fanout_posts_in_flight=2,
-                               fanout_follower_page=20, consumer_batch_max=50,
-                               fanout_posts_batch_max=50)
+                               fanout_follower_page=20, consumer_batch_max=50)
     before = wait_for_workers(lambda: _stable_with(env, WORKERS), timeout=120,
                               message="three members in a stable group")
     wait_for_workers(lambda: group_caught_up(env.settings, GROUP, [

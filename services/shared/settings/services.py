@@ -288,10 +288,8 @@ class FanoutSettings(FeedSettings):
     fanout_capacity_pinned_rows_per_s: float = 0.0
     # Concurrent Cassandra writes per fan-out.
     fanout_max_in_flight: int = 64
-    # Messages of the posts topic taken at once (other topics: FEED_CONSUMER_BATCH_MAX).
-    fanout_posts_batch_max: int = 2000
     # Posts of a batch applied at once.
-    fanout_posts_in_flight: int = 512
+    fanout_posts_in_flight: int = 256
     # Inbox batches in flight per fan-out process.
     fanout_push_batches_in_flight: int = 16
     # Inbox rows per unlogged batch (one replica set).
