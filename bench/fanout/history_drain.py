@@ -100,9 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"migrate_kafka(Settings(topic_prefix={settings.topic_prefix!r}), "
                             f"{settings.topic_prefix!r})"], cwd=args.worker_root, check=True)
         services.start("cdc")
-        services.start("fanout", root=args.worker_root)
-        for extra in fanouts[1:]:
-            services.start(extra.name, root=args.worker_root, instance=extra)
+        for fanout in fanouts:
+            services.start(fanout.name, root=args.worker_root, instance=fanout)
         services.start("ranker")
         if args.with_api:
             services.start("api", root=args.worker_root)
