@@ -9,14 +9,16 @@ import threading
 import time
 from collections.abc import Iterator
 
+import faust
 import httpx
 import pytest
+from faust.types import TP
 from prometheus_client import CollectorRegistry, Counter
 
 from services.cdc.health import (BACKING_OFF, CONNECTING, SNAPSHOT, STREAMING, RelayStatus,
                                  kafka_check, relay_health)
 from services.shared.health import Health, Pulse, serve
-from services.shared.worker.health import GroupMembership
+from services.shared.worker.health import GroupMembership, attach
 
 
 class Clock:
@@ -81,6 +83,21 @@ def test_group_membership_is_ready_once_assigned_and_not_while_a_rebalance_drags
     group.assigned([], 5)  # more members than partitions: a member all the same
     ok, detail = group.check(30)
     assert ok and detail.startswith("no partitions")
+
+
+def test_a_worker_assigned_before_its_first_task_ran_watches_its_event_loop_when_ready() -> None:
+    # On a slow start faust can deliver the group's assignment before the app's tasks
+    # have first run; readiness must then still say the worker's loop is watched.
+    app = faust.App("health-order", broker="kafka://127.0.0.1:1")
+    health = Health(30)
+    attach(app, health, stores_open=lambda: (True, "open"))
+
+    async def assign() -> None:
+        await app.on_partitions_assigned.send({TP("feed.public.posts", 0)})
+    asyncio.run(assign())
+    answers = health.readiness()
+    assert {"event loop", "group", "stores"} <= set(answers)
+    assert answers["group"] == (True, "1 partitions of 1 topics (generation 0)")
 
 
 def test_the_relay_is_ready_while_it_holds_its_slot_and_sees_a_broker() -> None:

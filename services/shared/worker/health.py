@@ -75,6 +75,10 @@ def attach(app: faust.App, health: Health, stores_open: Callable[[], Answer] | N
         membership.revoked()
 
     async def assigned(sender: Any, /, *args: Any, signal: Any = None, **_: Any) -> None:
+        # faust calls this receiver on the worker's own loop. An assignment can come
+        # before the task below has first run (a slow start), so the loop is watched
+        # here too: readiness, which needs the assignment, never answers without it.
+        health.watch_loop("event loop", asyncio.get_running_loop())
         tps: Iterable[Any] = args[0] if args else ()
         membership.assigned(((tp.topic, tp.partition) for tp in tps),
                             getattr(app, "consumer_generation_id", None))
