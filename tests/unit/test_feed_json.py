@@ -11,6 +11,7 @@ from services.api.copies.post_view import PostBody
 from services.api.feed.reader import FeedPage, PageItem
 from services.api.routes import feed as route
 from services.shared.domain.ranking import Ranked
+from services.shared.domain.rules import iso_utc
 
 AT = datetime(2026, 12, 6, 10, 0, 0, 123_000, tzinfo=timezone.utc)
 
@@ -60,3 +61,12 @@ def test_the_kept_heads_and_names_are_bounded(monkeypatch: pytest.MonkeyPatch) -
         same_document(page([item(100 + n, PostBody(n, 1_765_000_000_000, f"t{n}"),
                                  author_handle=f"h{n}")]))
     assert len(route._heads) <= 4 and len(route._name_tails) <= 4
+
+
+def test_generated_at_reads_as_iso_utc_for_times_in_any_order() -> None:
+    # Reused snapshots carry the times they were built at: one process formats seconds
+    # out of order, and each must read as the models' document does.
+    times = [AT, datetime(2026, 12, 6, 9, 59, 58, 999_000, tzinfo=timezone.utc), AT,
+             datetime(2026, 12, 7, 0, 0, 0, 0, tzinfo=timezone.utc),
+             datetime(2026, 12, 6, 9, 59, 58, 1_000, tzinfo=timezone.utc)]
+    assert [route._generated_at(t) for t in times] == [iso_utc(t) for t in times]

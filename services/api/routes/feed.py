@@ -88,18 +88,21 @@ class FeedPageOut(BaseModel):
                     "be read: author_handle and author_display_name are null)")
 
 
-_second_prefix: tuple[int, str] = (-1, "")
+@lru_cache(maxsize=4_096)
+def _second_text(second: int) -> str:
+    """``iso_utc`` of a whole second, without its ``.000Z``."""
+    return iso_utc(datetime.fromtimestamp(second, tz=timezone.utc))[:-5]
 
 
 def _generated_at(ts: datetime) -> str:
     """``iso_utc(ts)`` of a page's snapshot time, the date and time formatted once per
-    second (every first page has a new one)."""
-    global _second_prefix
+    second and process. Kept for the last 4,096 seconds seen, not only the newest: pages
+    of reused snapshots carry the times they were built at, so one process's pages
+    alternate between many seconds (a one-second memo missed on nearly every such page:
+    3.3 µs a call against 1.3 now, timeit over times spread across 15 minutes, one day)."""
     us = round(ts.timestamp() * 1_000_000)
     second, ms = divmod(us // 1000, 1000)
-    if _second_prefix[0] != second:
-        _second_prefix = (second, iso_utc(datetime.fromtimestamp(second, tz=timezone.utc))[:-5])
-    return f"{_second_prefix[1]}.{ms:03d}Z"
+    return f"{_second_text(second)}.{ms:03d}Z"
 
 
 @lru_cache(maxsize=65_536)
