@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from itertools import repeat
+from operator import itemgetter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 # unlogged-batch partition warning thresholds are set above it (deploy/stack/cassandra.py).
 PUSH_BATCH_ROWS = 50
 _BIGINT = struct.Struct(">q")
+_READER = itemgetter(0)  # of a (reader, row values) pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,27 +176,30 @@ class InboxStore:
         them as one partition mutation instead of one per row (a consumer batch's recent
         posts: docs/fanout.md, "The backlog intake"). The same statements and values as
         ``push`` for each; returns rows written."""
-        by_reader: list[tuple[int, int]] = []  # (reader, index of its push)
-        for i, (readers, row) in enumerate(pushes):
+        # (reader, the post's row values but the reader), each post's values one tuple
+        # that every one of its rows shares; sorted by reader (stable, in C), so a
+        # reader's rows of these posts are neighbours. Built once: with an index per row
+        # and a second list of the same rows, building a round shaped like the month of
+        # history's (233 posts, 100 readers each) took 0.71 µs a row, now 0.37 (timeit).
+        rows: list[tuple[int, tuple[float, int, int, int, int]]] = []
+        for readers, row in pushes:
             if row.ttl_s > 0:  # TTL 0 would mean "never expires"
-                by_reader += [(reader, i) for reader in readers]
-        if not by_reader:
+                rest = (row.rank_key, row.post_id, row.author_id, row.ttl_s, row.key_ts)
+                rows += zip(readers, repeat(rest))
+        if not rows:
             return 0
-        by_reader.sort()
+        rows.sort(key=_READER)
         push = self._s.push
         if self._writes is not None:
-            rests = [(r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts) for _, r in pushes]
-            written = await self._writes.write_keyed_rows(
-                push, [(reader, rests[i]) for reader, i in by_reader])
+            written = await self._writes.write_keyed_rows(push, rows)
         else:
-            rows_of: dict[int, list[InboxRow]] = {}
-            for reader, i in by_reader:
-                rows_of.setdefault(reader, []).append(pushes[i][1])
+            rows_of: dict[int, list[tuple[float, int, int, int, int]]] = {}
+            for reader, rest in rows:
+                rows_of.setdefault(reader, []).append(rest)
             await self._send_grouped(rows_of, lambda reader: [
-                (push, (reader, r.rank_key, r.post_id, r.author_id, r.ttl_s, r.key_ts))
-                for r in rows_of[reader]])
-            written = len(by_reader)
-        await self._changed(list(dict.fromkeys(reader for reader, _ in by_reader)))
+                (push, (reader, *rest)) for rest in rows_of[reader]])
+            written = len(rows)
+        await self._changed(list(dict.fromkeys(map(_READER, rows))))
         return written
 
     async def _changed(self, readers: Sequence[int]) -> None:
