@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Iterator
 
-import faust
 import httpx
 import pytest
 from faust.types import TP
@@ -17,7 +16,9 @@ from prometheus_client import CollectorRegistry, Counter
 
 from services.cdc.health import (BACKING_OFF, CONNECTING, SNAPSHOT, STREAMING, RelayStatus,
                                  kafka_check, relay_health)
+from services.shared.clients import kafka
 from services.shared.health import Health, Pulse, serve
+from services.shared.settings import Settings
 from services.shared.worker.health import GroupMembership, attach
 
 
@@ -88,7 +89,7 @@ def test_group_membership_is_ready_once_assigned_and_not_while_a_rebalance_drags
 def test_a_worker_assigned_before_its_first_task_ran_watches_its_event_loop_when_ready() -> None:
     # On a slow start faust can deliver the group's assignment before the app's tasks
     # have first run; readiness must then still say the worker's loop is watched.
-    app = faust.App("health-order", broker="kafka://127.0.0.1:1")
+    app = kafka.faust_app(Settings(kafka_bootstrap="127.0.0.1:1"), "health-order")
     health = Health(30)
     attach(app, health, stores_open=lambda: (True, "open"))
 
