@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol, Sequence
 
 from cassandra.cluster import Session
