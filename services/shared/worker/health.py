@@ -70,15 +70,19 @@ def attach(app: faust.App, health: Health, stores_open: Callable[[], Answer] | N
     starts: the signals are connected here, the loops registered when they run)."""
     membership = GroupMembership(health.clock)
 
+    async def watch_event_loop() -> None:
+        health.watch_loop("event loop", asyncio.get_running_loop())
+
     # faust's signals call a receiver as (sender, *args, signal=..., **kwargs).
     async def revoked(sender: Any, /, *args: Any, signal: Any = None, **_: Any) -> None:
         membership.revoked()
 
     async def assigned(sender: Any, /, *args: Any, signal: Any = None, **_: Any) -> None:
         # faust calls this receiver on the worker's own loop. An assignment can come
-        # before the task below has first run (a slow start), so the loop is watched
-        # here too: readiness, which needs the assignment, never answers without it.
-        health.watch_loop("event loop", asyncio.get_running_loop())
+        # before the app's task below has first run (a slow start), so the loop is
+        # watched here too: readiness, which needs the assignment, never answers
+        # without it (a second call for the same loop changes nothing).
+        await watch_event_loop()
         tps: Iterable[Any] = args[0] if args else ()
         membership.assigned(((tp.topic, tp.partition) for tp in tps),
                             getattr(app, "consumer_generation_id", None))
@@ -91,10 +95,6 @@ def attach(app: faust.App, health: Health, stores_open: Callable[[], Answer] | N
 
     app.on_partitions_revoked.connect(revoked)
     app.on_partitions_assigned.connect(assigned)
-
-    async def watch_event_loop() -> None:
-        health.watch_loop("event loop", asyncio.get_running_loop())
-
     app.task(watch_event_loop)
     health.readiness_check("group", lambda: membership.check(health.stall_s))
     if stores_open is not None:
