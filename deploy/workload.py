@@ -15,7 +15,9 @@ uses COPY, which is what "bulk" means for Postgres. The graph has:
   ``inactive_share`` of users (an assumption: Twitter reported DAU/MAU near 0.4, a
   Mastodon server's monthly actives are often under a fifth of its accounts) last read
   15 to 120 days ago; the others within the last 13 days, most today or yesterday
-  (geometric, p = 0.6).
+  (geometric, p = 0.6);
+- names: every user has a handle and a display name (``user_names``), as on any feed
+  service, so items show who wrote them.
 """
 from __future__ import annotations
 
@@ -39,6 +41,24 @@ if TYPE_CHECKING:
 FOLLOW_SINCE_DAYS = 30
 # Users ids start here: small, readable, and never collide with Snowflake post ids.
 FIRST_USER_ID = 1_000
+
+
+# Demo names: an adjective and a noun, the handle ending in the user id (unique, as the
+# users table requires whatever the case), e.g. ``quiet_heron_1042`` / "Quiet Heron".
+_ADJECTIVES = ("amber", "bold", "brisk", "calm", "clever", "eager", "fair", "gentle", "happy",
+               "keen", "lively", "lucky", "merry", "quiet", "rapid", "silver", "sunny", "swift",
+               "tidy", "witty")
+_NOUNS = ("badger", "cedar", "comet", "falcon", "fern", "fox", "harbor", "heron", "lark",
+          "lynx", "maple", "meadow", "otter", "pine", "raven", "river", "robin", "sparrow",
+          "willow", "wren")
+
+
+def user_names(user_id: int) -> tuple[str, str]:
+    """A generated user's handle and display name: deterministic, readable, and within
+    the users table's checks (handle 3-30 of ``[A-Za-z0-9_]``, unique by its id)."""
+    adjective = _ADJECTIVES[user_id % len(_ADJECTIVES)]
+    noun = _NOUNS[user_id // len(_ADJECTIVES) % len(_NOUNS)]
+    return f"{adjective}_{noun}_{user_id}", f"{adjective.title()} {noun.title()}"
 
 
 @dataclass(frozen=True)
@@ -177,11 +197,12 @@ def _copy(conn: psycopg.Connection, sql: str, rows: Iterable[tuple[str, ...]]) -
 
 
 def load_graph(conn: psycopg.Connection, graph: Graph, now: datetime | None = None) -> dict[str, int]:
-    """COPY users and follows in one transaction."""
+    """COPY users (with their names) and follows in one transaction."""
     now = now or datetime.now(timezone.utc)
     since = (now - timedelta(days=FOLLOW_SINCE_DAYS)).isoformat()
     with conn.transaction():
-        _copy(conn, "COPY users (user_id) FROM STDIN", ((str(u),) for u in graph.user_ids.tolist()))
+        _copy(conn, "COPY users (user_id, handle, display_name) FROM STDIN",
+              ((str(u), *user_names(u)) for u in graph.user_ids.tolist()))
         _copy(conn, "COPY follows (follower_id, followed_id, following_since) FROM STDIN",
               ((str(a), str(b), since) for a, b in zip(graph.follower.tolist(), graph.followed.tolist())))
     return {"users": len(graph.user_ids), "follows": len(graph.follower)}

@@ -1,8 +1,10 @@
+import re
 from datetime import datetime, timezone
 
 import numpy as np
 
-from deploy.workload import GraphSpec, generate
+from deploy.workload import FIRST_USER_ID, GraphSpec, generate, user_names
+from services.api.http.models import HANDLE_PATTERN
 from services.shared.domain import ids
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -46,3 +48,14 @@ def test_a_share_of_users_has_not_read_for_longer_than_the_inactive_window() -> 
     assert 0.28 < dormant.mean() < 0.32
     assert days[dormant].min() >= 15 and days[~dormant].max() <= 13
     assert (days[~dormant] <= 1).mean() > 0.8  # most active users read today or yesterday
+
+
+def test_every_generated_user_has_a_handle_and_display_name_the_api_accepts() -> None:
+    users = range(FIRST_USER_ID, FIRST_USER_ID + GraphSpec().users)  # the largest graph
+    names = [user_names(u) for u in users]
+    assert all(re.fullmatch(HANDLE_PATTERN, handle) for handle, _ in names)
+    assert all(1 <= len(display) <= 64 and display.isprintable() for _, display in names)
+    # Unique whatever the case, as the users table's index on lower(handle) requires.
+    assert len({handle.lower() for handle, _ in names}) == len(names)
+    assert user_names(1_042) == user_names(1_042)
+    assert len({display for _, display in names}) > 100  # not one name for everybody
