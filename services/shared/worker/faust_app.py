@@ -8,7 +8,8 @@ resources its agents open once.
 * ``OpenedOnce``: sessions and producers opened on the worker's loop by the first agent.
 * ``run_worker``: a worker process's entry point (``python -m services.<role>``): its
   metrics, ``/healthz`` and ``/readyz`` on one port (services/shared/health.py,
-  services/shared/worker/health.py), then faust's worker on uvloop.
+  services/shared/worker/health.py), then faust's worker on uvloop. The app's consumer
+  hands each fetched message to its stream at once (``eager_handoff``).
 
 Several processes of one role share its consumer group (the app id): faust's assignor
 spreads the partitions of the topics the role consumes over them, partition numbers
@@ -39,6 +40,7 @@ from services.shared.clients import kafka
 from services.shared.clients.preflight import preflight
 from services.shared.settings import WorkerProcess, load
 
+from . import eager_handoff
 from . import health as worker_health
 from . import kafka_failover
 
@@ -72,7 +74,7 @@ def build_faust_app(settings: WorkerProcess, app_id: str) -> faust.App:
         # on a host (http://<hostname>:6066, though faust's web server is off).
         named = {"broker_client_id": f"{app_id}@{_worker_address}",
                  "canonical_url": f"http://{_worker_address}"}
-    return kafka.faust_app(
+    app = kafka.faust_app(
         settings, app_id,
         **named,
         web_enabled=False,
@@ -89,6 +91,9 @@ def build_faust_app(settings: WorkerProcess, app_id: str) -> faust.App:
         broker_max_poll_records=settings.kafka_max_poll_records,
         producer_acks=-1,
     )
+    # Each fetched message handed to its stream without four tasks (eager_handoff.py).
+    eager_handoff.install(app)
+    return app
 
 
 def raw_topic(app: faust.App, name: str) -> faust.TopicT:
