@@ -5,9 +5,9 @@ message as ``wait_first(callback(message), suspend_flow.wait())``: the delivery 
 rebalance's flow suspension. ``mode``'s ``wait_first`` makes a task of each argument plus
 two more (the service's stopped and crashed events), waits for the first, and cancels
 the other three: four tasks a message. Measured on uvloop: 34-36 µs a hand-off, against
-2.9-3.9 µs eager (``bench/results/2026-12-07-eager-handoff/``), where a post older than
-the inbox TTL costs the fan-out a few hundred µs in all. In the month of history's drain
-the fan-out's CPU fell 11-19 % (24-34 % with one follower an author, nearly no rows).
+2.9-3.9 µs eager (``bench/results/2026-12-07-eager-handoff/``), where the fan-out's whole
+per-post work is a few hundred µs. In the month of history's drain the fan-out's CPU
+fell 11-19 % (24-34 % with one follower an author, nearly no rows).
 
 A delivery almost never waits: it decodes the message and puts it on the stream's queue,
 which waits only when the queue is full. ``EagerHandOffConsumer`` therefore starts the
