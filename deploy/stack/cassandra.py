@@ -49,6 +49,8 @@ JPMS_FLAGS = [
 
 # Evenly spaced Murmur3 tokens for a three-node ring with num_tokens: 1.
 TOKENS = ["-9223372036854775808", "-3074457345618258603", "3074457345618258602"]
+# How long each node may take to see its whole ring once every node runs (``up``).
+RING_READY_S = 300
 
 
 def _node_dir(layout: Layout, i: int) -> Path:
@@ -215,8 +217,8 @@ def _probe(layout: Layout, i: int, *, ring: bool) -> bool:
     from services.shared.clients import cql
 
     host = layout.hosts[i - 1]
-    cluster = cql.cluster(security.client_settings(layout), contact_points=[host], connect_timeout=3,
-                          timeout=5)
+    cluster = cql.cluster(security.client_settings(layout), contact_points=[host], connect_timeout=5,
+                          timeout=10)
     try:
         try:
             session = cluster.connect()
@@ -381,10 +383,13 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
         waited += _ensure_roles(layout)
     if not any_started:
         return {"state": "already running"}
+    # A node restarted under load (the fault suite's kill: the services' traffic goes on,
+    # the others replay their hints to it) answered every probe only minutes later on
+    # two shared cores; a healthy ring answers the first probe.
     for i in range(1, layout.nodes + 1):
         d = daemon(layout, i)
         waited += wait_ready(d, f"cassandra-{i} ring", partial(_probe, layout, i, ring=True),
-                             timeout=120, log_file=d.log_file)
+                             timeout=RING_READY_S, log_file=d.log_file)
     return {"state": "started", "seconds": round(waited, 1)}
 
 

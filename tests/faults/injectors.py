@@ -56,7 +56,11 @@ async def _stack_up(log: FaultLog) -> None:
                                                 stderr=subprocess.PIPE)
     _, err = await proc.communicate()
     if proc.returncode != 0:
-        raise RuntimeError(f"deploy.stack up failed: {err.decode()[-500:]}")
+        text = err.decode()
+        # The stack's own error line first (what was not ready), then the log tail it quotes.
+        reason = next((line for line in text.splitlines() if "StackError" in line or "not ready" in line),
+                      "")
+        raise RuntimeError(f"deploy.stack up failed: {reason}\n{text[-500:]}")
     log.injected.append(f"deploy.stack up took {time.monotonic() - started:.0f} s")
 
 
