@@ -58,8 +58,9 @@ async def _stack_up(log: FaultLog) -> None:
     if proc.returncode != 0:
         text = err.decode()
         # The stack's own error line first (what was not ready), then the log tail it quotes.
-        reason = next((line for line in text.splitlines() if "StackError" in line or "not ready" in line),
-                      "")
+        reason = next((line for line in text.splitlines()
+                       if any(k in line for k in ("StackError", "not ready", "exited during start",
+                                                  "stack: "))), "")
         raise RuntimeError(f"deploy.stack up failed: {reason}\n{text[-500:]}")
     log.injected.append(f"deploy.stack up took {time.monotonic() - started:.0f} s")
 
