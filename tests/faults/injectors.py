@@ -57,10 +57,9 @@ async def _stack_up(log: FaultLog) -> None:
     _, err = await proc.communicate()
     if proc.returncode != 0:
         text = err.decode()
-        # The stack's own error line first (what was not ready), then the log tail it quotes.
-        reason = next((line for line in text.splitlines()
-                       if any(k in line for k in ("StackError", "not ready", "exited during start",
-                                                  "stack: "))), "")
+        # The stack's own error line first (every StackError reads "stack: ..."), then the
+        # log tail it quotes.
+        reason = next((line for line in text.splitlines() if line.startswith("stack: ")), "")
         raise RuntimeError(f"deploy.stack up failed: {reason}\n{text[-500:]}")
     log.injected.append(f"deploy.stack up took {time.monotonic() - started:.0f} s")
 
