@@ -119,8 +119,22 @@ def _check_inboxes(graph: Graph) -> None:
     duplicated = {k: n for k, n in got.items() if n > 1}
     unowed = set(got) - owed
     assert (len(lost), len(duplicated), len(unowed)) == (0, 0, 0), (
-        f"{len(lost)} rows lost (e.g. {sorted(lost)[:3]}), {len(duplicated)} duplicated "
-        f"(e.g. {list(duplicated.items())[:3]}), {len(unowed)} not owed, of {len(owed)}")
+        f"{len(lost)} rows lost (e.g. {sorted(lost)[:3]}; {_lost_by(graph, lost)}), "
+        f"{len(duplicated)} duplicated (e.g. {list(duplicated.items())[:3]}), "
+        f"{len(unowed)} not owed, of {len(owed)}")
+
+
+def _lost_by(graph: Graph, lost: set[tuple[int, int]]) -> str:
+    """Where lost rows sit: whole posts (no follower has the post: its fan-out was lost),
+    or whole follows (a reader has none of an author's posts: the edge was lost)."""
+    owed_by_post = collections.Counter(p for _, p in graph.owed())
+    lost_by_post = collections.Counter(p for _, p in lost)
+    whole_posts = sum(1 for p, n in lost_by_post.items() if n == owed_by_post[p])
+    posts_of = collections.Counter(graph.posts.values())
+    lost_by_edge = collections.Counter((r, graph.posts[p]) for r, p in lost)
+    whole_edges = sum(1 for (r, a), n in lost_by_edge.items() if n == posts_of[a])
+    return (f"{len(lost_by_post)} posts short, {whole_posts} of them wholly; "
+            f"{len(lost_by_edge)} follows short, {whole_edges} of them wholly")
 
 
 def test_three_workers_share_six_partitions_and_lose_or_duplicate_no_inbox_row(wide_env: WorkerEnv) -> None:

@@ -2,6 +2,7 @@
 
 * ``faust_app``: the faust app, raw topics and our view of a message
 * ``eager_handoff``: faust's fetcher hands each message to its stream without a task
+* ``committed_seek``: the seek to the committed offsets also seeks uncommitted partitions
 * ``batch_consumer``: an agent's loop over a stream, in batches
 * ``poison_guard``: one message through a handler under the failure rules
 * ``event_publisher``: the idempotent producer of output events

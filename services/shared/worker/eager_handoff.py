@@ -35,6 +35,8 @@ from mode.services import WaitArgT, WaitResults
 from mode.utils.times import Seconds
 from prometheus_client import Counter
 
+from .committed_seek import CommittedSeekConsumer
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -88,10 +90,12 @@ def start_eagerly(coro: Coroutine[Any, Any, T]) -> tuple[bool, T | None, Awaitab
     return False, None, _Resumed(coro, pending)
 
 
-class EagerHandOffConsumer(faust_aiokafka.Consumer):
-    """faust's aiokafka consumer whose fetcher starts each delivery at once (module
-    docstring). Only the fetcher's hand-off, ``wait_first(delivery, suspend_flow.wait())``,
-    is changed: every other wait of the consumer takes one argument."""
+class EagerHandOffConsumer(CommittedSeekConsumer):
+    """The workers' consumer (``CommittedSeekConsumer``: faust's aiokafka consumer whose
+    seek to the committed offsets also seeks the partitions that have none) whose fetcher
+    starts each delivery at once (module docstring). Only the fetcher's hand-off,
+    ``wait_first(delivery, suspend_flow.wait())``, is changed: every other wait of the
+    consumer takes one argument."""
 
     async def wait_first(self, *coros: WaitArgT,
                          timeout: Seconds = None) -> WaitResults:  # type: ignore[assignment]  # mode's own default
@@ -115,6 +119,10 @@ class _Transport(faust_aiokafka.Transport):
     Consumer = EagerHandOffConsumer
 
 
+class _SeekOnlyTransport(faust_aiokafka.Transport):
+    Consumer = CommittedSeekConsumer
+
+
 def _fetcher_hands_off_per_message() -> bool:
     """Whether the pinned faust's fetcher still delivers each message through
     ``wait_first(callback(message), self.suspend_flow.wait())``."""
@@ -126,13 +134,19 @@ def _fetcher_hands_off_per_message() -> bool:
 
 
 def install(app: faust.App) -> bool:
-    """Give ``app`` the eager hand-off consumer, before its consumer is first made.
-    Returns whether it did: not when the app's broker is not faust's aiokafka transport,
-    or when faust's fetcher no longer hands off as this module expects."""
+    """Give ``app`` the workers' consumer, before its consumer is first made: the eager
+    hand-off, over ``CommittedSeekConsumer``. Returns whether the hand-off is eager: not
+    when faust's fetcher no longer hands off as this module expects (the app then gets
+    ``CommittedSeekConsumer`` alone), nor when the app's broker is not faust's aiokafka
+    transport (it keeps faust's consumer)."""
     if app._consumer is not None:
         raise RuntimeError("install the eager hand-off before the app's consumer is made")
-    if not isinstance(app.transport, faust_aiokafka.Transport) or not _fetcher_hands_off_per_message():
-        log.warning("faust's fetcher is not the one eager_handoff knows: keeping faust's consumer")
+    if not isinstance(app.transport, faust_aiokafka.Transport):
+        log.warning("the app's broker is not faust's aiokafka transport: keeping faust's consumer")
+        return False
+    if not _fetcher_hands_off_per_message():
+        log.warning("faust's fetcher is not the one eager_handoff knows: keeping faust's hand-off")
+        app.transport = _SeekOnlyTransport(app.conf.broker_consumer, app)
         return False
     app.transport = _Transport(app.conf.broker_consumer, app)
     return True

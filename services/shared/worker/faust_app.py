@@ -9,7 +9,9 @@ resources its agents open once.
 * ``run_worker``: a worker process's entry point (``python -m services.<role>``): its
   metrics, ``/healthz`` and ``/readyz`` on one port (services/shared/health.py,
   services/shared/worker/health.py), then faust's worker on uvloop. The app's consumer
-  hands each fetched message to its stream at once (``eager_handoff``).
+  hands each fetched message to its stream at once (``eager_handoff``), and its seek to
+  the committed offsets also seeks the partitions nobody has committed yet, so that what
+  a rebalance dropped of them is fetched again (``committed_seek``).
 
 Several processes of one role share its consumer group (the app id): faust's assignor
 spreads the partitions of the topics the role consumes over them, partition numbers
@@ -91,7 +93,8 @@ def build_faust_app(settings: WorkerProcess, app_id: str) -> faust.App:
         broker_max_poll_records=settings.kafka_max_poll_records,
         producer_acks=-1,
     )
-    # Each fetched message handed to its stream without four tasks (eager_handoff.py).
+    # Each fetched message handed to its stream without four tasks (eager_handoff.py),
+    # over a consumer that seeks uncommitted partitions too (committed_seek.py).
     eager_handoff.install(app)
     return app
 
