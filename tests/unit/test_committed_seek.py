@@ -31,11 +31,14 @@ class _AiokafkaConsumer:
         self.sought = {tp: o for tp, o in committed.items() if o}
         return committed
 
-    async def seek_to_beginning(self, *partitions: TopicPartition) -> bool:
+    async def beginning_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: 7 if tp == FRESH else 0 for tp in partitions}  # FRESH's log starts at 7
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
         if self.unassigned_meanwhile:
-            raise IllegalStateError(f"Partitions {set(partitions)} are not assigned")
-        self.to_start.extend(partitions)
-        return True
+            raise IllegalStateError(f"Partition {tp} is not assigned")
+        self.to_start.append(tp)
+        self.sought[tp] = offset
 
 
 class _Thread:
@@ -76,7 +79,8 @@ def test_partitions_with_no_commit_are_sought_to_their_start_in_the_same_thread_
         before = _seeks()
         committed = await consumer.seek_to_committed()
         assert committed == {FRESH: None, COMMITTED: 41, AT_ZERO: 0}  # faust's view unchanged
-        assert inner.sought == {COMMITTED: 41} and inner.to_start == [FRESH, AT_ZERO]
+        assert inner.sought == {COMMITTED: 41, FRESH: 7, AT_ZERO: 0}
+        assert inner.to_start == [FRESH, AT_ZERO]
         assert consumer._thread.calls == 1
         assert _seeks() == before + 2
         # faust's perform_seek, over this seek: the stale read offset of a fresh one cleared.
