@@ -50,7 +50,7 @@ async def _seek_to_committed_or_start(consumer: Any) -> Mapping[TP, int]:
     The first offsets are asked for, then sought (``seek`` sets the position at once).
     ``seek_to_beginning`` would instead clear the position until the broker answers,
     and faust's livelock check, which reads every position, crashed the consumer when
-    it ran in that window (``assert self._position is not None``, in 3 of 8 worker-group
+    it ran in that window (``assert self._position is not None``, in 2 of 8 worker-group
     runs)."""
     committed: Mapping[TP, int] = await consumer.seek_to_committed()
     uncommitted = [tp for tp, offset in committed.items() if not offset]
