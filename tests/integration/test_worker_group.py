@@ -119,15 +119,15 @@ def _check_inboxes(graph: Graph) -> None:
     duplicated = {k: n for k, n in got.items() if n > 1}
     unowed = set(got) - owed
     assert (len(lost), len(duplicated), len(unowed)) == (0, 0, 0), (
-        f"{len(lost)} rows lost (e.g. {sorted(lost)[:3]}; {_lost_by(graph, lost)}), "
+        f"{len(lost)} rows lost (e.g. {sorted(lost)[:3]}; {_lost_by(graph, owed, lost)}), "
         f"{len(duplicated)} duplicated (e.g. {list(duplicated.items())[:3]}), "
         f"{len(unowed)} not owed, of {len(owed)}")
 
 
-def _lost_by(graph: Graph, lost: set[tuple[int, int]]) -> str:
+def _lost_by(graph: Graph, owed: set[tuple[int, int]], lost: set[tuple[int, int]]) -> str:
     """Where lost rows sit: whole posts (no follower has the post: its fan-out was lost),
     or whole follows (a reader has none of an author's posts: the edge was lost)."""
-    owed_by_post = collections.Counter(p for _, p in graph.owed())
+    owed_by_post = collections.Counter(p for _, p in owed)
     lost_by_post = collections.Counter(p for _, p in lost)
     whole_posts = sum(1 for p, n in lost_by_post.items() if n == owed_by_post[p])
     posts_of = collections.Counter(graph.posts.values())
