@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY
 
 from services.shared.clients import kafka
 from services.shared.settings import FanoutProcess, Settings
-from services.shared.worker import eager_handoff
+from services.shared.worker import faust_app
 from services.shared.worker.committed_seek import CommittedSeekConsumer
 from services.shared.worker.faust_app import build_faust_app
 
@@ -66,7 +66,7 @@ def _seeks() -> float:
 def _consumer(aiokafka_consumer: _AiokafkaConsumer, reset: str = "earliest") -> Any:
     app = kafka.faust_app(Settings(kafka_bootstrap="127.0.0.1:1"), f"committed-seek-{reset}",
                           consumer_auto_offset_reset=reset)
-    eager_handoff.install(app)
+    faust_app.install_consumer(app)
     consumer = app.consumer
     consumer._thread = _Thread(aiokafka_consumer)
     return consumer

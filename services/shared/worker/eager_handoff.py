@@ -15,8 +15,9 @@ delivery at once (``start_eagerly``) and returns when it finishes without waitin
 is the race's outcome too (the delivery won; nothing else had a chance to run). A
 delivery that does wait (a full queue, a flow suspended meanwhile) is raced exactly as
 faust does, from where it stopped. When the flow is already suspended, or the consumer
-is stopping, faust's own path runs. The pinned faust is checked by ``install``: its
-fetcher must still hand off this way, or the app keeps faust's consumer.
+is stopping, faust's own path runs. ``fetcher_hands_off_per_message`` checks the pinned
+faust: its fetcher must still hand off this way, or the workers keep faust's hand-off
+(``faust_app.install_consumer`` composes the workers' consumer).
 
 ``start_eagerly`` is Python 3.12's eager task start (``asyncio.eager_task_factory``) for
 one coroutine, on the 3.11 the workers run.
@@ -24,20 +25,15 @@ one coroutine, on the 3.11 the workers run.
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Coroutine
 from typing import Any, Awaitable, Generator, Generic, TypeVar, cast
 
-import faust
 from faust.transport import consumer as faust_consumer
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from mode.services import WaitArgT, WaitResults
 from mode.utils.times import Seconds
 from prometheus_client import Counter
 
-from .committed_seek import CommittedSeekConsumer
-
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 HANDOFFS = Counter("feed_worker_message_handoffs",
@@ -90,12 +86,10 @@ def start_eagerly(coro: Coroutine[Any, Any, T]) -> tuple[bool, T | None, Awaitab
     return False, None, _Resumed(coro, pending)
 
 
-class EagerHandOffConsumer(CommittedSeekConsumer):
-    """The workers' consumer (``CommittedSeekConsumer``: faust's aiokafka consumer whose
-    seek to the committed offsets also seeks the partitions that have none) whose fetcher
-    starts each delivery at once (module docstring). Only the fetcher's hand-off,
-    ``wait_first(delivery, suspend_flow.wait())``, is changed: every other wait of the
-    consumer takes one argument."""
+class EagerHandOffConsumer(faust_aiokafka.Consumer):
+    """faust's aiokafka consumer whose fetcher starts each delivery at once (module
+    docstring). Only the fetcher's hand-off, ``wait_first(delivery, suspend_flow.wait())``,
+    is changed: every other wait of the consumer takes one argument."""
 
     async def wait_first(self, *coros: WaitArgT,
                          timeout: Seconds = None) -> WaitResults:  # type: ignore[assignment]  # mode's own default
@@ -115,15 +109,7 @@ class EagerHandOffConsumer(CommittedSeekConsumer):
         return await super().wait_first(*coros, timeout=timeout)
 
 
-class _Transport(faust_aiokafka.Transport):
-    Consumer = EagerHandOffConsumer
-
-
-class _SeekOnlyTransport(faust_aiokafka.Transport):
-    Consumer = CommittedSeekConsumer
-
-
-def _fetcher_hands_off_per_message() -> bool:
+def fetcher_hands_off_per_message() -> bool:
     """Whether the pinned faust's fetcher still delivers each message through
     ``wait_first(callback(message), self.suspend_flow.wait())``."""
     try:
@@ -131,22 +117,3 @@ def _fetcher_hands_off_per_message() -> bool:
     except (OSError, TypeError):
         return False
     return "self.wait_first(" in source and "callback(message), self.suspend_flow.wait()" in source
-
-
-def install(app: faust.App) -> bool:
-    """Give ``app`` the workers' consumer, before its consumer is first made: the eager
-    hand-off, over ``CommittedSeekConsumer``. Returns whether the hand-off is eager: not
-    when faust's fetcher no longer hands off as this module expects (the app then gets
-    ``CommittedSeekConsumer`` alone), nor when the app's broker is not faust's aiokafka
-    transport (it keeps faust's consumer)."""
-    if app._consumer is not None:
-        raise RuntimeError("install the eager hand-off before the app's consumer is made")
-    if not isinstance(app.transport, faust_aiokafka.Transport):
-        log.warning("the app's broker is not faust's aiokafka transport: keeping faust's consumer")
-        return False
-    if not _fetcher_hands_off_per_message():
-        log.warning("faust's fetcher is not the one eager_handoff knows: keeping faust's hand-off")
-        app.transport = _SeekOnlyTransport(app.conf.broker_consumer, app)
-        return False
-    app.transport = _Transport(app.conf.broker_consumer, app)
-    return True

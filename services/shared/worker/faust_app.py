@@ -8,10 +8,11 @@ resources its agents open once.
 * ``OpenedOnce``: sessions and producers opened on the worker's loop by the first agent.
 * ``run_worker``: a worker process's entry point (``python -m services.<role>``): its
   metrics, ``/healthz`` and ``/readyz`` on one port (services/shared/health.py,
-  services/shared/worker/health.py), then faust's worker on uvloop. The app's consumer
-  hands each fetched message to its stream at once (``eager_handoff``), and its seek to
-  the committed offsets also seeks the partitions nobody has committed yet, so that what
-  a rebalance dropped of them is fetched again (``committed_seek``).
+  services/shared/worker/health.py), then faust's worker on uvloop.
+* ``install_consumer``: the app's consumer (``WorkerConsumer``) hands each fetched
+  message to its stream at once (``eager_handoff``), and its seek to the committed
+  offsets also seeks the partitions nobody has committed yet, so that what a rebalance
+  dropped of them is fetched again (``committed_seek``).
 
 Several processes of one role share its consumer group (the app id): faust's assignor
 spreads the partitions of the topics the role consumes over them, partition numbers
@@ -34,6 +35,7 @@ from typing import Any, Awaitable, Callable, Generic, Sequence, TypeVar
 
 import faust
 import mode.loop
+from faust.transport.drivers import aiokafka as faust_aiokafka
 from prometheus_client import REGISTRY
 
 from services.shared import runtime
@@ -42,9 +44,10 @@ from services.shared.clients import kafka
 from services.shared.clients.preflight import preflight
 from services.shared.settings import WorkerProcess, load
 
-from . import eager_handoff
 from . import health as worker_health
 from . import kafka_failover
+from .committed_seek import CommittedSeekConsumer
+from .eager_handoff import EagerHandOffConsumer, fetcher_hands_off_per_message
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,10 +96,42 @@ def build_faust_app(settings: WorkerProcess, app_id: str) -> faust.App:
         broker_max_poll_records=settings.kafka_max_poll_records,
         producer_acks=-1,
     )
-    # Each fetched message handed to its stream without four tasks (eager_handoff.py),
-    # over a consumer that seeks uncommitted partitions too (committed_seek.py).
-    eager_handoff.install(app)
+    install_consumer(app)
     return app
+
+
+class WorkerConsumer(EagerHandOffConsumer, CommittedSeekConsumer):
+    """The workers' consumer: each fetched message handed to its stream without four
+    tasks (``eager_handoff``), and a seek to the committed offsets that also seeks the
+    partitions nobody has committed yet (``committed_seek``). Each overrides one method
+    of faust's aiokafka consumer and calls on to it."""
+
+
+class _WorkerTransport(faust_aiokafka.Transport):
+    Consumer = WorkerConsumer
+
+
+class _SeekOnlyTransport(faust_aiokafka.Transport):
+    Consumer = CommittedSeekConsumer
+
+
+def install_consumer(app: faust.App) -> bool:
+    """Give ``app`` the workers' consumer, before its consumer is first made. Returns
+    whether its hand-off is eager: not when the pinned faust's fetcher no longer hands
+    off as ``eager_handoff`` expects (the app then gets ``CommittedSeekConsumer`` alone),
+    nor when the app's broker is not faust's aiokafka transport (it keeps faust's
+    consumer)."""
+    if app._consumer is not None:
+        raise RuntimeError("install the workers' consumer before the app's consumer is made")
+    if not isinstance(app.transport, faust_aiokafka.Transport):
+        log.warning("the app's broker is not faust's aiokafka transport: keeping faust's consumer")
+        return False
+    if not fetcher_hands_off_per_message():
+        log.warning("faust's fetcher is not the one eager_handoff knows: keeping faust's hand-off")
+        app.transport = _SeekOnlyTransport(app.conf.broker_consumer, app)
+        return False
+    app.transport = _WorkerTransport(app.conf.broker_consumer, app)
+    return True
 
 
 def raw_topic(app: faust.App, name: str) -> faust.TopicT:
