@@ -218,7 +218,7 @@ def _probe(layout: Layout, i: int, *, ring: bool) -> bool:
 
     host = layout.hosts[i - 1]
     cluster = cql.cluster(security.client_settings(layout), contact_points=[host], connect_timeout=5,
-                          timeout=10)
+                          timeout=10, probe=True)
     try:
         try:
             session = cluster.connect()

@@ -155,6 +155,7 @@ def wait_ready(daemon: Daemon | None, what: str, probe: Callable[[], bool],
     never a fixed sleep.
     """
     start = time.monotonic()
+    last = "the probe answered not ready"
     while True:
         if daemon is not None and not daemon.alive():
             raise StackError(
@@ -164,12 +165,13 @@ def wait_ready(daemon: Daemon | None, what: str, probe: Callable[[], bool],
         try:
             if probe():
                 return time.monotonic() - start
-        except Exception:  # noqa: BLE001 - a probe failing just means "not ready yet"
-            pass
+            last = "the probe answered not ready"
+        except Exception as exc:  # noqa: BLE001 - a probe failing just means "not ready yet"
+            last = f"the probe failed: {type(exc).__name__}: {str(exc)[:300]}"
         if time.monotonic() - start > timeout:
             raise StackError(
-                f"{what} not ready after {timeout:.0f}s; see {log_file}\n--- last lines ---\n"
-                f"{tail(log_file)}"
+                f"{what} not ready after {timeout:.0f}s ({last}); see {log_file}\n"
+                f"--- last lines ---\n{tail(log_file)}"
             )
         time.sleep(0.5)
 

@@ -8,7 +8,7 @@ import ssl
 from cassandra import ConsistencyLevel
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
 from cassandra.auth import PlainTextAuthProvider
-from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy, WhiteListRoundRobinPolicy
 
 from services.shared.settings import CassandraSettings
 
@@ -33,15 +33,22 @@ SERIAL_CONSISTENCY = ConsistencyLevel.LOCAL_SERIAL
 
 
 def cluster(settings: CassandraSettings, *, timeout: float = DEFAULT_TIMEOUT_S,
-            contact_points: list[str] | None = None, connect_timeout: float = 5) -> Cluster:
+            contact_points: list[str] | None = None, connect_timeout: float = 5,
+            probe: bool = False) -> Cluster:
+    """A cluster for ``settings``. With ``probe`` (a readiness check of the contact
+    points): connections to the contact points only, and no schema or token metadata
+    read on connect, which a loaded node answered slowly enough to time the check out."""
+    points = contact_points or settings.cassandra_contact_points
     profile = ExecutionProfile(
-        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy()),
+        load_balancing_policy=(WhiteListRoundRobinPolicy(points) if probe else
+                               TokenAwarePolicy(DCAwareRoundRobinPolicy())),
         request_timeout=timeout, consistency_level=CONSISTENCY,
         serial_consistency_level=SERIAL_CONSISTENCY,
     )
-    return Cluster(contact_points or settings.cassandra_contact_points, port=settings.cassandra_port,
+    return Cluster(points, port=settings.cassandra_port,
                    protocol_version=PROTOCOL_VERSION,
                    execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                   schema_metadata_enabled=not probe, token_metadata_enabled=not probe,
                    connect_timeout=connect_timeout, **_heartbeat(settings), **security(settings),
                    # Nagle + delayed ACK held small request frames back ~40 ms (measured on
                    # the feed's first page: p50 62 -> 9 ms); every process sends them at once.
