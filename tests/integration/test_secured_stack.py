@@ -32,6 +32,7 @@ from services.shared.clients.preflight import StoreRefused, check_cassandra, che
 from services.shared.settings import Settings
 from tests.conftest import require
 from tests.integration.test_stack_manager import stack_ports
+from tests.support.ports import free_ports
 from tests.support.waiting import wait_until
 
 
@@ -230,6 +231,14 @@ def test_kafka_refuses_other_clients(secured: Secured) -> None:
     _refused(check_kafka, secured.settings(kafka_security_protocol="PLAINTEXT"), "FEED_KAFKA_SECURITY_PROTOCOL")
     # TLS without SASL: the brokers' listener is SASL_SSL only.
     _refused(check_kafka, secured.settings(kafka_security_protocol="SSL"), "FEED_KAFKA_SECURITY_PROTOCOL")
+
+
+def test_a_broker_that_is_down_is_not_a_refusal(secured: Secured) -> None:
+    """librdkafka names the broker "sasl_ssl://host:port/bootstrap" in every error: a
+    connection refused there must leave the process to its retries, not end it as
+    misconfigured (its supervisor would not restart it)."""
+    nobody = free_ports(("FEED_NOBODY_PORT",))["FEED_NOBODY_PORT"]
+    check_kafka(secured.settings(kafka_bootstrap=f"127.0.0.1:{nobody}"), timeout_s=3)
 
 
 # --- Cassandra refuses ----------------------------------------------------------------

@@ -9,8 +9,10 @@ account. A store that is merely not up yet is left to the process's own retries.
 from __future__ import annotations
 
 import logging
+import re
 import ssl
 import sys
+import time
 from typing import Callable, Iterable
 
 from services.shared.settings import CassandraSettings, KafkaSettings, PostgresSettings
@@ -59,6 +61,9 @@ _KAFKA = (
     ("in state apiversion_query", "FEED_KAFKA_SECURITY_PROTOCOL (the listener expects TLS or SASL)"),
     ("ssl connection closed by peer", "FEED_KAFKA_SECURITY_PROTOCOL (the listener expects SASL: SASL_SSL)"),
 )
+# librdkafka names a broker with its protocol, "sasl_ssl://127.0.0.1:9092/bootstrap: ...":
+# not a needle ("sasl"), or a broker that is merely down would read as refused.
+_KAFKA_BROKER_SCHEME = re.compile(r"\b(?:sasl_ssl|sasl_plaintext|ssl|plaintext)://", re.IGNORECASE)
 _CASSANDRA = (
     ("requires authentication", "FEED_CASSANDRA_USERNAME / FEED_CASSANDRA_PASSWORD"),
     ("authentication", "FEED_CASSANDRA_USERNAME / FEED_CASSANDRA_PASSWORD"),
@@ -72,8 +77,10 @@ _CASSANDRA = (
 )
 
 
-def _match(store: str, text: str, table: Iterable[tuple[str, str]]) -> StoreRefused | None:
-    lowered = text.lower()
+def _match(store: str, text: str, table: Iterable[tuple[str, str]],
+           ignore: re.Pattern[str] | None = None) -> StoreRefused | None:
+    """The refusal whose needle ``text`` holds (outside what ``ignore`` matches), if any."""
+    lowered = (ignore.sub("", text) if ignore else text).lower()
     for needle, where in table:
         if needle in lowered:
             first = " ".join(text.split())[:300]
@@ -122,21 +129,37 @@ def check_kafka(settings: KafkaSettings, timeout_s: float = 15.0) -> None:
         except KafkaException as exc:  # librdkafka refuses the configuration itself
             errors.append(str(exc))
         else:
-            try:
-                client.list_topics(timeout=timeout_s)
-            except KafkaException as exc:
-                errors.append(str(exc))
-            client.poll(0)  # error_cb is called from poll
+            # Asked in short rounds: a refusal ends the check at its first error, not
+            # after the whole timeout (librdkafka keeps reconnecting until then).
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    client.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+                    break
+                except KafkaException as exc:
+                    errors.append(str(exc))
+                client.poll(0)  # error_cb is called from poll
+                if _kafka_refusal(errors, lines) or time.monotonic() >= deadline:
+                    break
+            client.poll(0)
     finally:
         client_log.removeHandler(lines)
-    # librdkafka's log says what its errors do not (a protocol mismatch is only a
-    # disconnection there): read only when no broker answered.
-    for text in errors + (lines.texts if errors else []):
-        refused = _match("kafka", text, _KAFKA)
-        if refused:
-            raise refused
+    refused = _kafka_refusal(errors, lines)
+    if refused:
+        raise refused
     if errors:
         log.warning("kafka: not reachable yet (%s); the process retries", errors[-1][:200])
+
+
+def _kafka_refusal(errors: list[str], lines: _Lines) -> StoreRefused | None:
+    """The refusal among the client's errors, if any. librdkafka's log says what its
+    errors do not (a protocol mismatch is only a disconnection there): read only once
+    an error was reported."""
+    for text in errors + (lines.texts if errors else []):
+        refused = _match("kafka", text, _KAFKA, ignore=_KAFKA_BROKER_SCHEME)
+        if refused:
+            return refused
+    return None
 
 
 def check_cassandra(settings: CassandraSettings) -> None:
