@@ -233,12 +233,14 @@ def test_kafka_refuses_other_clients(secured: Secured) -> None:
     _refused(check_kafka, secured.settings(kafka_security_protocol="SSL"), "FEED_KAFKA_SECURITY_PROTOCOL")
 
 
-def test_a_broker_that_is_down_is_not_a_refusal(secured: Secured) -> None:
+def test_a_broker_that_is_down_is_not_a_refusal(secured: Secured,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
     """librdkafka names the broker "sasl_ssl://host:port/bootstrap" in every error: a
-    connection refused there must leave the process to its retries, not end it as
-    misconfigured (its supervisor would not restart it)."""
+    connection refused there must leave the process to its retries (no StoreRefused),
+    not end it as misconfigured (its supervisor would not restart it)."""
     nobody = free_ports(("FEED_NOBODY_PORT",))["FEED_NOBODY_PORT"]
     check_kafka(secured.settings(kafka_bootstrap=f"127.0.0.1:{nobody}"), timeout_s=3)
+    assert "kafka: not reachable yet" in caplog.text
 
 
 # --- Cassandra refuses ----------------------------------------------------------------

@@ -16,7 +16,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from services.shared.clients import kafka  # noqa: E402
 from services.shared.settings import Settings  # noqa: E402
-from services.shared.worker import faust_app  # noqa: E402
+from services.shared.worker.faust_app import install_consumer  # noqa: E402
 
 N = 50_000
 
@@ -28,7 +28,7 @@ async def delivery(i: int) -> int:
 async def main() -> None:
     faust_app = kafka.faust_app(Settings(kafka_bootstrap="127.0.0.1:1"), "handoff-faust")
     eager_app = kafka.faust_app(Settings(kafka_bootstrap="127.0.0.1:1"), "handoff-eager")
-    faust_app.install_consumer(eager_app)
+    install_consumer(eager_app)
     consumers = {"faust": faust_app.consumer, "eager": eager_app.consumer}
     for rnd in range(5):
         line = []
