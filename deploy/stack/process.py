@@ -155,7 +155,8 @@ def wait_ready(daemon: Daemon | None, what: str, probe: Callable[[], bool],
     never a fixed sleep.
     """
     start = time.monotonic()
-    last = "the probe answered not ready"
+    not_ready = "the probe answered not ready"
+    last = not_ready
     while True:
         if daemon is not None and not daemon.alive():
             raise StackError(
@@ -165,7 +166,7 @@ def wait_ready(daemon: Daemon | None, what: str, probe: Callable[[], bool],
         try:
             if probe():
                 return time.monotonic() - start
-            last = "the probe answered not ready"
+            last = not_ready
         except Exception as exc:  # noqa: BLE001 - a probe failing just means "not ready yet"
             last = f"the probe failed: {type(exc).__name__}: {str(exc)[:300]}"
         if time.monotonic() - start > timeout:

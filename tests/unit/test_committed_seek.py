@@ -10,9 +10,8 @@ from prometheus_client import REGISTRY
 
 from services.shared.clients import kafka
 from services.shared.settings import FanoutProcess, Settings
-from services.shared.worker import faust_app
 from services.shared.worker.committed_seek import CommittedSeekConsumer
-from services.shared.worker.faust_app import build_faust_app
+from services.shared.worker.faust_app import build_faust_app, install_consumer
 
 FRESH, COMMITTED, AT_ZERO = (TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2))
 
@@ -66,7 +65,7 @@ def _seeks() -> float:
 def _consumer(aiokafka_consumer: _AiokafkaConsumer, reset: str = "earliest") -> Any:
     app = kafka.faust_app(Settings(kafka_bootstrap="127.0.0.1:1"), f"committed-seek-{reset}",
                           consumer_auto_offset_reset=reset)
-    faust_app.install_consumer(app)
+    install_consumer(app)
     consumer = app.consumer
     consumer._thread = _Thread(aiokafka_consumer)
     return consumer

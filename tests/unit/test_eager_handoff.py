@@ -11,9 +11,8 @@ from prometheus_client import REGISTRY
 
 from services.shared.clients import kafka
 from services.shared.settings import FanoutProcess, Settings
-from services.shared.worker import faust_app
 from services.shared.worker.eager_handoff import EagerHandOffConsumer, start_eagerly
-from services.shared.worker.faust_app import build_faust_app
+from services.shared.worker.faust_app import build_faust_app, install_consumer
 
 
 async def _now(value: int) -> int:
@@ -99,7 +98,7 @@ def _handoffs(how: str) -> float:
 
 def _consumer() -> Any:
     app = kafka.faust_app(Settings(kafka_bootstrap="127.0.0.1:1"), "eager-handoff")
-    assert faust_app.install_consumer(app)
+    assert install_consumer(app)
     return app.consumer
 
 
