@@ -7,6 +7,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from . import cassandra, cgroups, exporters, kafka, postgres, prometheus
 from .layout import Layout
@@ -50,14 +52,16 @@ def cmd_up(layout: Layout, only: tuple[str, ...] = COMPONENTS) -> None:
 
 
 def cmd_down(layout: Layout) -> None:
-    any_stopped = False
-    for nodes in (1, 3):
-        lay = Layout.from_env(nodes=nodes)
-        any_stopped |= cassandra.down(lay)
-        any_stopped |= kafka.down(lay)
-        any_stopped |= exporters.postgres_down(lay)
-        any_stopped |= postgres.down(lay)
-    any_stopped |= prometheus.down(layout)
+    """Every component of both stacks stops at once: each waits on its own processes
+    (Cassandra's drain, Kafka's controlled shutdown, Postgres's fast stop), and one after
+    another those waits added up to 18-43 s on three nodes."""
+    downs: list[Callable[[Layout], bool]] = [cassandra.down, kafka.down, exporters.postgres_down,
+                                             postgres.down]
+    with ThreadPoolExecutor(max_workers=9) as pool:
+        stopped = [pool.submit(down, Layout.from_env(nodes=nodes))
+                   for nodes in (1, 3) for down in downs]
+        stopped.append(pool.submit(prometheus.down, layout))
+        any_stopped = any([f.result() for f in stopped])
     swept = cgroups.sweep()
     print(("stack: stopped" if any_stopped else "stack: nothing was running")
           + (f" ({len(swept)} empty cgroups of stopped stacks removed)" if swept else ""))

@@ -298,7 +298,12 @@ def up(layout: Layout, started: list[Daemon]) -> UpReport:
 
 
 def down(layout: Layout) -> bool:
-    return bool(stop_many([daemon(layout, i, c) for i, c in _processes(layout)], grace=30))
+    """The brokers first, all at once, while the controllers still answer their
+    controlled shutdown; then the controllers. Signalled together, the brokers waited
+    for a quorum that had gone until their 30 s grace ran out."""
+    brokers = stop_many([daemon(layout, i, c) for i, c in _processes(layout) if not c], grace=30)
+    controllers = stop_many([daemon(layout, i, c) for i, c in _processes(layout) if c], grace=30)
+    return bool(brokers or controllers)
 
 
 def status(layout: Layout) -> list[StatusRow]:
