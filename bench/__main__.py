@@ -26,6 +26,8 @@ INDEX: dict[str, list[tuple[str, str]]] = {
         ("make bench-read-ab  (bench.read.ab)", "Is this change to the read path faster or slower?"),
         ("python -m bench.read.pull_service", "The pull baseline alone, serving the same database."),
         ("python -m bench.read.rank_rows", "What do rank-key moves cost in tombstones and rows after a month?"),
+        ("python -m bench.read.snapshot_writes",
+         "What does storing first pages' snapshots cost Cassandra, by how many go to a request?"),
         ("python -m bench.read.fence_start",
          "How long does an API take to be ready over a visibility log of 1M entries, at what memory?"),
     ],
