@@ -9,4 +9,5 @@
 * ``ab``: A/B of two source trees on one dataset (``make bench-read-ab``)
 * ``rank_rows``: rank-key rows after a simulated month: tombstones, rows per move
 * ``fence_start``: an API started over a large visibility log: time to ready, memory
+* ``snapshot_writes``: what storing first pages' snapshots costs Cassandra, by request size
 """
