@@ -141,8 +141,8 @@ def measure_cell(cell: Cell, services: list[Server], tokens: dict[int, str], arg
                 result = warm_and_run(server.url, entries, c, args.duration, args.warmup,
                                       server.pid, stores)
                 rows.append(row(cell.name, server.name, kind, result, cell))
-                if args.profile and server.name == "ours" and c == max(conns):
-                    profile_run(server, entries, c, args, f"{cell.name}-{kind}-c{c}")
+                if args.profile and server.name in ("ours", REBUILD) and c == max(conns):
+                    profile_run(server, entries, c, args, f"{cell.name}-{server.name}-{kind}-c{c}")
     return rows, checks
 
 
