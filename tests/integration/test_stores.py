@@ -127,7 +127,7 @@ def test_finished_cassandra_requests_leave_no_cycles_for_the_collector(settings:
     async def scenario() -> None:
         for i in range(20):
             await feed.inbox_top(i, 10)
-            await feed.save_snapshot_slot(SlotRow(f"slot{i}", 0, b"\x01\x00\x00", 60, 0), 2.0)
+            await feed.save_snapshot_slot(SlotRow(f"slot{i}", ((0, b"\x01\x00\x00"),), 60, 0), 2.0)
             await runner.execute(select, (i,))
 
     gc.collect()
@@ -148,8 +148,10 @@ def test_finished_cassandra_requests_leave_no_cycles_for_the_collector(settings:
 
 def test_snapshot_slots_round_trip_and_a_damaged_row_reads_as_no_snapshot(settings: Settings) -> None:
     """The read path's snapshot rows (services/api/snapshots/snapshot_writer.py): a snapshot is
-    found by its version, the longest copy of a slot wins, another reader's version or a
-    damaged row gives None (the walk restarts: snapshot_expired), never an error."""
+    found by its version among its index's parts (an older writer's part 0 too), a slot's
+    rows written as one batch are each found, the longest copy wins, another reader's
+    version or a damaged row gives None (the walk restarts: snapshot_expired), never an
+    error."""
     from datetime import datetime, timezone
 
     from services.api.snapshots import snapshot
@@ -162,19 +164,24 @@ def test_snapshot_slots_round_trip_and_a_damaged_row_reads_as_no_snapshot(settin
     ms = int(at.timestamp() * 1000)
 
     async def scenario() -> list:
+        # An older writer's row: several snapshots in part 0, found by index 0's range.
         base = snapshot.pack_slot([(7, version, ms, b"\x02\x00short"), (8, version, ms, b"x")])
-        await feed.save_snapshot_slot(SlotRow(slot, 0, base, 60, 2), 2.0)
+        await feed.save_snapshot_slot(SlotRow(slot, ((0, base),), 60, 2), 2.0)
         longer = snapshot.pack_slot([(7, version, ms, b"\x02\x00short-and-extended")])
-        await feed.save_snapshot_slot(SlotRow(slot, 99, longer, 60, 1), 2.0)
+        second = snapshot.slot_version(at, slot, 1)
+        await feed.save_snapshot_slot(SlotRow(slot, (
+            (snapshot.part_of(0, 99), longer),
+            (snapshot.part_of(1), snapshot.pack_slot([(9, second, ms, b"\x02\x00nine")]))), 60, 2), 2.0)
         found = [await feed.load_snapshot(7, version), await feed.load_snapshot(9, version),
-                 await feed.load_snapshot(7, "v-not-a-slot")]
-        await feed.save_snapshot_slot(SlotRow(slot, 5, base[:-3], 60, 2), 2.0)  # damaged
+                 await feed.load_snapshot(7, "v-not-a-slot"), await feed.load_snapshot(9, second)]
+        await feed.save_snapshot_slot(SlotRow(slot, ((snapshot.part_of(0, 5), base[:-3]),), 60, 2), 2.0)
         found.append(await feed.load_snapshot(7, version))
         return found
 
     try:
-        extended, other, stray, damaged = asyncio.run(scenario())
+        extended, other, stray, second, damaged = asyncio.run(scenario())
     finally:
         session.cluster.shutdown()
     assert extended == (b"\x02\x00short-and-extended", at)
+    assert second == (b"\x02\x00nine", at)  # its slot's other row, written in the same batch
     assert other is None and stray is None and damaged is None

@@ -341,16 +341,16 @@ class InMemoryFeedStore:
         self.tables.preferences[reader_id] = order
 
     async def save_snapshot_slot(self, row: SlotRow, timeout_s: float) -> None:
-        self.tables.slots.setdefault(row.slot, {})[row.part] = row.payload
+        self.tables.slots.setdefault(row.slot, {}).update(row.parts)
 
     async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None:
-        slot = snapshot.slot_of(feed_version)
-        if slot is None:
+        slot, wanted = snapshot.slot_of(feed_version), snapshot.parts_of(feed_version)
+        if slot is None or wanted is None:
             return None
         parts = self.tables.slots.get(slot, {})
         try:
-            found = snapshot.find_in_slot([parts[part] for part in sorted(parts)], reader_id,
-                                          feed_version)
+            found = snapshot.find_in_slot([parts[part] for part in sorted(parts)
+                                           if wanted[0] <= part < wanted[1]], reader_id, feed_version)
         except ValueError:  # a damaged row: no snapshot, as FeedStore answers
             return None
         if found is None:

@@ -1,5 +1,5 @@
-"""Snapshots stored behind the page, a slot row per batch (services/api/snapshots/snapshot_writer.py,
-the slot format in snapshot.py)."""
+"""Snapshots stored behind the page, a slot per batch and a row per snapshot
+(services/api/snapshots/snapshot_writer.py, the slot format and parts in snapshot.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -23,9 +23,13 @@ def placed(writer: SnapshotWriter, i: int, size: int = 100) -> PendingSnapshot:
     return item
 
 
+def payloads(row: SlotRow) -> list[bytes]:
+    return [payload for _part, payload in row.parts]
+
+
 def readers(row: SlotRow) -> list[int]:
     return [r for r in range(64) if any(
-        snapshot.find_in_slot([row.payload], r, f"v-20261130-000000-{row.slot}-{i:x}")
+        snapshot.find_in_slot(payloads(row), r, f"v-20261130-000000-{row.slot}-{i:x}")
         for i in range(16))]
 
 
@@ -46,12 +50,17 @@ def test_snapshots_placed_together_are_stored_as_bounded_slot_rows():
     writer, items = asyncio.run(scenario())
     # 3 per slot by count, but 250 bytes hold only 2 snapshots of 100.
     assert [readers(r) for r in stored] == [[0, 1], [2, 3], [4, 5], [6]] and writer.batches == 4
-    assert {r.part for r in stored} == {0} and [r.count for r in stored] == [2, 2, 2, 1]
-    for item in items:  # each found by its version alone, in the row its version names
+    assert [r.count for r in stored] == [2, 2, 2, 1]
+    assert [[part for part, _ in r.parts] for r in stored] == [
+        [snapshot.part_of(0), snapshot.part_of(1)]] * 3 + [[snapshot.part_of(0)]]
+    for item in items:  # each found by its version alone, in the rows its version names
         [row] = [r for r in stored if r.slot == snapshot.slot_of(item.feed_version)]
-        assert snapshot.find_in_slot([row.payload], item.reader_id, item.feed_version) == (
+        low, high = snapshot.parts_of(item.feed_version)
+        own = [payload for part, payload in row.parts if low <= part < high]
+        assert len(own) == 1
+        assert snapshot.find_in_slot(own, item.reader_id, item.feed_version) == (
             item.blob, int(AT.timestamp() * 1000))
-        assert snapshot.find_in_slot([row.payload], item.reader_id + 1, item.feed_version) is None
+        assert snapshot.find_in_slot(own, item.reader_id + 1, item.feed_version) is None
 
 
 def test_a_snapshot_stored_again_is_a_part_of_its_slot_and_the_longer_copy_wins():
@@ -70,11 +79,13 @@ def test_a_snapshot_stored_again_is_a_part_of_its_slot_and_the_longer_copy_wins(
         return first, longer
 
     first, longer = asyncio.run(scenario())
-    assert [r.part == 0 for r in stored] == [True, False]
+    [(base, _)], [(copy, _)] = stored[0].parts, stored[1].parts
+    low, high = snapshot.parts_of(first.feed_version)
+    assert base == low and low < copy < high  # a copy of its own, in the version's range
     assert stored[0].slot == stored[1].slot == snapshot.slot_of(first.feed_version)
     assert stored[1].ttl_s == 600
-    payloads = [r.payload for r in reversed(stored)]  # whatever order the parts come back in
-    assert snapshot.find_in_slot(payloads, 1, first.feed_version)[0] == longer.blob
+    found = [p for r in reversed(stored) for p in payloads(r)]  # whatever order they come back in
+    assert snapshot.find_in_slot(found, 1, first.feed_version)[0] == longer.blob
 
 
 def test_a_failed_row_is_counted_and_the_next_ones_still_go():
@@ -180,6 +191,17 @@ def test_versions_are_unique_name_their_slot_and_fit_the_bound():
         assert snapshot.slot_of(stray) is None, stray
     with pytest.raises(ValueError):
         SnapshotWriter(save, lambda n: None).submit(PendingSnapshot(1, "v-unplaced", b"", AT, 9))
+
+
+@given(st.integers(0, 2**20), st.integers(1, 2**snapshot.COPY_BITS - 1))
+def test_a_versions_parts_hold_its_copies_and_no_other_index(index: int, copy: int) -> None:
+    version = snapshot.slot_version(AT, "d" * 10 + "1", index)
+    assert snapshot.index_of(version) == index
+    low, high = snapshot.parts_of(version)
+    assert low == snapshot.part_of(index) and low < snapshot.part_of(index, copy) < high
+    assert high == snapshot.part_of(index + 1) and high < 2**63  # a bigint
+    assert not low <= snapshot.part_of(index + 1, copy) < high
+    assert snapshot.parts_of("v-unplaced") is None and snapshot.index_of("v-1") is None
 
 
 @given(st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=300)), max_size=20))

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Protocol, Sequence
 from cassandra.cluster import ExecutionProfile, Session
 from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
 from cassandra.pool import Host
-from cassandra.query import PreparedStatement, tuple_factory
+from cassandra.query import BatchStatement, BatchType, PreparedStatement, tuple_factory
 
 from services.shared.domain.rules import CELEBRITY_SHARD
 from services.shared.clients.cql import CONSISTENCY, SERIAL_CONSISTENCY
@@ -398,18 +398,27 @@ class FeedStore:
 
     # -- snapshots ----------------------------------------------------------------------------
     async def save_snapshot_slot(self, row: SlotRow, timeout_s: float) -> None:
-        """One slot row of snapshots (snapshots/snapshot_writer.py), given ``timeout_s`` (written
-        behind the page: not held to the read path's timeout)."""
-        await self._rows(self._slots.save, (row.slot, row.part, row.payload, row.ttl_s),
-                         hedge=False, timeout=timeout_s)
+        """A slot's rows of snapshots (snapshots/snapshot_writer.py), one request: a single
+        insert, or an unlogged batch of one partition (one mutation; Cassandra checks no
+        batch size on those). Given ``timeout_s``: written behind the page, not held to
+        the read path's timeout."""
+        save = self._slots.save
+        if len(row.parts) == 1:
+            (part, payload), = row.parts
+            await self._rows(save, (row.slot, part, payload, row.ttl_s), hedge=False, timeout=timeout_s)
+            return
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for part, payload in row.parts:
+            batch.add(save, (row.slot, part, payload, row.ttl_s))
+        await self._rows(batch, None, hedge=False, timeout=timeout_s)
 
     async def load_snapshot(self, reader_id: int, feed_version: str) -> tuple[bytes, datetime] | None:
         """The reader's stored snapshot of that version and when it was made; None when
         there is none (expired, never stored, or a version no writer placed)."""
-        slot = snapshot.slot_of(feed_version)
-        if slot is None:
+        slot, wanted = snapshot.slot_of(feed_version), snapshot.parts_of(feed_version)
+        if slot is None or wanted is None:
             return None
-        rows = await self._rows(self._slots.load, (slot,))
+        rows = await self._rows(self._slots.load, (slot, *wanted))
         try:
             parts = (row.payload for row in map(PayloadRow._make, rows) if row.payload is not None)
             found = snapshot.find_in_slot(parts, reader_id, feed_version)

@@ -1,10 +1,11 @@
 """Ranking snapshots: the version a first page creates and the packed list it stores.
 
 One first-page request merges the top of the reader's sources once and stores the
-result in ``feed_snapshot_slots`` (Cassandra, TTL = ``Settings.snapshot_ttl_s``),
-several snapshots to a row (``pack_slot``: what one process queued within a few
-milliseconds, snapshot_writer.py); the ``feed_version`` names its slot (``slot_version``,
-``slot_of``), so later pages read it back with one partition read (``find_in_slot``).
+result in ``feed_snapshot_slots`` (Cassandra, TTL = ``Settings.snapshot_ttl_s``): what
+one process queued within its coalescing delay is one slot, a partition written by one
+request, a row per snapshot (``pack_slot``, snapshot_writer.py). The ``feed_version``
+names its slot and its index in it (``slot_version``, ``slot_of``, ``parts_of``), so a
+later page reads back only that snapshot's rows (``find_in_slot``).
 The list is packed as fixed-width records (rank key float64, post_id int64, author_id
 int64: 24 bytes each, so 800 entries are 19 KB) behind a format tag and a flags byte
 (``MORE``: the sources had more rows below the last entry, so a walk that reaches the
@@ -41,6 +42,9 @@ _STAMP_CHARS = len("v-YYYYMMDD-HHMMSS-")
 # A slot row: format byte and count, then per snapshot its reader, creation time (Unix
 # ms), version and blob.
 SLOT_FORMAT = 1
+# A slot's rows: one snapshot each, its part the snapshot's index in the slot shifted
+# past the bits of a copy's number (part_of).
+COPY_BITS = 40
 _SLOT_HEAD = struct.Struct("<BH")
 _SLOT_ITEM = struct.Struct("<qqBI")
 
@@ -74,6 +78,31 @@ def slot_of(feed_version: str) -> str | None:
             or not feed_version.startswith("v-")):
         return None
     return slot
+
+
+def index_of(feed_version: str) -> int | None:
+    """The index a version was placed at in its slot; None for any other string."""
+    if slot_of(feed_version) is None:
+        return None
+    try:
+        return int(feed_version.rpartition("-")[2], 16)
+    except ValueError:
+        return None
+
+
+def part_of(index: int, copy: int = 0) -> int:
+    """The clustering ``part`` of a slot's ``index``-th snapshot: ``copy`` 0 is the one
+    stored with its slot, any other (under ``COPY_BITS``) a copy stored again later.
+    Every copy of one snapshot lies in ``parts_of``'s range."""
+    return (index << COPY_BITS) | copy
+
+
+def parts_of(feed_version: str) -> tuple[int, int] | None:
+    """``[low, high)`` of the parts that can hold the version's snapshot, or None."""
+    index = index_of(feed_version)
+    if index is None:
+        return None
+    return part_of(index), part_of(index + 1)
 
 
 def pack_slot(items: Iterable[tuple[int, str, int, bytes]]) -> bytes:

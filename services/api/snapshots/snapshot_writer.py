@@ -1,4 +1,4 @@
-"""Snapshots stored behind the page: coalesced into slot rows, off the response's path.
+"""Snapshots stored behind the page: coalesced into slots, off the response's path.
 
 A first page used to wait for its snapshot's insert, one Cassandra request per page: the
 request's fixed cost (~0.5 ms of the API's CPU and about as much of Cassandra's, read
@@ -8,16 +8,20 @@ a reader that stays on this process) and stores what was queued every ``delay_s`
 
 What one process places within that delay is one **slot**: the first page asks the
 writer for its version (``place``), which names the open slot and the snapshot's index
-in it, and the slot is stored as one row of ``feed_snapshot_slots`` (part 0) holding up
-to ``max_batch`` snapshots and ``max_bytes``. A batch of one statement per snapshot cost
-~25 us of the API's CPU and ~60 us of Cassandra's per snapshot; one row for the same
-snapshots ~10 and ~20 us (2.4 KB blobs, 2026-12-01). A snapshot stored again (a walk
+in it, and the slot is stored by one request: a row per snapshot in the slot's
+partition (``part`` = ``snapshot.part_of(index)``), as one single-partition unlogged
+batch, at most ``max_batch`` snapshots and ``max_bytes``. What costs the node is the
+request, not its bytes: 1,100 snapshots a second of 2.4 KB cost it ~0.5 cores in
+requests of 5 or 16 and ~0.19 in requests of 64, whether one row or a row per snapshot
+(``python -m bench.read.snapshot_writes``, 2026-12-07). A row per snapshot lets a next
+page read its snapshot's rows only, not the slot's. A snapshot stored again (a walk
 extended it, or a reused one is kept again) goes into the slot its version names, as a
-part of its own; a lookup takes the longest copy (snapshot.find_in_slot).
+copy of its own (``part_of(index, copy)``); a lookup takes the longest copy
+(snapshot.find_in_slot).
 
 What that changes, and why it is safe: a next page that reaches *another* process within
 the delay may not find the snapshot yet, so ``FeedReader`` looks again once after
-``RETRY_AFTER_S`` (longer than the delay and a row's write); a snapshot lost to a
+``RETRY_AFTER_S`` (longer than the delay and a slot's write); a snapshot lost to a
 crash or a failed write (logged, counted in ``feed_snapshot_save_failures_total``) makes
 the next page a fresh first page with the ``snapshot_expired`` warning, the documented
 answer to a snapshot that is gone. Nothing shown is ever wrong; at worst a walk restarts.
@@ -45,8 +49,9 @@ from . import snapshot
 log = logging.getLogger(__name__)
 
 # How long a next page on another process waits before its one re-read of a snapshot it
-# did not find: longer than the coalescing delay plus a batch's write on a busy node.
-RETRY_AFTER_S = 0.05
+# did not find: longer than the coalescing delay (Settings.snapshot_write_delay_s, 50 ms)
+# plus a slot's write on a busy node.
+RETRY_AFTER_S = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,14 +65,14 @@ class PendingSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class SlotRow:
-    """One row of ``feed_snapshot_slots``: part 0 is a slot's batch, any other part one
-    snapshot stored again later."""
+    """Rows of one slot of ``feed_snapshot_slots``, stored by one request: ``parts`` are
+    ``(part, payload)``, each payload a ``snapshot.pack_slot`` of its snapshots (the
+    writer puts one in each)."""
 
     slot: str
-    part: int
-    payload: bytes
+    parts: tuple[tuple[int, bytes], ...]
     ttl_s: int
-    count: int  # snapshots in it
+    count: int  # snapshots in them
 
 
 class SnapshotWriter:
@@ -76,9 +81,9 @@ class SnapshotWriter:
     observes each stored row's write time."""
 
     def __init__(self, save: Callable[[SlotRow, float], Awaitable[None]],
-                 on_failure: Callable[[int], None], *, delay_s: float = 0.005,
+                 on_failure: Callable[[int], None], *, delay_s: float = 0.05,
                  timeout_s: float = 2.0, max_pending: int = 4096,
-                 max_batch: int = 16, max_bytes: int = 40_000,
+                 max_batch: int = 64, max_bytes: int = 160_000,
                  on_written: Callable[[float], None] = lambda _s: None,
                  prefix: str | None = None) -> None:
         self._save = save
@@ -124,10 +129,11 @@ class SnapshotWriter:
         self.in_flight += 1
         if slot == self._open:
             self._batch.append(item)
-        else:  # placed in a slot already stored: a part of its own
-            # Part ids only need to differ from 0 and from each other: random's module
-            # generator (reseeded in a forked child) is enough.
-            self._rows.append(self._row(slot, random.getrandbits(62) + 1, [item]))
+        else:  # placed in a slot already stored: a copy of its own
+            # Copy numbers only need to differ from 0 and from each other: random's
+            # module generator (reseeded in a forked child) is enough.
+            copy = random.getrandbits(snapshot.COPY_BITS) or 1
+            self._rows.append(self._row(slot, [item], copy))
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._flush_soon())
 
@@ -137,15 +143,18 @@ class SnapshotWriter:
 
     def _close_slot(self) -> None:
         if self._batch:
-            self._rows.append(self._row(self._open, 0, self._batch))
+            self._rows.append(self._row(self._open, self._batch))
             self._batch = []
         self._open_slot()
 
     @staticmethod
-    def _row(slot: str, part: int, items: Sequence[PendingSnapshot]) -> SlotRow:
-        payload = snapshot.pack_slot((i.reader_id, i.feed_version,
-                                      int(i.created_at.timestamp() * 1000), i.blob) for i in items)
-        return SlotRow(slot, part, payload, max(i.ttl_s for i in items), len(items))
+    def _row(slot: str, items: Sequence[PendingSnapshot], copy: int = 0) -> SlotRow:
+        """Each item a row of its own, at its index's part (``copy`` of it)."""
+        parts = tuple((snapshot.part_of(snapshot.index_of(i.feed_version) or 0, copy),
+                       snapshot.pack_slot([(i.reader_id, i.feed_version,
+                                            int(i.created_at.timestamp() * 1000), i.blob)]))
+                      for i in items)
+        return SlotRow(slot, parts, max(i.ttl_s for i in items), len(items))
 
     async def _flush_soon(self) -> None:
         await asyncio.sleep(self._delay_s)
@@ -168,7 +177,7 @@ class SnapshotWriter:
         except Exception as exc:  # noqa: BLE001 - pages were right; a later walk restarts
             # One line, no traceback: under overload every write fails alike, and a
             # traceback per write is CPU and cyclic garbage the loop can least afford.
-            log.warning("snapshot slot row of %d failed: %r", row.count, exc)
+            log.warning("snapshot slot of %d failed: %r", row.count, exc)
             self._on_failure(row.count)
         finally:
             self.in_flight -= row.count

@@ -109,7 +109,7 @@ class ApiSettings(FeedSettings):
     # Readers whose last snapshot is held for that reuse (~3 KB each).
     snapshot_reuse_size: int = 20_000
     # Seconds snapshot writes wait to be coalesced into one batched insert.
-    snapshot_write_delay_s: float = 0.005
+    snapshot_write_delay_s: float = 0.05
     # Seconds a snapshot batch write may take.
     snapshot_write_timeout_s: float = 2.0
     # Snapshots queued or being written, at most; beyond it one is not stored.

@@ -333,20 +333,29 @@ class FeedStoreContract:
         version, second = snapshot.slot_version(at, slot, 0), snapshot.slot_version(at, slot, 1)
         ms = to_ms(at)
         store, run = subject.store, subject.run
-        base = snapshot.pack_slot([(reader, version, ms, b"\x02\x00short"),
-                                   (other, second, ms, b"\x02\x00other")])
-        run(store.save_snapshot_slot(SlotRow(slot, 0, base, 60, 2), 2.0))
+        mine = snapshot.pack_slot([(reader, version, ms, b"\x02\x00short")])
+        theirs = snapshot.pack_slot([(other, second, ms, b"\x02\x00other")])
+        run(store.save_snapshot_slot(SlotRow(slot, ((snapshot.part_of(0), mine),
+                                                    (snapshot.part_of(1), theirs)), 60, 2), 2.0))
         assert run(store.load_snapshot(reader, version)) == (b"\x02\x00short", at)
         longer = snapshot.pack_slot([(reader, version, ms, b"\x02\x00short-and-extended")])
-        run(store.save_snapshot_slot(SlotRow(slot, 99, longer, 60, 1), 2.0))
+        run(store.save_snapshot_slot(SlotRow(slot, ((snapshot.part_of(0, 99), longer),), 60, 1), 2.0))
         assert run(store.load_snapshot(reader, version)) == (b"\x02\x00short-and-extended", at)
         assert run(store.load_snapshot(other, second)) == (b"\x02\x00other", at)
         assert run(store.load_snapshot(other, version)) is None      # another reader's version
         assert run(store.load_snapshot(reader, "v-not-a-slot")) is None
         unwritten = snapshot.slot_version(at, f"t{secrets.token_hex(6)}", 0)
         assert run(store.load_snapshot(reader, unwritten)) is None   # a slot never written
-        run(store.save_snapshot_slot(SlotRow(slot, 5, base[:-3], 60, 2), 2.0))  # damaged
+        # Only the version's own parts are read: its snapshot under another index's part
+        # is not found.
+        stray = snapshot.slot_version(at, slot, 2)
+        run(store.save_snapshot_slot(SlotRow(slot, ((snapshot.part_of(3), snapshot.pack_slot(
+            [(reader, stray, ms, b"\x02\x00stray")])),), 60, 1), 2.0))
+        assert run(store.load_snapshot(reader, stray)) is None
+        damaged = SlotRow(slot, ((snapshot.part_of(0, 5), mine[:-3]),), 60, 1)
+        run(store.save_snapshot_slot(damaged, 2.0))
         assert run(store.load_snapshot(reader, version)) is None
+        assert run(store.load_snapshot(other, second)) == (b"\x02\x00other", at)  # another part
 
     def test_the_store_itself_is_not_answered_from_memory(self, subject: FeedSubject) -> None:
         # Callers then send their reads together (awaiting.py); only CachedFeedStore,
