@@ -202,6 +202,7 @@ def test_a_versions_parts_hold_its_copies_and_no_other_index(index: int, copy: i
     assert high == snapshot.part_of(index + 1) and high < 2**63  # a bigint
     assert not low <= snapshot.part_of(index + 1, copy) < high
     assert snapshot.parts_of("v-unplaced") is None and snapshot.index_of("v-1") is None
+    assert snapshot.parts_of(snapshot.slot_version(AT, "d1", 2**23)) is None  # past a bigint
 
 
 @given(st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=300)), max_size=20))

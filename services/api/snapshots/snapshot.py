@@ -98,9 +98,10 @@ def part_of(index: int, copy: int = 0) -> int:
 
 
 def parts_of(feed_version: str) -> tuple[int, int] | None:
-    """``[low, high)`` of the parts that can hold the version's snapshot, or None."""
+    """``[low, high)`` of the parts that can hold the version's snapshot, or None (also
+    for an index past what a bigint part holds: no writer placed it)."""
     index = index_of(feed_version)
-    if index is None:
+    if index is None or part_of(index + 1) >= 2**63:
         return None
     return part_of(index), part_of(index + 1)
 
