@@ -14,7 +14,7 @@ two shapes:
 - ``batch``: one clustering row per snapshot in the slot's partition, sent as one
   unlogged single-partition batch (one request, one mutation).
 
-It prints, per run, the node's CPU (``/proc``, the Cassandra process of the stack; the
+It prints, per run, the node's CPU (``/proc``, every Cassandra process of the stack; the
 idle rate is sampled first and shown apart) in cores and µs per snapshot, and this
 process's CPU per snapshot (the driver's side). The rows are written with a 60 s TTL.
 Figures are for comparing shapes within one run: other work on the machine shares the
@@ -28,17 +28,12 @@ import time
 
 from cassandra.query import BatchStatement, BatchType
 
-from bench.harness.servers import store_pids
+from bench.harness.servers import stack_cpu_meter
 from services.api.snapshots import snapshot
 from services.shared.clients import cql
 from services.shared.settings import Settings
 
 TTL_S = 60
-
-
-def _node_cpu(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,18 +50,18 @@ def main(argv: list[str] | None = None) -> int:
     session = cluster.connect(settings.cassandra_keyspace)
     insert = session.prepare("INSERT INTO feed_snapshot_slots (slot, part, payload) VALUES (?, ?, ?) "
                              f"USING TTL {TTL_S}")
-    pid = store_pids()["cassandra"]
+    node_cpu = stack_cpu_meter("cassandra")
     blob = os.urandom(args.blob)
     run = os.urandom(4).hex()
 
-    before = _node_cpu(pid)
+    before = node_cpu()
     time.sleep(5)
-    idle = (_node_cpu(pid) - before) / 5
+    idle = (node_cpu() - before) / 5
     print(f"node idle: {idle:.3f} cores")
     for shape in args.shapes.split(","):
         for per in (int(p) for p in args.per_request.split(",")):
             rate = args.snapshots_per_s / per
-            node0, own0, t0 = _node_cpu(pid), time.process_time(), time.monotonic()
+            node0, own0, t0 = node_cpu(), time.process_time(), time.monotonic()
             futures, sent = [], 0
             while time.monotonic() - t0 < args.seconds:
                 slot = f"bench-{run}-{shape}-{per}-{sent}"
@@ -85,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             for f in futures:
                 f.result()
             seconds = time.monotonic() - t0
-            node = _node_cpu(pid) - node0
+            node = node_cpu() - node0
             own = time.process_time() - own0
             snapshots = sent * per
             print(f"{shape:5} {per:4d} a request, {sent / seconds:7.1f} requests/s: node {node / seconds:.2f} cores "

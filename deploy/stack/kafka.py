@@ -301,8 +301,9 @@ def down(layout: Layout) -> bool:
     """The brokers first, all at once, while the controllers still answer their
     controlled shutdown; then the controllers. Signalled together, the brokers waited
     for a quorum that had gone until their 30 s grace ran out."""
-    brokers = stop_many([daemon(layout, i, c) for i, c in _processes(layout) if not c], grace=30)
-    controllers = stop_many([daemon(layout, i, c) for i, c in _processes(layout) if c], grace=30)
+    daemons = [(c, daemon(layout, i, c)) for i, c in _processes(layout)]
+    brokers = stop_many([d for c, d in daemons if not c], grace=30)
+    controllers = stop_many([d for c, d in daemons if c], grace=30)
     return bool(brokers or controllers)
 
 
