@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+import shutil
 import ssl
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -158,6 +160,20 @@ def test_a_faust_app_gets_the_brokers_and_credentials(pki: dict[str, str]) -> No
     assert [str(url) for url in app.conf.broker] == ["kafka://k1:9093", "kafka://k2:9093"]
     assert app.conf.broker_credentials.username == "feed-app"
     assert app.conf.web_enabled is False
+
+
+def test_a_faust_app_keeps_its_data_dir_out_of_the_working_directory() -> None:
+    app = kafka.faust_app(Settings(kafka_bootstrap="127.0.0.1:1"), "feed-test-data")
+    assert app.conf.datadir == Path(tempfile.gettempdir()) / "feed-faust.feed-test-data"
+    made = not app.conf.datadir.exists()
+    try:
+        app._create_directories()  # as a worker's start does: faust makes the folder, not its parents
+        assert app.conf.datadir.is_dir() and app.conf.tabledir.is_dir()
+    finally:
+        if made:
+            shutil.rmtree(app.conf.datadir, ignore_errors=True)
+    chosen = kafka.faust_app(Settings(kafka_bootstrap="127.0.0.1:1"), "feed-test-data", datadir="/x/y")
+    assert chosen.conf.datadir == Path("/x/y")
 
 
 # Cassandra

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import ssl
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from services.shared.settings import KafkaSettings
@@ -113,9 +115,13 @@ def faust_broker(k: KafkaSettings) -> dict[str, Any]:
 
 def faust_app(k: KafkaSettings, app_id: str, **kwargs: Any) -> "faust.App":
     """A faust app on these settings' brokers, with their credentials (``faust_broker``);
-    ``kwargs`` are the app's other options."""
+    ``kwargs`` are the app's other options. Its data directory is under the system's
+    temporary directory unless ``datadir`` says otherwise: the workers keep no faust
+    tables, and faust's default (``<app id>-data`` in the working directory) left a
+    folder per app id wherever a worker or a test ran."""
     import faust
 
+    kwargs.setdefault("datadir", str(Path(tempfile.gettempdir()) / "feed-faust.{conf.name}"))
     return faust.App(app_id, **faust_broker(k), **kwargs)
 
 
