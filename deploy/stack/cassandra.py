@@ -112,6 +112,11 @@ def _yaml(layout: Layout, i: int) -> str:
         # snapshot batches (services/api/snapshots/snapshot_writer.py, up to 160 KB) are of
         # one partition, which Cassandra does not size-check.
         "batch_size_warn_threshold: 48KiB",
+        # Tests and benches drop their keyspaces all day: Cassandra's default snapshot of
+        # every dropped table kept them all on disk (1.1 GB of the one-node stack's 1.1 GB
+        # after a day of runs) and flushed each one first. A cluster of your own keeps
+        # its own setting.
+        "auto_snapshot: false",
     ]
     if layout.cassandra_memtable_mb:
         # Bigger memtables, fewer and larger flushes: see Layout.from_env.

@@ -55,6 +55,11 @@ def test_memtables_stay_within_half_the_heap(stack_layout: StackLayout, monkeypa
     assert stack_layout(1).cassandra_memtable_mb == expected
 
 
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_dropped_keyspaces_leave_no_snapshot(stack_layout: StackLayout, nodes: int) -> None:
+    assert _yaml(stack_layout(nodes))["auto_snapshot"] == "false"
+
+
 def _jars(tmp_path: Path) -> Path:
     lib = tmp_path / "lib"
     lib.mkdir(exist_ok=True)
