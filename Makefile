@@ -70,8 +70,9 @@ stop-services: venv
 typecheck: venv
 	$(PY) -m mypy
 
+# The whole suite; its 20 slowest steps are listed at the end (CI's time goes there).
 test: typecheck migrate
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=20
 
 test-unit: venv typecheck
 	$(PY) -m pytest tests/unit
