@@ -109,7 +109,7 @@ def _yaml(layout: Layout, i: int) -> str:
         # there too, above fanout_batch_rows (docs/fanout.md).
         "unlogged_batch_across_partitions_warn_threshold: 256",
         # The fan-out's batches above may pass the default 5 KiB by design. The API's
-        # snapshot batches (services/api/snapshots/snapshot_writer.py, up to 160 KB) are of
+        # snapshot batches (services/api/snapshots/snapshot_writer.py, up to 400 KB) are of
         # one partition, which Cassandra does not size-check.
         "batch_size_warn_threshold: 48KiB",
         # Tests and benches drop their keyspaces all day: Cassandra's default snapshot of

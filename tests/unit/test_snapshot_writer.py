@@ -63,6 +63,36 @@ def test_snapshots_placed_together_are_stored_as_bounded_slot_rows():
         assert snapshot.find_in_slot(own, item.reader_id + 1, item.feed_version) is None
 
 
+def test_a_slot_fills_for_a_whole_delay_however_quickly_the_last_write_returned():
+    """What arrives while a slot is being written stays open for a whole delay after the
+    write returns, with what comes next, instead of leaving at once in a small write."""
+    stored: list[SlotRow] = []
+    gate = asyncio.Event()
+
+    async def save(row, timeout_s):
+        stored.append(row)
+        if len(stored) == 1:
+            await gate.wait()  # the first slot's write is out until the gate opens
+
+    async def scenario():
+        writer = SnapshotWriter(save, lambda n: None, delay_s=0.05, max_batch=64, prefix="c" * 10)
+        for i in range(5):
+            placed(writer, i)
+        while not stored:
+            await asyncio.sleep(0.001)
+        for i in range(5, 8):  # while the first slot is written
+            placed(writer, i)
+        gate.set()
+        await asyncio.sleep(0.01)  # the write has returned; the delay has not passed
+        for i in range(8, 12):
+            placed(writer, i)
+        await writer.close()
+        return writer
+
+    writer = asyncio.run(scenario())
+    assert [r.count for r in stored] == [5, 7] and writer.in_flight == 0
+
+
 def test_a_snapshot_stored_again_is_a_part_of_its_slot_and_the_longer_copy_wins():
     stored: list[SlotRow] = []
 

@@ -83,7 +83,7 @@ class SnapshotWriter:
     def __init__(self, save: Callable[[SlotRow, float], Awaitable[None]],
                  on_failure: Callable[[int], None], *, delay_s: float = 0.05,
                  timeout_s: float = 2.0, max_pending: int = 4096,
-                 max_batch: int = 64, max_bytes: int = 160_000,
+                 max_batch: int = 64, max_bytes: int = 400_000,
                  on_written: Callable[[float], None] = lambda _s: None,
                  prefix: str | None = None) -> None:
         self._save = save
@@ -157,16 +157,23 @@ class SnapshotWriter:
         return SlotRow(slot, parts, max(i.ttl_s for i in items), len(items))
 
     async def _flush_soon(self) -> None:
-        await asyncio.sleep(self._delay_s)
-        await self.flush()
+        """Every ``delay_s`` while anything is queued: the open slot is stored, and the
+        next one fills for a whole delay (or to ``max_batch``) however long the write took.
+        Closing the next slot as soon as a write returned made a slot of what arrived
+        during one write (~20 ms: 28 snapshots at 900 first pages a second)."""
+        while True:
+            await asyncio.sleep(self._delay_s)
+            await self.flush()
+            if not self._batch and not self._rows:
+                return
 
     async def flush(self) -> None:
-        """Store everything queued (also what arrives meanwhile), rows concurrently."""
+        """Store the open slot and every closed one (also those closed meanwhile, as a
+        slot fills), rows concurrently."""
         self._close_slot()
         while self._rows:
             rows, self._rows = self._rows, []
             await asyncio.gather(*(self._store(r) for r in rows))
-            self._close_slot()
 
     async def _store(self, row: SlotRow) -> None:
         started = time.monotonic()
