@@ -75,7 +75,8 @@ def test_a_slot_fills_for_a_whole_delay_however_quickly_the_last_write_returned(
             await gate.wait()  # the first slot's write is out until the gate opens
 
     async def scenario():
-        writer = SnapshotWriter(save, lambda n: None, delay_s=0.05, max_batch=64, prefix="c" * 10)
+        # A long delay: the 10 ms below stay inside it on a loaded machine too.
+        writer = SnapshotWriter(save, lambda n: None, delay_s=0.5, max_batch=64, prefix="c" * 10)
         for i in range(5):
             placed(writer, i)
         while not stored:
