@@ -101,6 +101,13 @@ end
 """
 
 
+def store_cpu_total(store_cpu_s: dict[str, float | None]) -> float | None:
+    """The stores' CPU over a run, summed; None when one of them was not measured (it
+    restarted during the run), rather than the others' alone."""
+    measured = list(store_cpu_s.values())
+    return sum(v for v in measured if v is not None) if measured and None not in measured else None
+
+
 @dataclass
 class WrkResult:
     connections: int

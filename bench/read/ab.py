@@ -31,7 +31,7 @@ from bench.read.grid import (PAGE_LIMIT, TOKEN_TTL_S, grid_args, grid_or_usage_e
                              profile_run, seeded_stores)
 from bench.read.seed import log
 from bench.harness.servers import ROOT, Server, Servers, stack_client_env, store_pids
-from bench.harness.wrk_load import warm_and_run
+from bench.harness.wrk_load import store_cpu_total, warm_and_run
 from services.api.http.auth import mint_token
 
 # Counters read from each side's /metrics at the end (summed over their labels but the
@@ -78,12 +78,12 @@ def measure(server: Server, entries: list[tuple[str, str]], args: argparse.Names
             stores: dict[str, int]) -> dict:
     r = warm_and_run(server.url, entries, args.connections, args.duration, args.warmup,
                      server.pid, stores)
-    store_s = [v for v in r.store_cpu_s.values() if v is not None]
+    store_s = store_cpu_total(r.store_cpu_s)
     return {"pages_per_s": r.pages_per_s, "p95_ms": r.p95_ms,
             "cpu_ms_per_page": round(1000 * r.server_cpu_s / r.ok, 3) if r.ok else None,
             # Postgres and Cassandra together over the run, as measured: both sides share
             # the stores, and the runs take turns, so each run's store CPU is its own.
-            "store_cpu_ms_per_page": round(1000 * sum(store_s) / r.ok, 3) if r.ok and store_s else None,
+            "store_cpu_ms_per_page": round(1000 * store_s / r.ok, 3) if r.ok and store_s is not None else None,
             "non_2xx": r.non_2xx}
 
 

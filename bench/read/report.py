@@ -16,6 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bench.harness.wrk_load import store_cpu_total  # noqa: E402
+
 # The read targets (docs/architecture.md, "What the specification fixes").
 EMPTY_ENDPOINT_SHARE = 0.25      # feed pages/s at c16 >= 25 % of /healthz at c16
 FIRST_P95_MS, NEXT_P95_MS = 30.0, 15.0   # small graph, c16
@@ -54,9 +56,8 @@ def enrich(rows: list[dict]) -> None:
     """Add the computed columns to every row."""
     for r in rows:
         r["server_cpu_s_per_1k_pages"] = per_1k(r["server_cpu_s"], r["ok"])
-        measured = list(r["store_cpu_s"].values())
-        if measured and None not in measured:
-            store = sum(measured)
+        store = store_cpu_total(r["store_cpu_s"])
+        if store is not None:
             background = sum(r["store_idle_cpu_per_s"].values()) * r["duration_s"]
             r["store_cpu_s_per_1k_pages"] = per_1k(store, r["ok"])
             r["store_cpu_s_per_1k_pages_net"] = per_1k(max(0.0, store - background), r["ok"])
