@@ -12,8 +12,9 @@ Order of writes on a change, so that no post is ever invisible to a reader:
 """
 from __future__ import annotations
 
+import asyncio
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable
 
 from cassandra.cluster import Session
@@ -41,6 +42,12 @@ class TierStore:
         # Concurrent posts' tier reads as one IN read (read_coalescer.py), with a linger.
         self._states = None if read_linger_s is None else PartitionReads(
             runner, statements.tiers_in, linger_s=read_linger_s)
+        # The changes this process made within the dwell time: (tier, changed_at, the
+        # writes). Concurrent posts of one author read its state together, so every one
+        # of them saw the state before the first one's change: without this each one
+        # decided, wrote and counted the same change again (the 2026-12-07 full run
+        # counted 22 promotions of 14 authors).
+        self._changes: dict[int, tuple[Tier, datetime, asyncio.Future[None]]] = {}
 
     async def state(self, author_id: int) -> TierState:
         if self._states is not None:
@@ -62,14 +69,37 @@ class TierStore:
         now = self._clock()
         if current is None:
             current = await self.state(author_id)
+        mine = self._changes.get(author_id)
+        if mine is not None and (current.changed_at is None or current.changed_at < mine[1]):
+            # Read before this process's own change of the author: that change is the
+            # state, once its writes are in (a post is routed by a tier only after the
+            # tier's rows are written; if they failed, this raises and the post retries).
+            await asyncio.shield(mine[2])
+            current = TierState(mine[0], mine[1])
         decision = decide_tier(current, followers, self.capacity.rows_per_s, now, self._policy)
         if decision.changed:
-            await self._persist(author_id, decision.tier, followers, now)
+            await self._change(author_id, decision.tier, followers, now)
             TIER_CHANGES.labels(decision.tier.value).inc()
             log.info("author %d -> %s (%d followers, cost %.3fs at %.0f rows/s): %s", author_id,
                      decision.tier.value, followers, decision.cost_s, self.capacity.rows_per_s,
                      decision.reason)
         return decision
+
+    async def _change(self, author_id: int, tier: Tier, followers: int, now: datetime) -> None:
+        """Write a change, known to this process's concurrent posts of the author while
+        it is written and for the dwell time after (their reads may predate it)."""
+        horizon = now - timedelta(seconds=self._policy.min_dwell_s)
+        for author in [a for a, (_t, at, done) in self._changes.items() if at < horizon and done.done()]:
+            del self._changes[author]
+        writes = asyncio.ensure_future(self._persist(author_id, tier, followers, now))
+        entry = (tier, now, writes)
+        self._changes[author_id] = entry
+        try:
+            await writes
+        except BaseException:
+            if self._changes.get(author_id) is entry:
+                del self._changes[author_id]  # not written: the next post decides again
+            raise
 
     async def _persist(self, author_id: int, tier: Tier, followers: int, now: datetime) -> None:
         if tier is Tier.CELEBRITY:

@@ -1,0 +1,108 @@
+"""TierStore around the pure policy (services/fanout/tier_store.py): concurrent posts of
+one author read its tier together, so all of them see the state before a change; the
+change is decided, written and counted once, and each post is routed only once its
+rows are written. A failed write is decided again by the next post."""
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+from typing import Any
+
+from services.fanout.metrics import TIER_CHANGES
+from services.fanout.tier_store import TierStore
+from services.fanout.tiering import CapacityEstimate, Tier, TierPolicy, TierState
+
+T0 = datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc)
+
+
+class _Session:
+    def prepare(self, text: str) -> SimpleNamespace:
+        return SimpleNamespace(text=text, fetch_size=None)
+
+
+class _Runner:
+    """Records each statement; every write takes a turn of the loop, as a request would."""
+
+    def __init__(self, fail_writes: int = 0) -> None:
+        self.writes: list[str] = []
+        self.fail_writes = fail_writes
+
+    async def execute(self, statement: SimpleNamespace, params: Any = None) -> list[Any]:
+        await asyncio.sleep(0)
+        if statement.text.startswith("SELECT"):
+            return []
+        if self.fail_writes:
+            self.fail_writes -= 1
+            raise TimeoutError("write timed out")
+        self.writes.append(statement.text.split(" (")[0])
+        return []
+
+
+def _store(runner: _Runner, clock: list[datetime]) -> TierStore:
+    return TierStore(_Session(), runner, TierPolicy(), CapacityEstimate(floor_rows_per_s=2000),  # type: ignore[arg-type]
+                     lambda: clock[0])
+
+
+def _promotions() -> float:
+    return TIER_CHANGES.labels(Tier.CELEBRITY.value)._value.get()
+
+
+def test_concurrent_posts_of_one_author_promote_it_once() -> None:
+    runner, clock = _Runner(), [T0]
+    store = _store(runner, clock)
+    before = _promotions()
+
+    async def posts() -> list[Any]:
+        # Each read the state before any change (a coalesced read): ordinary.
+        return list(await asyncio.gather(*(store.tier_for_post(7, 100_000, TierState()) for _ in range(5))))
+
+    decisions = asyncio.run(posts())
+    assert [d.tier for d in decisions] == [Tier.CELEBRITY] * 5
+    assert sum(d.changed for d in decisions) == 1
+    assert _promotions() - before == 1
+    assert runner.writes == ["INSERT INTO celebrities", "INSERT INTO author_tiers"]
+
+    # A later post whose read still predates the change keeps the tier, unchanged.
+    clock[0] = T0 + timedelta(seconds=30)
+    later = asyncio.run(store.tier_for_post(7, 100_000, TierState()))
+    assert (later.tier, later.changed) == (Tier.CELEBRITY, False)
+    assert len(runner.writes) == 2
+
+
+def test_a_change_whose_writes_failed_is_decided_again() -> None:
+    runner, clock = _Runner(fail_writes=1), [T0]
+    store = _store(runner, clock)
+
+    async def posts() -> list[Any]:
+        return list(await asyncio.gather(*(store.tier_for_post(7, 100_000, TierState()) for _ in range(3)),
+                                         return_exceptions=True))
+
+    outcomes = asyncio.run(posts())
+    # None of them was routed as a celebrity without the rows: all three fail (retried).
+    assert all(isinstance(o, TimeoutError) for o in outcomes)
+    retried = asyncio.run(store.tier_for_post(7, 100_000, TierState()))
+    assert (retried.tier, retried.changed) == (Tier.CELEBRITY, True)
+    assert runner.writes == ["INSERT INTO celebrities", "INSERT INTO author_tiers"]
+
+
+def test_a_newer_change_read_from_the_store_wins_over_this_process_memory() -> None:
+    runner, clock = _Runner(), [T0]
+    store = _store(runner, clock)
+    assert asyncio.run(store.tier_for_post(7, 100_000, TierState())).changed
+    # Past the dwell time, another worker demoted the author: the read says so.
+    clock[0] = T0 + timedelta(seconds=700)
+    read = TierState(Tier.ORDINARY, T0 + timedelta(seconds=650))
+    decision = asyncio.run(store.tier_for_post(7, 100, read))
+    assert (decision.tier, decision.changed) == (Tier.ORDINARY, False)
+
+
+def test_separate_authors_each_change() -> None:
+    runner, clock = _Runner(), [T0]
+    store = _store(runner, clock)
+
+    async def posts() -> list[Any]:
+        return list(await asyncio.gather(*(store.tier_for_post(a, 100_000, TierState()) for a in (1, 2))))
+
+    assert [d.changed for d in asyncio.run(posts())] == [True, True]
+    assert len(runner.writes) == 4
