@@ -9,7 +9,8 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
-from services.fanout.metrics import TIER_CHANGES
+from prometheus_client import REGISTRY
+
 from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, Tier, TierPolicy, TierState
 
@@ -45,7 +46,9 @@ def _store(runner: _Runner, clock: list[datetime]) -> TierStore:
 
 
 def _promotions() -> float:
-    return TIER_CHANGES.labels(Tier.CELEBRITY.value)._value.get()
+    value = REGISTRY.get_sample_value("feed_fanout_tier_changes_total", {"to": Tier.CELEBRITY.value})
+    assert value is not None  # services/fanout/metrics.py makes both labels at import
+    return value
 
 
 def test_concurrent_posts_of_one_author_promote_it_once() -> None:
