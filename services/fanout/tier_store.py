@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from cassandra.cluster import Session
 
@@ -30,6 +30,14 @@ from .tiering import CapacityEstimate, Tier, TierDecision, TierPolicy, TierState
 log = logging.getLogger(__name__)
 
 
+class _Change(NamedTuple):
+    """A tier change this process made: the tier, its ``changed_at``, and its writes."""
+
+    tier: Tier
+    at: datetime
+    writes: asyncio.Future[None]
+
+
 class TierStore:
     def __init__(self, session: Session, runner: CqlRunner, policy: TierPolicy,
                  capacity: CapacityEstimate, clock: Callable[[], datetime], *,
@@ -42,12 +50,11 @@ class TierStore:
         # Concurrent posts' tier reads as one IN read (read_coalescer.py), with a linger.
         self._states = None if read_linger_s is None else PartitionReads(
             runner, statements.tiers_in, linger_s=read_linger_s)
-        # The changes this process made within the dwell time: (tier, changed_at, the
-        # writes). Concurrent posts of one author read its state together, so every one
-        # of them saw the state before the first one's change: without this each one
-        # decided, wrote and counted the same change again (the 2026-12-07 full run
-        # counted 22 promotions of 14 authors).
-        self._changes: dict[int, tuple[Tier, datetime, asyncio.Future[None]]] = {}
+        # The changes this process made within the dwell time. Concurrent posts of one
+        # author read its state together, so every one of them saw the state before the
+        # first one's change: without this each one decided, wrote and counted the same
+        # change again (the 2026-12-07 full run counted 22 promotions of 14 authors).
+        self._changes: dict[int, _Change] = {}
 
     async def state(self, author_id: int) -> TierState:
         if self._states is not None:
@@ -70,12 +77,12 @@ class TierStore:
         if current is None:
             current = await self.state(author_id)
         mine = self._changes.get(author_id)
-        if mine is not None and (current.changed_at is None or current.changed_at < mine[1]):
+        if mine is not None and (current.changed_at is None or current.changed_at < mine.at):
             # Read before this process's own change of the author: that change is the
             # state, once its writes are in (a post is routed by a tier only after the
             # tier's rows are written; if they failed, this raises and the post retries).
-            await asyncio.shield(mine[2])
-            current = TierState(mine[0], mine[1])
+            await asyncio.shield(mine.writes)
+            current = TierState(mine.tier, mine.at)
         decision = decide_tier(current, followers, self.capacity.rows_per_s, now, self._policy)
         if decision.changed:
             await self._change(author_id, decision.tier, followers, now)
@@ -89,13 +96,12 @@ class TierStore:
         """Write a change, known to this process's concurrent posts of the author while
         it is written and for the dwell time after (their reads may predate it)."""
         horizon = now - timedelta(seconds=self._policy.min_dwell_s)
-        for author in [a for a, (_t, at, done) in self._changes.items() if at < horizon and done.done()]:
+        for author in [a for a, c in self._changes.items() if c.at < horizon and c.writes.done()]:
             del self._changes[author]
-        writes = asyncio.ensure_future(self._persist(author_id, tier, followers, now))
-        entry = (tier, now, writes)
+        entry = _Change(tier, now, asyncio.ensure_future(self._persist(author_id, tier, followers, now)))
         self._changes[author_id] = entry
         try:
-            await writes
+            await entry.writes
         except BaseException:
             if self._changes.get(author_id) is entry:
                 del self._changes[author_id]  # not written: the next post decides again
