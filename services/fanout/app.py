@@ -70,7 +70,7 @@ from .profile_events import ProfileChanges
 from .rank_moves import RankMoves
 from .relation_events import RelationChanges
 from .returning import ReturningReaders
-from .tier_store import TierStore
+from .tier_store import CapacitySaving, TierStore
 from .tiering import CapacityEstimate, TierPolicy
 from .verifier import Verifier
 
@@ -103,6 +103,11 @@ class _PostFanoutOptions(TypedDict, total=False):
     """``PostFanout``'s optional arguments that ``open_ports`` passes only when set."""
 
     inactive: Callable[[int], Awaitable[frozenset[int]]]
+
+
+def group_id(settings: FanoutProcess) -> str:
+    """The consumer group (faust app id): ``fanout_group_id``, or ``<topic prefix>.fanout``."""
+    return settings.fanout_group_id or f"{settings.topic_prefix}.fanout"
 
 
 def tier_policy(settings: FanoutProcess) -> TierPolicy:
@@ -141,7 +146,10 @@ async def open_ports(settings: FanoutProcess) -> FanoutPorts:
     capacity = CapacityEstimate(settings.fanout_capacity_floor_rows_per_s,
                                 settings.fanout_capacity_pinned_rows_per_s)
     tiers = TierStore(session, runner, tier_policy(settings), capacity, _utc_now,
-                      read_linger_s=linger)
+                      read_linger_s=linger,
+                      saving=CapacitySaving(group_id(settings), settings.fanout_capacity_save_every_s,
+                                            settings.fanout_capacity_max_age_s))
+    await tiers.restore_capacity()
     activity = ActivityStore(session, runner, read_linger_s=linger)
     tracked = settings.inactive_after.total_seconds() > 0
     inactive = activity.inactive_followers if tracked else None
@@ -182,7 +190,7 @@ E = TypeVar("E")
 
 
 def create_app(settings: FanoutProcess) -> faust.App:
-    app = build_faust_app(settings, settings.fanout_group_id or f"{settings.topic_prefix}.fanout")
+    app = build_faust_app(settings, group_id(settings))
     prefix = settings.topic_prefix
     ports = OpenedOnce(lambda: open_ports(settings))
 

@@ -275,6 +275,7 @@ class PostFanout:
                     sample = self._meter.wrote(self._monotonic(), written)
                     if sample is not None:
                         self._tiers.capacity.observe(*sample)
+                        self._tiers.capacity_sampled()
                 TRIMS.inc(await self._inbox.enforce_cap(readers, post_id, self._now_us()))
         finally:
             finished = self._monotonic()

@@ -22,7 +22,7 @@ from cassandra.cluster import Session
 from services.shared.domain.rules import CELEBRITY_SHARD, DEMOTED_MERGE_S
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.read_coalescer import PartitionReads
-from services.shared.stores.tiers import FanoutTiers, SinceRow, TierRow
+from services.shared.stores.tiers import CapacityRow, FanoutTiers, SinceRow, TierRow
 
 from .metrics import TIER_CHANGES
 from .tiering import CapacityEstimate, Tier, TierDecision, TierPolicy, TierState, decide_tier
@@ -38,14 +38,32 @@ class _Change(NamedTuple):
     writes: asyncio.Future[None]
 
 
+class CapacitySaving(NamedTuple):
+    """Where and how often the measured capacity is kept for a restarted process
+    (``fanout_capacity``): the row's name (the consumer group), seconds between saves
+    while samples come, and the oldest estimate a new process takes (the row's TTL)."""
+
+    name: str
+    every_s: float = 30.0
+    max_age_s: float = 86_400.0
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
+
+
 class TierStore:
     def __init__(self, session: Session, runner: CqlRunner, policy: TierPolicy,
                  capacity: CapacityEstimate, clock: Callable[[], datetime], *,
-                 read_linger_s: float | None = None) -> None:
+                 read_linger_s: float | None = None,
+                 saving: CapacitySaving | None = None) -> None:
         self._run = runner
         self._policy = policy
         self.capacity = capacity
         self._clock = clock
+        self._saving = saving if saving is not None and saving.max_age_s > 0 else None
+        self._saved_at: datetime | None = None
+        self._save: asyncio.Future[None] | None = None
         self._s = statements = FanoutTiers(session)  # the owner's: shared/stores/tiers.py
         # Concurrent posts' tier reads as one IN read (read_coalescer.py), with a linger.
         self._states = None if read_linger_s is None else PartitionReads(
@@ -56,6 +74,57 @@ class TierStore:
         # change again (the 2026-12-07 full run counted 22 promotions of 14 authors).
         self._changes: dict[int, _Change] = {}
 
+    async def restore_capacity(self) -> float | None:
+        """Start the capacity estimate from the last one saved (by this consumer group's
+        processes, within ``max_age_s``) instead of the floor: until its first sample a
+        process would otherwise take every author above the floor's line (1,500 followers
+        at 2,000 rows/s) for a celebrity, and a promoted author is merged at read time
+        for the dwell time and, once demoted, for the inbox TTL and a day more. A hint:
+        unreadable or missing, the floor it is. Returns the estimate taken."""
+        saving = self._saving
+        if saving is None or self.capacity.pinned_rows_per_s > 0:
+            return None
+        try:
+            rows = await self._run.execute(self._s.capacity, (saving.name,))
+        except Exception as exc:  # noqa: BLE001 - the floor is the fallback
+            log.warning("saved fan-out capacity unreadable, starting from the floor: %r", exc)
+            return None
+        row = CapacityRow._make(rows[0]) if rows else None
+        if row is None or row.rows_per_s is None or row.measured_at is None:
+            log.info("no saved fan-out capacity: starting from the floor (%.0f rows/s)",
+                     self.capacity.floor_rows_per_s)
+            return None
+        age_s = (self._clock() - _utc(row.measured_at)).total_seconds()
+        if age_s > saving.max_age_s or not self.capacity.restore(row.rows_per_s):
+            return None
+        self._saved_at = self._clock()  # a save right away would only repeat it
+        log.info("fan-out capacity restored: %.0f rows/s, measured %.0f s ago",
+                 row.rows_per_s, age_s)
+        return row.rows_per_s
+
+    def capacity_sampled(self) -> None:
+        """A sample moved the estimate: save it for a restarted process, at most every
+        ``every_s``, in the background (the posts never wait on it; a failed save is
+        logged, and the next sample due saves again)."""
+        saving, value = self._saving, self.capacity.measured
+        if saving is None or value is None or self.capacity.pinned_rows_per_s > 0:
+            return
+        if self._save is not None and not self._save.done():
+            return
+        now = self._clock()
+        if self._saved_at is not None and (now - self._saved_at).total_seconds() < saving.every_s:
+            return
+        self._saved_at = now
+        self._save = asyncio.ensure_future(self._save_capacity(saving, value, now))
+
+    async def _save_capacity(self, saving: CapacitySaving, value: float, now: datetime) -> None:
+        try:
+            await self._run.execute(self._s.save_capacity,
+                                    (saving.name, value, now, max(1, int(saving.max_age_s))))
+        except Exception as exc:  # noqa: BLE001 - a hint; the next sample due saves again
+            self._saved_at = None
+            log.warning("fan-out capacity not saved: %r", exc)
+
     async def state(self, author_id: int) -> TierState:
         if self._states is not None:
             rows = await self._states.rows(author_id)
@@ -64,10 +133,7 @@ class TierStore:
         row = TierRow._make(rows[0]) if rows else None
         if row is None or row.tier is None:
             return TierState()
-        changed = row.changed_at
-        if changed is not None and changed.tzinfo is None:
-            changed = changed.replace(tzinfo=timezone.utc)
-        return TierState(Tier(row.tier), changed)
+        return TierState(Tier(row.tier), None if row.changed_at is None else _utc(row.changed_at))
 
     async def tier_for_post(self, author_id: int, followers: int,
                             current: TierState | None = None) -> TierDecision:

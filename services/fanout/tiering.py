@@ -100,9 +100,10 @@ class CapacityEstimate:
     bound by one round trip's latency, not by throughput, and would underestimate.
 
     ``floor_rows_per_s`` is an assumption, never a bound on what is measured: it is the
-    estimate until the first sample, the point a first sample below it starts from (one
-    slow fan-out moves the estimate a fifth of the way down, as any later one does), and
-    the least an overload signal alone cuts the estimate to. Samples below it are
+    estimate until the first sample (unless ``restore`` took an earlier process's), the
+    point a first sample below it starts from (one slow fan-out moves the estimate a
+    fifth of the way down, as any later one does), and the least an overload signal
+    alone cuts the estimate to. Samples below it are
     followed: a store that takes fewer rows a second than the floor says moves the tier
     boundary down with it, so the largest authors go to the read-time merge instead of
     fan-outs that overrun the freshness target. (Until 2026-12 the floor clamped the
@@ -118,6 +119,9 @@ class CapacityEstimate:
     # 200 rows at 64 in flight is several round trips deep: throughput-bound.
     min_sample_rows: int = 200
     ewma_rows_per_s: float | None = None
+    # A sample was taken, or an earlier process's estimate restored: the estimate is a
+    # measurement (an overload's cut alone leaves it the floor's assumption).
+    sampled: bool = False
 
     # On an overload signal (a store timeout during a fan-out) the estimate drops by this
     # factor at once: the tier policy then sheds the largest audiences within a batch,
@@ -135,6 +139,7 @@ class CapacityEstimate:
         if rows < self.min_sample_rows or seconds <= 0:
             return
         sample = rows / seconds
+        self.sampled = True
         if self.ewma_rows_per_s is None:
             # The first sample: taken whole when the store is at least as fast as the
             # floor assumes; a slower one moves the assumption a fifth of the way down.
@@ -142,6 +147,22 @@ class CapacityEstimate:
             self.ewma_rows_per_s = sample if sample >= start else start + self.alpha * (sample - start)
         else:
             self.ewma_rows_per_s += self.alpha * (sample - self.ewma_rows_per_s)
+
+    def restore(self, rows_per_s: float) -> bool:
+        """Start from an estimate an earlier process measured (``fanout_capacity``)
+        instead of the floor; taken only before this process's own first sample, and
+        only if positive. Later samples move it as they would a measured one."""
+        if self.sampled or not rows_per_s > 0:
+            return False
+        self.ewma_rows_per_s = rows_per_s
+        self.sampled = True
+        return True
+
+    @property
+    def measured(self) -> float | None:
+        """The estimate if something measured it (a sample, or one restored): what a
+        restarted process may start from. ``None`` while it is the floor's assumption."""
+        return self.ewma_rows_per_s if self.sampled else None
 
     @property
     def rows_per_s(self) -> float:

@@ -366,6 +366,7 @@ CQL_OWNERS = {
     "post_likes": "services/shared/stores/likes.py",
     "author_tiers": "services/shared/stores/tiers.py",
     "celebrities": "services/shared/stores/tiers.py",
+    "fanout_capacity": "services/shared/stores/tiers.py",
     "feed_inbox": "services/shared/stores/inbox.py",
     "author_timeline": "services/shared/stores/timelines.py",
     "follow_edges": "services/shared/stores/counted_edges.py",

@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from services.fanout.tier_store import TierStore
+from services.fanout.tier_store import CapacitySaving, TierStore
 from services.fanout.tiering import CapacityEstimate, Tier, TierPolicy, TierState
 
 T0 = datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc)
@@ -107,3 +107,86 @@ def test_separate_authors_each_change() -> None:
 
     assert [d.changed for d in asyncio.run(posts())] == [True, True]
     assert len(runner.writes) == 4
+
+
+class _CapacityRunner(_Runner):
+    """Answers the capacity read with ``saved`` (a row or none); records saves' values."""
+
+    def __init__(self, saved: tuple[float, datetime] | None = None, fail_read: bool = False) -> None:
+        super().__init__()
+        self.saved = saved
+        self.fail_read = fail_read
+        self.saves: list[tuple[str, float, datetime, int]] = []
+
+    async def execute(self, statement: SimpleNamespace, params: Any = None) -> list[Any]:
+        await asyncio.sleep(0)
+        if statement.text.startswith("SELECT rows_per_s"):
+            if self.fail_read:
+                raise TimeoutError("read timed out")
+            return [] if self.saved is None else [(self.saved[0], self.saved[1].replace(tzinfo=None))]
+        if statement.text.startswith("INSERT INTO fanout_capacity"):
+            self.saves.append(params)
+        return []
+
+
+def _saving_store(runner: _Runner, clock: list[datetime], max_age_s: float = 3600.0) -> TierStore:
+    return TierStore(_Session(), runner, TierPolicy(), CapacityEstimate(floor_rows_per_s=2000),  # type: ignore[arg-type]
+                     lambda: clock[0], saving=CapacitySaving("g.fanout", every_s=30.0, max_age_s=max_age_s))
+
+
+def test_a_restarted_store_starts_from_the_saved_capacity() -> None:
+    runner, clock = _CapacityRunner(saved=(20_000.0, T0 - timedelta(seconds=600))), [T0]
+    store = _saving_store(runner, clock)
+    assert asyncio.run(store.restore_capacity()) == 20_000.0
+    assert store.capacity.rows_per_s == 20_000.0
+    # An author of 1,649 followers stays ordinary (at the floor it would be promoted).
+    decision = asyncio.run(store.tier_for_post(7, 1_649, TierState()))
+    assert (decision.tier, decision.changed) == (Tier.ORDINARY, False)
+
+
+def test_a_stale_missing_or_unreadable_saved_capacity_leaves_the_floor() -> None:
+    clock = [T0]
+    for runner in (_CapacityRunner(saved=(20_000.0, T0 - timedelta(seconds=3601))),
+                   _CapacityRunner(saved=None), _CapacityRunner(fail_read=True)):
+        store = _saving_store(runner, clock)
+        assert asyncio.run(store.restore_capacity()) is None
+        assert store.capacity.rows_per_s == 2000
+    # No saving configured: nothing read at all.
+    plain = _CapacityRunner(fail_read=True)
+    assert asyncio.run(_store(plain, clock).restore_capacity()) is None
+
+
+def test_samples_are_saved_at_most_every_interval_in_the_background() -> None:
+    runner, clock = _CapacityRunner(), [T0]
+    store = _saving_store(runner, clock)
+
+    async def sample(rows: int) -> None:
+        store.capacity.observe(rows, 1.0)
+        store.capacity_sampled()
+        await asyncio.sleep(0.01)  # the background save's turn
+
+    async def run() -> None:
+        store.capacity_sampled()  # nothing measured yet: nothing to save
+        await sample(10_000)
+        clock[0] = T0 + timedelta(seconds=10)
+        await sample(20_000)  # within the interval: not saved
+        clock[0] = T0 + timedelta(seconds=31)
+        await sample(20_000)
+
+    asyncio.run(run())
+    assert [(name, round(value), at, ttl) for name, value, at, ttl in runner.saves] == [
+        ("g.fanout", 10_000, T0, 3600), ("g.fanout", 13_600, T0 + timedelta(seconds=31), 3600)]
+
+
+def test_a_failed_save_is_retried_by_the_next_sample() -> None:
+    runner, clock = _Runner(fail_writes=1), [T0]
+    store = _saving_store(runner, clock)
+
+    async def run() -> None:
+        for _ in range(2):
+            store.capacity.observe(10_000, 1.0)
+            store.capacity_sampled()
+            await asyncio.sleep(0.01)
+
+    asyncio.run(run())
+    assert runner.writes == ["INSERT INTO fanout_capacity"]

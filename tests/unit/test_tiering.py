@@ -144,3 +144,32 @@ def test_a_fast_first_sample_is_taken_whole():
     cap = CapacityEstimate(floor_rows_per_s=2000)
     cap.observe(rows=9_000, seconds=1.0)
     assert cap.rows_per_s == 9_000
+
+
+def test_a_restored_estimate_replaces_the_floor_until_samples_move_it():
+    # A restarted worker: without the estimate it had measured, an author of 1,649
+    # followers costs 0.82 s at the floor and is promoted before the first sample.
+    cap = CapacityEstimate(floor_rows_per_s=2000)
+    assert cap.measured is None
+    assert decide_tier(TierState(), 1_649, cap.rows_per_s, T0, POLICY).tier is Tier.CELEBRITY
+    assert cap.restore(20_000)
+    assert cap.measured == 20_000
+    assert decide_tier(TierState(), 1_649, cap.rows_per_s, T0, POLICY).tier is Tier.ORDINARY
+    cap.observe(rows=10_000, seconds=1.0)  # an EWMA step from it, not a first sample
+    assert cap.rows_per_s == pytest.approx(20_000 + 0.2 * (10_000 - 20_000))
+
+
+def test_a_restore_never_overrides_this_process_measurement():
+    cap = CapacityEstimate(floor_rows_per_s=2000)
+    cap.observe(rows=5_000, seconds=1.0)
+    assert not cap.restore(50_000)
+    assert cap.rows_per_s == 5_000
+    assert not CapacityEstimate(floor_rows_per_s=2000).restore(0.0)
+
+
+def test_an_overload_alone_is_not_a_measurement():
+    cap = CapacityEstimate(floor_rows_per_s=2000)
+    cap.overloaded()
+    assert cap.measured is None  # nothing to save for a restarted process
+    assert cap.restore(8_000)
+    assert cap.rows_per_s == 8_000

@@ -286,6 +286,11 @@ class FanoutSettings(FeedSettings):
     fanout_capacity_floor_rows_per_s: float = 2000.0
     # Above 0: the capacity, inbox rows per second, pinned instead of measured.
     fanout_capacity_pinned_rows_per_s: float = 0.0
+    # Seconds between saves of the measured capacity (Cassandra's fanout_capacity) while
+    # samples come; a restarted worker starts from the last one instead of the floor.
+    fanout_capacity_save_every_s: float = 30.0
+    # The oldest saved capacity a restarted worker takes (the row's TTL); 0: none saved or taken.
+    fanout_capacity_max_age_s: float = 86400.0
     # Concurrent Cassandra writes per fan-out.
     fanout_max_in_flight: int = 64
     # Posts of a batch applied at once.

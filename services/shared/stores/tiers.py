@@ -1,9 +1,12 @@
 """Owner of the fan-out tiers: ``author_tiers`` and ``celebrities``.
 
-Tables (0001_serving.cql): ``author_tiers (author_id) -> tier, changed_at, followers``,
+Tables (0001_serving.cql, 0015_fanout_capacity.cql): ``author_tiers (author_id) -> tier,
+changed_at, followers``,
 the fan-out's hysteresis state per author, and ``celebrities (shard, author_id) ->
 since, until``, the small list of authors whose timelines readers merge: current
-celebrities (until null) and recently demoted ones (until set, the row expiring by TTL).
+celebrities (until null) and recently demoted ones (until set, the row expiring by TTL);
+and ``fanout_capacity (name) -> rows_per_s, measured_at``, the tier policy's last measured
+capacity per consumer group, which a restarted worker starts from.
 The fan-out writes both (services/fanout/tier_store.py says in which order); the read
 path reads the list.
 
@@ -35,6 +38,13 @@ class SinceRow(NamedTuple):
     since: datetime | None
 
 
+class CapacityRow(NamedTuple):
+    """``FanoutTiers.capacity``: a consumer group's last measured capacity (naive UTC)."""
+
+    rows_per_s: float | None
+    measured_at: datetime | None
+
+
 # A celebrities row as the read path's tuple profile returns it: (author_id, until in
 # Unix ms), until None while the author is current.
 CelebrityRow: TypeAlias = tuple[int, int | None]
@@ -59,3 +69,8 @@ class FanoutTiers(Statements):
     # (shard, author_id, since, until, ttl_s)
     demote = Cql("INSERT INTO celebrities (shard, author_id, since, until) VALUES (?,?,?,?) USING TTL ?")
     since = Cql("SELECT since FROM celebrities WHERE shard=? AND author_id=?")
+    # (name) -> CapacityRow
+    capacity = Cql("SELECT rows_per_s, measured_at FROM fanout_capacity WHERE name=?")
+    # (name, rows_per_s, measured_at, ttl_s)
+    save_capacity = Cql("INSERT INTO fanout_capacity (name, rows_per_s, measured_at) VALUES (?,?,?) "
+                        "USING TTL ?")
