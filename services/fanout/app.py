@@ -65,6 +65,7 @@ from .copies import FOLLOW_EDGES, CopyStore
 from .copy_audit import CopyAudit, count_sink
 from .inactive import InactiveSweeper
 from .inbox import InboxStore
+from .metrics import FANOUT_CAPACITY
 from .post_events import PostFanout
 from .profile_events import ProfileChanges
 from .rank_moves import RankMoves
@@ -150,6 +151,7 @@ async def open_ports(settings: FanoutProcess) -> FanoutPorts:
                       saving=CapacitySaving(group_id(settings), settings.fanout_capacity_save_every_s,
                                             settings.fanout_capacity_max_age_s))
     await tiers.restore_capacity()
+    FANOUT_CAPACITY.set(capacity.rows_per_s)  # on the dashboard from the start: floor or restored
     activity = ActivityStore(session, runner, read_linger_s=linger)
     tracked = settings.inactive_after.total_seconds() > 0
     inactive = activity.inactive_followers if tracked else None

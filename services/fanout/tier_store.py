@@ -96,6 +96,9 @@ class TierStore:
             return None
         age_s = (self._clock() - _utc(row.measured_at)).total_seconds()
         if age_s > saving.max_age_s or not self.capacity.restore(row.rows_per_s):
+            log.info("saved fan-out capacity not taken (%.0f rows/s, measured %.0f s ago): "
+                     "starting from the floor (%.0f rows/s)", row.rows_per_s, age_s,
+                     self.capacity.floor_rows_per_s)
             return None
         self._saved_at = self._clock()  # a save right away would only repeat it
         log.info("fan-out capacity restored: %.0f rows/s, measured %.0f s ago",

@@ -20,6 +20,7 @@ keeps every post in every reader's feed exactly once.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -103,10 +104,10 @@ class CapacityEstimate:
     estimate until the first sample (unless ``restore`` took an earlier process's), the
     point a first sample below it starts from (one slow fan-out moves the estimate a
     fifth of the way down, as any later one does), and the least an overload signal
-    alone cuts the estimate to. Samples below it are
-    followed: a store that takes fewer rows a second than the floor says moves the tier
-    boundary down with it, so the largest authors go to the read-time merge instead of
-    fan-outs that overrun the freshness target. (Until 2026-12 the floor clamped the
+    alone cuts the estimate to. Samples below it are followed: a store that takes fewer
+    rows a second than the floor says moves the tier boundary down with it, so the
+    largest authors go to the read-time merge instead of fan-outs that overrun the
+    freshness target. (Until 2026-12 the floor clamped the
     estimate: a store measured at 300 rows/s was still planned at 2,000, and an author
     with 1,000 followers kept a 3.3 s fan-out per post.)
     """
@@ -151,8 +152,8 @@ class CapacityEstimate:
     def restore(self, rows_per_s: float) -> bool:
         """Start from an estimate an earlier process measured (``fanout_capacity``)
         instead of the floor; taken only before this process's own first sample, and
-        only if positive. Later samples move it as they would a measured one."""
-        if self.sampled or not rows_per_s > 0:
+        only if positive and finite. Later samples move it as they would a measured one."""
+        if self.sampled or not (0 < rows_per_s < math.inf):
             return False
         self.ewma_rows_per_s = rows_per_s
         self.sampled = True

@@ -165,6 +165,8 @@ def test_a_restore_never_overrides_this_process_measurement():
     assert not cap.restore(50_000)
     assert cap.rows_per_s == 5_000
     assert not CapacityEstimate(floor_rows_per_s=2000).restore(0.0)
+    assert not CapacityEstimate(floor_rows_per_s=2000).restore(float("inf"))
+    assert not CapacityEstimate(floor_rows_per_s=2000).restore(float("nan"))
 
 
 def test_an_overload_alone_is_not_a_measurement():
