@@ -66,6 +66,10 @@ def row(r: WrkResult, **labels: Any) -> dict[str, Any]:
             "server_cpu_s": r.server_cpu_s,
             "server CPU-s per 1,000 pages (computed)":
                 round(r.server_cpu_s / r.ok * 1000, 2) if r.ok else None,
+            # The stores' CPU over this run, and their CPU/s in the second before it with no
+            # load from us (bench/harness/wrk_load.py): what a page costs them, net of the rest.
+            "ok": r.ok, "duration_s": r.duration_s, "store_cpu_s": r.store_cpu_s,
+            "store_idle_cpu_per_s": r.store_idle_cpu_per_s,
             "statuses": r.statuses, "load generator": "wrk"}
 
 

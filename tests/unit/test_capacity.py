@@ -66,3 +66,26 @@ def test_the_partitions_printed_are_a_setting_the_migrator_takes() -> None:
     assert name == "FEED_KAFKA_TOPIC_PARTITIONS"
     sized = {t.short: t.partitions for t in all_topics("p", partition_counts(value)) if t.short}
     assert all(sized[topic] == 26 for topic in wanted)
+
+
+def test_cassandra_per_page_is_charged_over_our_runs_gross_and_net() -> None:
+    from bench.run.main import read_costs
+
+    def run(page: str, ok: int, cass: float | None, idle: float) -> dict:
+        return {"page": page, "concurrency": 16, "requests": ok, "ok": ok, "server_cpu_s": ok * 3e-4,
+                "duration_s": 10.0, "store_cpu_s": {"cassandra": cass, "postgres": 5.0},
+                "store_idle_cpu_per_s": {"cassandra": idle, "postgres": 0.5}}
+    reads = [run("first", 10_000, 0.5, 0.02), run("next", 10_000, 0.3, 0.02),
+             run("next", 5_000, None, 0.0)]   # a run whose store restarted: not charged
+    costs = read_costs({"cassandra CPU-s": 4.0}, reads)
+    # (0.5 + 0.3) s over 20,000 pages; net of 0.02 CPU/s x 10 s each
+    assert costs["Cassandra µs per page of ours (computed, over our runs)"] == 40.0
+    assert costs["Cassandra µs per page of ours, net of its background (computed, over our runs)"] == 20.0
+    # The whole phase's 4 CPU-s over all 25,000 of our pages, as before
+    assert costs["Cassandra µs per page of ours (computed, the phase's)"] == 160.0
+    result = {"costs": {"history": {}, "reads": costs}}
+    picked = next(v for k, v in result["costs"]["reads"].items() if k.startswith("Cassandra µs per page"))
+    assert picked == 40.0   # what capacity.py's Costs.of takes: our runs, gross
+    # Results from before per-run store CPU keep the phase's figure only.
+    old = read_costs({"cassandra CPU-s": 4.0}, [{k: v for k, v in r.items() if k != "store_cpu_s"} for r in reads])
+    assert "Cassandra µs per page of ours (computed, over our runs)" not in old
