@@ -145,6 +145,29 @@ def test_tier_transitions_never_lose_or_duplicate_a_post(worker_env):
         assert set(candidates) == {p1, p2, p3}  # nothing lost; dedupe by post_id does the rest
 
 
+def test_a_started_worker_takes_its_groups_saved_capacity_instead_of_the_floor(worker_env):
+    """The capacity its group measured before (``fanout_capacity``) is where a new worker
+    starts: at the assumed floor of 1 row/s an author of 9 followers would cost 9 s a
+    post and be promoted; at the saved 1,000 rows/s it stays ordinary."""
+    env, e = worker_env, worker_env.events
+    author, crowd = 42, list(range(70, 79))
+    since = _now() - timedelta(hours=1)
+    env.session.execute("INSERT INTO fanout_capacity (name, rows_per_s, measured_at) VALUES (%s, %s, %s)",
+                        ("restored", 1000.0, _now() - timedelta(minutes=5)))
+    env.start("services.fanout", "restored", fanout_capacity_pinned_rows_per_s=0.0,
+              fanout_capacity_floor_rows_per_s=1.0)
+    env.send([m for r in crowd for m in e.followed(r, author, since)])
+    wait_for_workers(lambda: follower_count(env, author) == len(crowd), message="9 followers")
+    p = post_id_at(_now(), 1)
+    env.send(e.post_created(e.post_row(p, author, _now())))
+    wait_for_workers(lambda: all(env.inbox(r) == [p] for r in crowd), message="the post in every inbox")
+    assert env.rows("SELECT tier FROM author_tiers WHERE author_id=%s", author) == []  # never changed
+    assert env.rows("SELECT author_id FROM celebrities WHERE shard=%s AND author_id=%s",
+                    CELEBRITY_SHARD, author) == []
+    logs = b"".join(f.read_bytes() for f in env.log_dir.glob("services.fanout-restored-*.log"))
+    assert b"fan-out capacity restored: 1000 rows/s" in logs
+
+
 def _author_partition(env, authors: list[int], posts: list[int]) -> list[int]:
     from services.shared.domain import ids
     out = []
