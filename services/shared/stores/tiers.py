@@ -1,18 +1,18 @@
-"""Owner of the fan-out tiers: ``author_tiers`` and ``celebrities``.
+"""Owner of the fan-out tiers: ``author_tiers``, ``celebrities`` and ``fanout_capacity``.
 
 Tables (0001_serving.cql, 0015_fanout_capacity.cql): ``author_tiers (author_id) -> tier,
-changed_at, followers``,
-the fan-out's hysteresis state per author, and ``celebrities (shard, author_id) ->
-since, until``, the small list of authors whose timelines readers merge: current
-celebrities (until null) and recently demoted ones (until set, the row expiring by TTL);
-and ``fanout_capacity (name) -> rows_per_s, measured_at``, the tier policy's last measured
-capacity per consumer group, which a restarted worker starts from.
-The fan-out writes both (services/fanout/tier_store.py says in which order); the read
+changed_at, followers``, the fan-out's hysteresis state per author; ``celebrities (shard,
+author_id) -> since, until``, the small list of authors whose timelines readers merge:
+current celebrities (until null) and recently demoted ones (until set, the row expiring
+by TTL); and ``fanout_capacity (name) -> rows_per_s, measured_at``, the tier policy's
+last measured capacity per consumer group, which a restarted worker starts from. The
+fan-out writes all three (services/fanout/tier_store.py says in which order); the read
 path reads the list.
 
 - ``ReadPathCelebrities``: the API's read of the whole list (one partition).
 - ``FanoutTiers``: the fan-out's reads and writes of an author's tier (the read alone,
-  or with other posts' authors as one coalesced ``IN`` read) and of its list row.
+  or with other posts' authors as one coalesced ``IN`` read), of its list row, and of
+  the group's saved capacity.
 
 Deliberate: the read path keeps the driver's plain tuples (``CelebrityRow``).
 """
