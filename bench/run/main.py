@@ -21,6 +21,7 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -211,13 +212,16 @@ def store_per_page_us(reads: list[dict], store: str) -> tuple[float | None, floa
     return round(gross * 1e6 / pages, 1), round(net * 1e6 / pages, 1)
 
 
-def read_costs(cpu: dict, reads: list[dict]) -> dict:
+def read_costs(cpu: dict, reads: list[dict], baselines: Sequence[dict] = ()) -> dict:
     """Our API's CPU per page, first and next, at the highest concurrency measured (from
     its own rows), and Cassandra's CPU per page of ours: over our own runs (gross, then
     net of its background), and over the whole read phase (which also holds the pull
     baseline's and /healthz's runs and the gaps between runs, all charged to our pages;
     Postgres is not charged, the pull baseline reads it). The first key that starts
-    with "Cassandra µs per page" is what bench/run/capacity.py takes: our runs' gross."""
+    with "Cassandra µs per page" is what bench/run/capacity.py takes: our runs' gross.
+    Beside the API's figures, ``/healthz``'s CPU per request at the same concurrency (from
+    ``baselines``) and each page's ratio to it: the HTTP stack's own floor on the same
+    machine, which moves with the day's speed as the pages do."""
     top = max(r["concurrency"] for r in reads)
     out: dict = {"window": cpu}
     for page in ("first", "next"):
@@ -225,6 +229,15 @@ def read_costs(cpu: dict, reads: list[dict]) -> dict:
         pages = sum(r["requests"] for r in rows)
         out[f"API µs per {page} page (computed, c{top})"] = (
             round(sum(r["server_cpu_s"] for r in rows) * 1e6 / pages, 1) if pages else None)
+    health = [b for b in baselines if b.get("page") == "healthz" and b["concurrency"] == top]
+    requests = sum(b["requests"] for b in health)
+    if requests:
+        health_us = sum(b["server_cpu_s"] for b in health) * 1e6 / requests
+        out[f"/healthz µs per request (computed, c{top})"] = round(health_us, 1)
+        for page in ("first", "next"):
+            api_us = out[f"API µs per {page} page (computed, c{top})"]
+            out[f"{page} page / /healthz, µs a request (computed, c{top})"] = (
+                round(api_us / health_us, 2) if api_us is not None and health_us else None)
     ours = sum(r["requests"] for r in reads)
     out["our pages"] = ours
     gross, net = store_per_page_us(reads, "cassandra")
@@ -361,7 +374,7 @@ def main() -> int:
             settings, base_url, services.procs["api"].pid,
             {g: groups[g] for g in ("small", "large", "celebs")}, avg, cfg["levels"],
             cfg["seconds"], out / "logs")
-        result["costs"]["reads"] = read_costs(stores.stop(), result["reads"])
+        result["costs"]["reads"] = read_costs(stores.stop(), result["reads"], result["baselines"])
         log(f"read costs: {result['costs']['reads']}")
         for r in result["reads"] + result["baselines"]:
             log(f"reads {r.get('group', r.get('name'))} {r['page']} c{r['concurrency']}: "

@@ -89,3 +89,19 @@ def test_cassandra_per_page_is_charged_over_our_runs_gross_and_net() -> None:
     # Results from before per-run store CPU keep the phase's figure only.
     old = read_costs({"cassandra CPU-s": 4.0}, [{k: v for k, v in r.items() if k != "store_cpu_s"} for r in reads])
     assert "Cassandra µs per page of ours (computed, over our runs)" not in old
+
+
+def test_the_api_costs_are_reported_beside_healthz_at_the_same_concurrency() -> None:
+    from bench.run.main import read_costs
+
+    reads = [{"page": page, "concurrency": 16, "requests": 10_000, "server_cpu_s": 2.5}
+             for page in ("first", "next")]
+    baselines = [{"page": "healthz", "concurrency": 1, "requests": 1_000, "server_cpu_s": 1.0},
+                 {"page": "healthz", "concurrency": 16, "requests": 20_000, "server_cpu_s": 2.0},
+                 {"page": "first", "concurrency": 16, "requests": 5_000, "server_cpu_s": 3.0}]  # pull
+    costs = read_costs({"cassandra CPU-s": 1.0}, reads, baselines)
+    assert costs["API µs per first page (computed, c16)"] == 250.0
+    assert costs["/healthz µs per request (computed, c16)"] == 100.0   # c16 only, /healthz only
+    assert costs["first page / /healthz, µs a request (computed, c16)"] == 2.5
+    assert costs["next page / /healthz, µs a request (computed, c16)"] == 2.5
+    assert "/healthz µs per request (computed, c16)" not in read_costs({}, reads)
