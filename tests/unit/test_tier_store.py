@@ -1,7 +1,9 @@
 """TierStore around the pure policy (services/fanout/tier_store.py): concurrent posts of
 one author read its tier together, so all of them see the state before a change; the
 change is decided, written and counted once, and each post is routed only once its
-rows are written. A failed write is decided again by the next post."""
+rows are written. A failed write is decided again by the next post. And the measured
+capacity outlives the process: saved in the background at most every interval, taken by
+a new store when fresh, the floor otherwise."""
 from __future__ import annotations
 
 import asyncio
