@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import operator
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, AsyncIterator, Sequence
 
 from cassandra.cluster import Session
@@ -25,7 +25,7 @@ from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.domain import ids
-from services.shared.domain.rules import REMOVED
+from services.shared.domain.rules import REMOVED, as_utc
 from services.shared.stores.blocks import BLOCK_DIRECTIONS, FanoutBlocks, audience_other, both_ways, mute_row
 from services.shared.stores.counted_edges import FOLLOW_EDGES as FOLLOW_EDGES
 from services.shared.stores.counted_edges import CountReads, count_of
@@ -232,7 +232,7 @@ class CopyStore:
     async def following_since(self, follower_id: int, followed_id: int) -> datetime | None:
         """The author-side copy's following_since (``followers``; None: no row)."""
         rows = await self._run.execute(self._follows.follower_since, (followed_id, follower_id))
-        return _utc(SinceRow._make(rows[0]).following_since) if rows else None
+        return as_utc(SinceRow._make(rows[0]).following_since) if rows else None
 
     async def followers_count(self, author_id: int) -> int:
         """The author's follower count (what the tier decision weighs)."""
@@ -323,9 +323,5 @@ def _timeline(author_id: int, post_id: int) -> ServingChange:
 
 def _post_copy(r: CopyRow) -> PostCopy:
     """A ``posts`` row read by ``read_post`` / ``read_posts`` as the decisions' copy."""
-    return PostCopy(r.post_id, r.author_id, _utc(r.created_at), r.visibility, r.deleted,
+    return PostCopy(r.post_id, r.author_id, as_utc(r.created_at), r.visibility, r.deleted,
                     r.vis_ts, r.fanned_out, r.score, r.rank_key, r.rank_key_next, r.key_ts)
-
-
-def _utc(ts: datetime | None) -> datetime | None:
-    return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts

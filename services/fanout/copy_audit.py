@@ -50,7 +50,7 @@ from services.shared.contracts import edge_counts
 from services.shared.contracts.edge_counts import EdgeCounted
 from services.shared.contracts.topics import follow_counts_topic
 from services.shared.domain.ranking import rank_key
-from services.shared.domain.rules import VISIBLE
+from services.shared.domain.rules import VISIBLE, as_utc
 from services.shared.stores.blocks import IN, OUT, BlockRow, DirectionRow, FanoutBlocks
 from services.shared.stores.blocks import MUTE as MUTE_ROW
 from services.shared.stores.counted_edges import FOLLOW_EDGES, CountReads
@@ -244,7 +244,7 @@ def _ms(ts: datetime | None) -> int | None:
     """Milliseconds since the epoch, floored (what Cassandra keeps of a timestamp)."""
     if ts is None:
         return None
-    aware = ts if ts.tzinfo is not None else ts.replace(tzinfo=timezone.utc)
+    aware = as_utc(ts)
     return (aware - _EPOCH) // _MS
 
 
@@ -570,8 +570,4 @@ class CopyAudit:
 
 def _since(rows: Sequence[Any]) -> datetime | None:
     """following_since of a follow copy's row (UTC), None with no row."""
-    return _utc(SinceRow._make(rows[0]).following_since) if rows else None
-
-
-def _utc(ts: datetime | None) -> datetime | None:
-    return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts
+    return as_utc(SinceRow._make(rows[0]).following_since) if rows else None

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Callable, NamedTuple
 
 from cassandra.cluster import Session
 
-from services.shared.domain.rules import CELEBRITY_SHARD, DEMOTED_MERGE_S
+from services.shared.domain.rules import CELEBRITY_SHARD, DEMOTED_MERGE_S, as_utc
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.read_coalescer import PartitionReads
 from services.shared.stores.tiers import CapacityRow, FanoutTiers, SinceRow, TierRow
@@ -46,10 +46,6 @@ class CapacitySaving(NamedTuple):
     name: str
     every_s: float = 30.0
     max_age_s: float = 86_400.0
-
-
-def _utc(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
 
 
 class TierStore:
@@ -94,7 +90,7 @@ class TierStore:
             log.info("no saved fan-out capacity: starting from the floor (%.0f rows/s)",
                      self.capacity.floor_rows_per_s)
             return None
-        age_s = (self._clock() - _utc(row.measured_at)).total_seconds()
+        age_s = (self._clock() - as_utc(row.measured_at)).total_seconds()
         if age_s > saving.max_age_s or not self.capacity.restore(row.rows_per_s):
             log.info("saved fan-out capacity not taken (%.0f rows/s, measured %.0f s ago): "
                      "starting from the floor (%.0f rows/s)", row.rows_per_s, age_s,
@@ -136,7 +132,7 @@ class TierStore:
         row = TierRow._make(rows[0]) if rows else None
         if row is None or row.tier is None:
             return TierState()
-        return TierState(Tier(row.tier), None if row.changed_at is None else _utc(row.changed_at))
+        return TierState(Tier(row.tier), None if row.changed_at is None else as_utc(row.changed_at))
 
     async def tier_for_post(self, author_id: int, followers: int,
                             current: TierState | None = None) -> TierDecision:

@@ -4,7 +4,8 @@
 database in a background thread and stops it at the end; tests talk to it over real HTTP
 with httpx. ``api_server.client(user_id)`` is an httpx client carrying a valid token.
 The read path's tests reuse the same fixture; ``world`` seeds their serving store, and
-``worker_env`` runs the fan-out and ranker as subprocesses (tests/support/).
+``worker_env`` runs the fan-out and ranker as subprocesses (tests/support/);
+``cassandra`` is a driver session on the session's keyspace for the store tests.
 """
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from cassandra.cluster import Session
+
+from services.shared.clients import cql
 from services.shared.settings import Settings
 from tests.support.api_server import RunningApi, running_api
 # The CDC relay's fixtures, used by test_cdc_relay and test_cdc_faults.
@@ -37,6 +41,14 @@ def world(settings: Settings, api_server: RunningApi) -> Iterator[FeedWorld]:
     w.watchers.append(api_server)
     yield w
     w.close()
+
+
+@pytest.fixture(scope="module")
+def cassandra(settings: Settings) -> Iterator[Session]:
+    """A session on the session's keyspace, from the store's one factory."""
+    session = cql.session(settings)
+    yield session
+    session.cluster.shutdown()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
@@ -19,8 +18,6 @@ from cassandra import InvalidRequest
 from cassandra.cluster import Session
 
 from services.fanout.copies import CopyStore
-from services.shared.settings import Settings
-from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.read_coalescer import MAX_KEYS, PartitionReads
 from services.shared.stores.write_coalescer import MAX_ROWS, WriteCoalescer
@@ -29,13 +26,6 @@ pytestmark = pytest.mark.integration
 
 _READERS = itertools.count(7_300_000_000)
 _USERS = itertools.count(7_400_000_000)
-
-
-@pytest.fixture(scope="module")
-def cassandra(settings: Settings) -> Iterator[Session]:
-    session = cql.session(settings)
-    yield session
-    session.cluster.shutdown()
 
 
 def _run(coro):  # type: ignore[no-untyped-def]

@@ -27,8 +27,6 @@ from services.fanout.inbox import InboxStore
 from services.fanout.tier_store import TierStore
 from services.fanout.tiering import CapacityEstimate, Tier, TierPolicy
 from services.shared.domain.rules import VISIBLE
-from services.shared.settings import Settings
-from services.shared.clients import cql
 from services.shared.domain.edge_transitions import EdgeChange
 from services.shared.stores.counted_edges import LIKE_EDGES, CountedEdges, OwnedChange
 from services.shared.stores.cql_async import CqlRunner
@@ -40,13 +38,6 @@ pytestmark = pytest.mark.integration
 MAX_FOLLOWING = 50  # the store's page of follows and blocks: above what any test writes
 _TS = itertools.count(int(time.time() * 1_000_000))  # copy write timestamps, increasing
 _OFFSETS = itertools.count(int(time.time() * 1000))  # count-topic offsets, increasing
-
-
-@pytest.fixture(scope="module")
-def cassandra(settings: Settings) -> Iterator[Session]:
-    session = cql.session(settings)
-    yield session
-    session.cluster.shutdown()
 
 
 class CassandraWriter:

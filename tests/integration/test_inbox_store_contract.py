@@ -12,20 +12,11 @@ from cassandra.cluster import Session
 
 from services.fanout.inbox import InboxStore
 from services.shared.contracts.serving_changes import ChangeSink
-from services.shared.settings import Settings
-from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.write_coalescer import WriteCoalescer
 from tests.support.contracts.inbox_store_contract import InboxStoreContract, InboxSubject
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def cassandra(settings: Settings) -> Iterator[Session]:
-    session = cql.session(settings)
-    yield session
-    session.cluster.shutdown()
 
 
 class TestCassandraInboxStore(InboxStoreContract):

@@ -5,13 +5,11 @@ answers in time; every statement is accounted for (nothing left in flight)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 from cassandra import OperationTimedOut
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Session
 
-from services.shared.settings import Settings
 from services.shared.clients import cql
 from services.shared.stores.cql_async import CqlRunner
 from services.shared.stores.store_pressure import adaptive_permits
@@ -22,13 +20,6 @@ MIN, MAX = 4, 64
 # Far below any node's answer time (a loopback round trip alone is tens of microseconds):
 # every statement times out in the driver, as they did on the overloaded three nodes.
 IMPOSSIBLE_TIMEOUT_S = 1e-6
-
-
-@pytest.fixture(scope="module")
-def cassandra(settings: Settings) -> Iterator[Session]:
-    session = cql.session(settings)
-    yield session
-    session.cluster.shutdown()
 
 
 def _set_timeout(session: Session, seconds: float) -> None:

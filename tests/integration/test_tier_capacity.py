@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -15,18 +14,9 @@ from cassandra.cluster import Session
 
 from services.fanout.tier_store import CapacitySaving, TierStore
 from services.fanout.tiering import CapacityEstimate, Tier, TierPolicy, TierState
-from services.shared.clients import cql
-from services.shared.settings import Settings
 from services.shared.stores.cql_async import CqlRunner
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def cassandra(settings: Settings) -> Iterator[Session]:
-    session = cql.session(settings)
-    yield session
-    session.cluster.shutdown()
 
 
 def _store(session: Session, name: str, clock: list[datetime], max_age_s: float = 3600.0) -> TierStore:

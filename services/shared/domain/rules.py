@@ -6,6 +6,7 @@ migration named beside it): every module that applies a rule imports it from her
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import overload
 
 # posts.visibility (and the serving copy's): a post is shown only while it is VISIBLE;
 # moderation sets REMOVED (and a restore VISIBLE again). Deletion is apart (deleted_at).
@@ -36,6 +37,16 @@ DEMOTED_MERGE_S = int(DEMOTED_MERGE.total_seconds())
 
 # The tier store keeps every celebrity in one partition of ``celebrities``.
 CELEBRITY_SHARD = 0
+
+
+@overload
+def as_utc(ts: datetime) -> datetime: ...
+@overload
+def as_utc(ts: None) -> None: ...
+def as_utc(ts: datetime | None) -> datetime | None:
+    """A timestamp the Cassandra driver read (naive, in UTC) as an aware one; an aware
+    one, or None, as it is."""
+    return ts.replace(tzinfo=timezone.utc) if ts is not None and ts.tzinfo is None else ts
 
 
 def iso_utc(ts: datetime, timespec: str = "milliseconds") -> str:
