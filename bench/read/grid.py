@@ -30,7 +30,6 @@ import json
 import os
 import random
 import secrets
-import subprocess
 import sys
 import time
 import urllib.error
@@ -46,7 +45,8 @@ from bench.read.seed import log, seed_all
 from bench.harness.pipeline import drop_database_and_keyspace
 from bench.harness.servers import Server, Servers, store_pids
 from deploy.workload import GraphSpec, generate
-from bench.harness.wrk_load import WrkResult, run_wrk, warm_and_run
+from bench.harness.profiling import profile_wrk, top_frames
+from bench.harness.wrk_load import WrkResult, warm_and_run
 from deploy.migrate import migrate_cassandra, migrate_kafka, migrate_postgres
 from services.api.http.auth import mint_token
 from services.shared.clients import kafka, pg
@@ -148,38 +148,14 @@ def measure_cell(cell: Cell, services: list[Server], tokens: dict[int, str], arg
 
 def profile_run(server: Server, entries: list[tuple[str, str]], connections: int,
                 args: argparse.Namespace, label: str) -> None:
-    """One more run of the same load, not recorded, with py-spy sampling the server (its
-    own CPU would skew a measured run): a collapsed-stack file per run beside the report,
-    and its top frames by own samples in the log."""
+    """One more run of the same load under py-spy (``profiling.profile_wrk``): a
+    collapsed-stack file per run in profiles/ beside the report, its top frames logged."""
     out = Path(args.out) / "profiles" / f"{label}.txt"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    spy = subprocess.Popen([str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid",
-                            str(server.pid), "--subprocesses", "--format", "raw", "--rate", str(args.profile_rate),
-                            *(["--gil"] if args.profile_gil else []),
-                            "--duration", str(int(args.duration)), "--output", str(out)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)  # py-spy attached before the load starts
-    run_wrk(server.url, entries, connections, args.duration, server.pid, {})
-    spy.wait(timeout=args.duration + 60)
+    profile_wrk(server.url, server.pid, entries, connections, args.duration, out,
+                rate=args.profile_rate, gil=args.profile_gil)
     if out.exists():
         for share, frame in top_frames(out)[:12]:
             log(f"  profile {label}: {share:5.1%} {frame}")
-
-
-def top_frames(collapsed: Path) -> list[tuple[float, str]]:
-    """Leaf frames by their share of all samples (own time; py-spy's raw format is
-    ``frame;frame;... count`` per line)."""
-    counts: dict[str, int] = {}
-    total = 0
-    for line in collapsed.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not n.isdigit():
-            continue
-        total += int(n)
-        leaf = stack.rsplit(";", 1)[-1]
-        counts[leaf] = counts.get(leaf, 0) + int(n)
-    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
-    return [(n / total, f) for f, n in ranked] if total else []
 
 
 def _ms(value: float | None) -> str:

@@ -29,6 +29,7 @@ from services.shared.clients import pg
 from services.shared.settings import Settings
 
 from .pull_service import create_baseline_indexes
+from bench.harness.profiling import profile_wrk
 from bench.harness.servers import Servers, store_pids
 from bench.harness.wrk_load import WrkResult, warm_and_run
 
@@ -75,8 +76,10 @@ def row(r: WrkResult, **labels: Any) -> dict[str, Any]:
 
 def reads(settings: Settings, api_url: str, api_pid: int, groups: dict[str, list[int]],
           avg_follows: dict[str, float], levels: list[int], seconds: float,
-          log_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(our rows, baseline rows) for every group, page kind and connection count."""
+          log_dir: Path, profiles: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(our rows, baseline rows) for every group, page kind and connection count.
+    ``profiles``: after each of our runs at the most connections, one more (unrecorded)
+    under py-spy, its collapsed stacks in that directory (``{group}-{kind}-c{n}.txt``)."""
     secret = settings.jwt_secret.get_secret_value()
     tokens = {g: {u: mint_token(u, secret, ttl_seconds=TOKEN_TTL_S) for u in users}
               for g, users in groups.items() if users}
@@ -98,6 +101,9 @@ def reads(settings: Settings, api_url: str, api_pid: int, groups: dict[str, list
                     if reqs:
                         r = warm_and_run(api_url, reqs, level, seconds, WARMUP_S, api_pid, stores)
                         ours_rows.append(row(r, group=group, avg_follows=avg_follows[group], page=kind))
+                        if profiles is not None and level == max(levels):
+                            profile_wrk(api_url, api_pid, reqs, level, seconds,
+                                        profiles / f"{group}-{kind}-c{level}.txt")
                     if group == "large":
                         theirs = entries(pull.url, by_user, kind)
                         if theirs:

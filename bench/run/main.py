@@ -1,7 +1,7 @@
 """`make bench`: the whole pipeline on the local stack, measured against its baselines in
 one run, reported as JSON, Markdown and PNG plots.
 
-    python -m bench.run [--mode short|full] [--out DIR]
+    python -m bench.run [--mode short|full] [--out DIR] [--profile]
 
 short (~11 min): 6,000 users, 1 and 16 connections, 20 s of steady posts, 30 s of the
 target read/write mix.
@@ -262,6 +262,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
     parser.add_argument("--mode", choices=sorted(MODES), default="short")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--profile", action="store_true",
+                        help="read phase: after each of our runs at the most connections, one "
+                             "more (unrecorded) under py-spy; profiles/ beside the report")
     args = parser.parse_args()
     cfg = MODES[args.mode]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -373,7 +376,7 @@ def main() -> int:
         result["reads"], result["baselines"] = read_wrk.reads(
             settings, base_url, services.procs["api"].pid,
             {g: groups[g] for g in ("small", "large", "celebs")}, avg, cfg["levels"],
-            cfg["seconds"], out / "logs")
+            cfg["seconds"], out / "logs", out / "profiles" if args.profile else None)
         result["costs"]["reads"] = read_costs(stores.stop(), result["reads"], result["baselines"])
         log(f"read costs: {result['costs']['reads']}")
         for r in result["reads"] + result["baselines"]:
