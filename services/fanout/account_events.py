@@ -5,6 +5,9 @@ A suspension or a deletion writes the account's row in Cassandra's ``account_sta
 (services/shared/stores/accounts.py) ``USING TIMESTAMP <lsn>``; an unsuspend (the row's
 delete) deletes it at its LSN. Once the row is there, every page hides the author's
 posts without the visibility log's 'account' entry, which the verifier then releases.
+Each write or delete (the verifier's repairs too) is followed by a serving-changes notice
+naming the user (``accounts``): API processes drop the state they keep of them, so an
+unsuspend shows the posts again on the next page after it (services/api/copies/accounts.py).
 
 Nothing is purged here: a suspension is lifted by an unsuspend, and the rows of a
 suspended author stay in inboxes, hidden when a page is read (as a mute's are). The
@@ -19,22 +22,27 @@ from datetime import datetime, timezone
 from cassandra.cluster import Session
 
 from services.shared.contracts.envelope import ChangeRecord, parse_timestamp, require_int
+from services.shared.contracts.serving_changes import NO_NOTICES, ChangeSink, ServingChange
 from services.shared.stores.accounts import AccountRow, FanoutAccounts
 from services.shared.stores.cql_async import CqlRunner
 
 
 class AccountCopy:
-    """Writes, deletes and reads the account copy (the handler's and the verifier's)."""
+    """Writes, deletes and reads the account copy (the handler's and the verifier's); a
+    notice follows each acknowledged write or delete."""
 
-    def __init__(self, session: Session, runner: CqlRunner) -> None:
+    def __init__(self, session: Session, runner: CqlRunner, notices: ChangeSink = NO_NOTICES) -> None:
         self._statements = FanoutAccounts(session)
         self._run = runner
+        self._notices = notices
 
     async def write(self, user_id: int, state: str, changed_at: datetime | None, lsn: int) -> None:
         await self._run.execute(self._statements.write, (user_id, state, changed_at, lsn))
+        await self._notices.changed(ServingChange(accounts=(user_id,)))
 
     async def delete(self, user_id: int, lsn: int) -> None:
         await self._run.execute(self._statements.delete, (lsn, user_id))
+        await self._notices.changed(ServingChange(accounts=(user_id,)))
 
     async def state(self, user_id: int) -> str | None:
         """The copy's state of the account; None: no row (not hidden)."""

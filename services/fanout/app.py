@@ -166,7 +166,7 @@ async def open_ports(settings: FanoutProcess) -> FanoutPorts:
                                         gate=pressure.retries),
                        push_rounds=settings.fanout_posts_by_batch, **options)
     tune_worker_process(settings)
-    account_copy = AccountCopy(session, runner)
+    account_copy = AccountCopy(session, runner, notices)
     return FanoutPorts(
         accounts=AccountChanges(account_copy),
         posts=posts,

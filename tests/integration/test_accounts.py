@@ -81,18 +81,20 @@ def test_a_suspension_hides_every_post_on_the_next_request_and_an_unsuspend_rest
     assert len(posted(scene.as_author, 1)) == 1
 
 
-def test_the_account_copy_hides_on_its_own(scene: Scene, world: FeedWorld) -> None:
+def test_the_account_copy_hides_on_its_own_and_its_notices_drop_what_pages_kept(
+        scene: Scene, world: FeedWorld) -> None:
     # The copy alone (no Postgres change, so no log entry): what decides once the
-    # verifier released the entry.
-    world.session.execute("INSERT INTO account_states (user_id, state) VALUES (%s, 'suspended')",
-                          (scene.author,))
+    # verifier released the entry. The authors' states are kept for FEED_ACCOUNT_CACHE_S
+    # (60 s) in the process; the copy's notice drops them, so the pages follow at once.
+    assert scene.every_page() == scene.posts[::-1]   # the author's state is kept: shown
+    world.account(scene.author, "suspended")
     try:
-        import time
-        time.sleep(2.5)   # past the API's account-copy TTL (copies/accounts.py)
         assert scene.every_page() == []
         assert _timeline(scene) == []
     finally:
-        world.session.execute("DELETE FROM account_states WHERE user_id = %s", (scene.author,))
+        world.account(scene.author, None)   # an unsuspend's delete, and its notice
+    assert scene.every_page() == scene.posts[::-1]
+    assert set(_timeline(scene)) == set(scene.posts)
 
 
 def test_a_user_deleted_through_another_process_is_no_user_here_on_the_next_request(
@@ -169,7 +171,9 @@ def test_the_fanout_writes_the_account_copy_and_a_deletions_unfollows_clean_inbo
 
     from bench.harness.cdc_events import post_id_at
     from bench.harness.pipeline import group_caught_up
-    from services.shared.contracts.topics import cdc_topic
+    from services.shared.contracts.serving_changes import parse
+    from services.shared.contracts.topics import cdc_topic, serving_changes_topic
+    from tests.support.kafka_topics import read_topic
     from tests.support.worker_env import wait_for_workers
 
     env, e = worker_env, worker_env.events
@@ -192,6 +196,9 @@ def test_the_fanout_writes_the_account_copy_and_a_deletions_unfollows_clean_inbo
     env.send(e.account_changed(author, None, now))
     wait_for_workers(lambda: env.rows("SELECT state FROM account_states WHERE user_id=%s", author) == [],
                      timeout=120, message="the unsuspend removes the copy")
+    # Each change of the copy is announced to the API processes (they drop what they keep).
+    notices = [parse(v) for _k, v in read_topic(env.settings, serving_changes_topic(env.settings.topic_prefix))]
+    assert sum(1 for n in notices if n is not None and author in n.accounts) >= 2
     # A deletion: the account row, then the follow removals of the same transaction.
     env.send(e.account_changed(author, "deleted", now), e.unfollowed(reader, author, hour_ago))
     wait_for_workers(lambda: env.inbox(reader) == []

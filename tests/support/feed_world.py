@@ -36,6 +36,7 @@ from services.ranker.rank_keys import planned_move
 from services.ranker.store import RankStore
 from services.shared.contracts.feed_events import AuthorPosted
 from services.shared.contracts.feed_events import encode as encode_event
+from services.fanout.account_events import AccountCopy
 from services.shared.contracts.serving_changes import ServingChange
 from services.shared.contracts.topics import (author_events_topic,
                                               serving_changes_topic)
@@ -90,6 +91,7 @@ class FeedWorld:
         self.run(self.publisher.start())
         self.notices = Notices(self.publisher, serving_changes_topic(settings.topic_prefix))
         self.copies = CopyStore(self.session, runner, 500, self.notices)
+        self.account_copy = AccountCopy(self.session, runner, self.notices)
         self.inbox = InboxStore(self.session, runner, max_in_flight=16, cap=500, trim_every=1_000_000,
                                 notices=self.notices)
         # Pinned capacity of 1 row/s: any author with followers is "too expensive" and
@@ -158,6 +160,16 @@ class FeedWorld:
         """The user's names in the read path's copy, written (and announced) as the
         fan-out's users agent writes them (services/fanout/profile_events.py)."""
         self.run(self.copies.write_profile(user, handle, display_name, next(_TS)))
+        self._settled()
+
+    def account(self, user: int, state: str | None) -> None:
+        """The user's account copy (``suspended``, ``deleted``; None: no row, as after an
+        unsuspend), written (and announced) as the fan-out's account agent writes it
+        (services/fanout/account_events.py). Postgres is left as it is."""
+        if state is None:
+            self.run(self.account_copy.delete(user, next(_TS)))
+        else:
+            self.run(self.account_copy.write(user, state, None, next(_TS)))
         self._settled()
 
     def store_preference(self, reader: int, order: str) -> None:

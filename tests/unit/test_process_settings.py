@@ -115,8 +115,11 @@ def test_every_variable_is_read_by_some_process() -> None:
 
 def test_a_settle_time_under_the_apis_cache_hold_is_reported() -> None:
     assert across_processes(Settings()) == []
-    problems = across_processes(Settings(visibility_settle_s=60, cache_ttl_s=300))
+    problems = across_processes(Settings(visibility_settle_s=90, cache_ttl_s=300))
     assert len(problems) == 1 and "FEED_VISIBILITY_SETTLE_S" in problems[0]
+    # An account state kept longer than the entry lives: a stale "not hidden" outlives it.
+    problems = across_processes(Settings(account_cache_s=400))
+    assert len(problems) == 1 and "FEED_ACCOUNT_CACHE_S" in problems[0]
     # One process alone cannot see the other's settings: nothing to say.
     assert across_processes(FanoutProcess(visibility_settle_s=1)) == []
 

@@ -259,7 +259,8 @@ def test_reads_are_awaited_in_turn_only_while_the_cache_answers():
 # -- notices ---------------------------------------------------------------------------------
 def test_notices_round_trip_and_conform_to_the_schema():
     change = ServingChange(posts=(POST,), graphs=(READER, AUTHOR), timelines=((AUTHOR, BUCKET),),
-                           inboxes=(READER,), preferences=(OTHER,))
+                           inboxes=(READER,), preferences=(OTHER,), profiles=(AUTHOR,),
+                           likers=(READER,), accounts=(AUTHOR,))
     key, value = encode(change)
     assert parse(value) == change
     assert validation_errors("serving-changes", json.loads(key), json.loads(value)) == []

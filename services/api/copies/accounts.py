@@ -6,9 +6,20 @@ A page asks for its window's authors (one ``IN`` read of the ones it does not kn
 hides every post of the hidden ones, whatever the post copies say. Until the copy has
 the row, the visibility log's 'account' entry hides them (recent_changes.py); the entry
 is released only after the verifier found the copy right and it settled
-(``visibility_settle_s``), far longer than ``ttl_s``, the time an answer is kept here.
-So a suspension or a deletion is never missed by both; an unsuspend shows the posts
-again within ``ttl_s`` of the copy's delete.
+(``visibility_settle_s``, 360 s), longer than ``ttl_s``, the time an answer is kept here
+(``FEED_ACCOUNT_CACHE_S``, 60 s; the launcher warns about one not below the settle time). So
+a suspension or a deletion is never missed by both.
+
+Each write or delete of the copy is followed by a serving-changes notice naming the user
+(``accounts``, services/fanout/account_events.py), which drops what this process keeps of
+them (``drop``, called by the serving cache); a read that started before a notice and
+ended after it is not kept. So an unsuspend shows the posts again once the copy's delete
+and its notice have landed (the pipeline's lag), or within ``ttl_s`` of the delete if the
+notice is lost. A process that hears no notices (no serving cache) keeps an answer
+``UNHEARD_TTL_S`` (2 s) only. Kept that long rather than read per page: at 2 s for every
+process, a page whose authors' answers had run out read the copy again, the largest
+Cassandra cost of a reused first page (py-spy on the benchmark's readers of celebrities,
+2026-12-07).
 
 A failed read raises ``AccountsUnavailable``: without it a page could show a suspended
 author's posts once the log released its entry.
@@ -24,9 +35,12 @@ from services.shared.stores.accounts import AccountRow, ReadPathAccounts
 
 from .store import StatementRunner
 
-# Seconds an author's state is kept: well under the verifier's settle time (minutes).
-TTL_S = 2.0
+# Seconds an author's state is kept by a process that hears no notices.
+UNHEARD_TTL_S = 2.0
 CAPACITY = 100_000
+# Users remembered as dropped, for the reads that overlapped their notice; past it, every
+# read that started before the overflow is not kept.
+DROPS_REMEMBERED = 10_000
 
 
 class AccountsUnavailable(RuntimeError):
@@ -34,7 +48,7 @@ class AccountsUnavailable(RuntimeError):
 
 
 class AccountCopies:
-    def __init__(self, session: Session, runner: StatementRunner, ttl_s: float = TTL_S,
+    def __init__(self, session: Session, runner: StatementRunner, ttl_s: float = UNHEARD_TTL_S,
                  capacity: int = CAPACITY, clock: Callable[[], float] = time.monotonic) -> None:
         self._statements = ReadPathAccounts(session)
         self._run = runner
@@ -42,6 +56,24 @@ class AccountCopies:
         self._capacity = capacity
         self._clock = clock
         self._known: dict[int, tuple[float, bool]] = {}   # author -> (expires, hidden)
+        self._epoch = 0
+        self._dropped: dict[int, int] = {}   # user -> epoch of the last notice naming them
+        self._floor = 0                      # reads started before it are not kept
+
+    def drop(self, user_ids: Iterable[int] | None) -> None:
+        """A notice named ``user_ids`` (None: everything, a cleared serving cache)."""
+        self._epoch += 1
+        if user_ids is None:
+            self._known.clear()
+            self._dropped.clear()
+            self._floor = self._epoch
+            return
+        for user_id in user_ids:
+            self._known.pop(user_id, None)
+            self._dropped[user_id] = self._epoch
+        if len(self._dropped) > DROPS_REMEMBERED:
+            self._dropped.clear()
+            self._floor = self._epoch
 
     def held(self, authors: Iterable[int]) -> frozenset[int] | None:
         """``hidden_among`` from what is kept alone (no ``None`` among ``authors``), or
@@ -70,6 +102,7 @@ class AccountCopies:
             elif held[1]:
                 hidden.add(author)
         if unknown:
+            epoch = self._epoch
             try:
                 rows = await self._run.run(self._statements.hidden_in, (sorted(unknown),), hedge=True)
             except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
@@ -79,6 +112,8 @@ class AccountCopies:
             if len(self._known) + len(unknown) > self._capacity:
                 self._known.clear()
             expires = now + self._ttl_s
+            floor, dropped = self._floor, self._dropped
             for author in unknown:
-                self._known[author] = (expires, author in found)
+                if epoch >= floor and dropped.get(author, -1) <= epoch:  # no notice since
+                    self._known[author] = (expires, author in found)
         return frozenset(hidden)

@@ -219,6 +219,9 @@ class ServingCache:
         # The same for the users a notice names as having liked or unliked (``likers``):
         # the posts each reader liked are kept apart too (likes.py ``ReaderLikes.drop``).
         self.liker_listeners: list[Callable[[tuple[int, ...] | None], None]] = []
+        # ... and for the users whose account copy changed (``accounts``): their account
+        # states are kept apart too (accounts.py ``AccountCopies.drop``).
+        self.account_listeners: list[Callable[[tuple[int, ...] | None], None]] = []
 
     # -- the consumer's side -----------------------------------------------------------
     def heard(self) -> None:
@@ -287,6 +290,9 @@ class ServingCache:
         if change.likers:
             for liker_listener in self.liker_listeners:
                 liker_listener(change.likers)
+        if change.accounts:
+            for account_listener in self.account_listeners:
+                account_listener(change.accounts)
 
     def clear(self) -> None:
         self._stale_posts = None
@@ -304,6 +310,8 @@ class ServingCache:
             profile_listener(None)
         for liker_listener in self.liker_listeners:
             liker_listener(None)
+        for account_listener in self.account_listeners:
+            account_listener(None)
 
     # -- the read path's side ----------------------------------------------------------
     @property

@@ -37,16 +37,18 @@ class ServingChange:
     profiles: tuple[int, ...] = ()                 # users whose names (user_profiles) changed
     likers: tuple[int, ...] = ()                   # users who liked or unliked a post (their
                                                    # liked posts, which API processes keep)
+    accounts: tuple[int, ...] = ()                 # users whose account copy (suspended,
+                                                   # deleted or neither) changed
 
     def __bool__(self) -> bool:
         return bool(self.posts or self.graphs or self.timelines or self.inboxes or self.preferences
-                    or self.profiles or self.likers)
+                    or self.profiles or self.likers or self.accounts)
 
 
 def encode(change: ServingChange) -> tuple[bytes, bytes]:
     """(key, value) of a notice (ids as decimal strings, like every JSON body)."""
     first = next(iter(change.posts or change.graphs or change.inboxes or change.preferences
-                      or change.profiles or change.likers
+                      or change.profiles or change.likers or change.accounts
                       or tuple(a for a, _ in change.timelines)), 0)
     value: dict[str, object] = {}
     if change.posts:
@@ -63,6 +65,8 @@ def encode(change: ServingChange) -> tuple[bytes, bytes]:
         value["profiles"] = [str(u) for u in change.profiles]
     if change.likers:
         value["likers"] = [str(u) for u in change.likers]
+    if change.accounts:
+        value["accounts"] = [str(u) for u in change.accounts]
     return json.dumps(str(first)).encode(), json.dumps(value, separators=(",", ":")).encode()
 
 
@@ -85,7 +89,7 @@ def parse(raw_value: bytes | str | None) -> ServingChange | None:
     if value is None:
         return None
     extra = set(value) - {"posts", "graphs", "timelines", "inboxes", "preferences", "profiles",
-                          "likers"}
+                          "likers", "accounts"}
     if extra:
         raise MalformedEnvelope(f"unknown fields {sorted(extra)}")
     timelines = value.get("timelines") or []
@@ -101,7 +105,7 @@ def parse(raw_value: bytes | str | None) -> ServingChange | None:
                          tuple(parts), _ids(value.get("inboxes"), "inboxes"),
                          _ids(value.get("preferences"), "preferences"),
                          _ids(value.get("profiles"), "profiles"),
-                         _ids(value.get("likers"), "likers"))
+                         _ids(value.get("likers"), "likers"), _ids(value.get("accounts"), "accounts"))
 
 
 class ChangeSink(Protocol):
@@ -129,6 +133,7 @@ def merge(changes: Iterable[ServingChange]) -> ServingChange:
     preferences: set[int] = set()
     profiles: set[int] = set()
     likers: set[int] = set()
+    accounts: set[int] = set()
     for c in changes:
         posts.update(c.posts)
         graphs.update(c.graphs)
@@ -137,19 +142,20 @@ def merge(changes: Iterable[ServingChange]) -> ServingChange:
         preferences.update(c.preferences)
         profiles.update(c.profiles)
         likers.update(c.likers)
+        accounts.update(c.accounts)
     return ServingChange(tuple(sorted(posts)), tuple(sorted(graphs)), tuple(sorted(timelines)),
                          tuple(sorted(inboxes)), tuple(sorted(preferences)), tuple(sorted(profiles)),
-                         tuple(sorted(likers)))
+                         tuple(sorted(likers)), tuple(sorted(accounts)))
 
 
 def split(change: ServingChange) -> Iterable[ServingChange]:
     """``change`` as notices of at most ``MAX_IDS`` ids per list."""
     n = max(len(change.posts), len(change.graphs), len(change.timelines), len(change.inboxes),
-            len(change.preferences), len(change.profiles), len(change.likers))
+            len(change.preferences), len(change.profiles), len(change.likers), len(change.accounts))
     for i in range(0, max(n, 1), MAX_IDS):
         part = ServingChange(change.posts[i:i + MAX_IDS], change.graphs[i:i + MAX_IDS],
                              change.timelines[i:i + MAX_IDS], change.inboxes[i:i + MAX_IDS],
                              change.preferences[i:i + MAX_IDS], change.profiles[i:i + MAX_IDS],
-                             change.likers[i:i + MAX_IDS])
+                             change.likers[i:i + MAX_IDS], change.accounts[i:i + MAX_IDS])
         if part:
             yield part

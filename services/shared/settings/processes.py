@@ -64,4 +64,10 @@ def across_processes(settings: ApiProcess | FanoutProcess | RankerProcess | CdcP
                 f"is not above the API's cache hold (FEED_CACHE_TTL_S + "
                 f"FEED_CACHE_STALE_IF_ERROR_S = {held:g} s): an API process may forget a "
                 f"visibility entry while it still serves a copy cached before the repair")
+        if settings.visibility_settle_s <= settings.account_cache_s:
+            problems.append(
+                f"FEED_VISIBILITY_SETTLE_S ({settings.visibility_settle_s:g} s, the fan-out's) "
+                f"is not above the API's FEED_ACCOUNT_CACHE_S ({settings.account_cache_s:g} s): "
+                f"an API process may forget a suspension's visibility entry while it still "
+                f"keeps the author's account as not hidden")
     return problems

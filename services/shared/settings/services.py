@@ -89,7 +89,11 @@ class ApiSettings(FeedSettings):
     liked_horizon_s: float = 30 * 86400.0
     # Seconds an author's names are kept in the process at most (feed items, posts,
     # timelines); a serving-changes notice drops a renamed user's sooner.
-    name_cache_s: float = Field(default=2.0, ge=0)
+    name_cache_s: float = Field(default=60.0, ge=0)
+    # Seconds an author's account state (suspended, deleted, or neither) is kept in the
+    # process at most; a serving-changes notice drops it when the copy changes. Below
+    # FEED_VISIBILITY_SETTLE_S: the visibility log's entry must outlive a stale answer.
+    account_cache_s: float = Field(default=60.0, ge=0)
     # Entries a snapshot holds at most as walks extend it.
     max_candidates: int = 800
     # Follows read per request, at most; the rest are ignored for the page.
