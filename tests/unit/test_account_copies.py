@@ -98,7 +98,7 @@ def test_a_failed_read_raises_and_keeps_nothing(clock: list[float]) -> None:
     assert accounts.held([HIDDEN]) is None
 
 
-def test_the_serving_cache_passes_account_notices_and_clears_on(clock: list[float]) -> None:
+def test_the_serving_cache_passes_account_notices_and_clears_on() -> None:
     _cached, _store, cache, _clock = make()
     dropped: list[Any] = []
     cache.account_listeners.append(dropped.append)

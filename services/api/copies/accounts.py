@@ -16,10 +16,9 @@ them (``drop``, called by the serving cache); a read that started before a notic
 ended after it is not kept. So an unsuspend shows the posts again once the copy's delete
 and its notice have landed (the pipeline's lag), or within ``ttl_s`` of the delete if the
 notice is lost. A process that hears no notices (no serving cache) keeps an answer
-``UNHEARD_TTL_S`` (2 s) only. Kept that long rather than read per page: at 2 s for every
-process, a page whose authors' answers had run out read the copy again, the largest
-Cassandra cost of a reused first page (py-spy on the benchmark's readers of celebrities,
-2026-12-07).
+``UNHEARD_TTL_S`` (2 s) only. (At 2 s for every process, a page whose authors' answers
+had run out read the copy again: with names kept 2 s too, a third of the stores' CPU a
+page and 7-11 % of the API's on the demo graph, bench/results/2026-12-07-account-names-keep-ab/.)
 
 A failed read raises ``AccountsUnavailable``: without it a page could show a suspended
 author's posts once the log released its entry.
