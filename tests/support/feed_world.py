@@ -26,6 +26,7 @@ from typing import Any, Callable, Coroutine, Sequence, TypeVar
 import httpx
 from confluent_kafka import Producer
 
+from services.fanout.account_events import AccountCopy
 from services.fanout.audience import PostFields
 from services.fanout.copies import CopyStore
 from services.fanout.inbox import InboxStore
@@ -36,7 +37,6 @@ from services.ranker.rank_keys import planned_move
 from services.ranker.store import RankStore
 from services.shared.contracts.feed_events import AuthorPosted
 from services.shared.contracts.feed_events import encode as encode_event
-from services.fanout.account_events import AccountCopy
 from services.shared.contracts.serving_changes import ServingChange
 from services.shared.contracts.topics import (author_events_topic,
                                               serving_changes_topic)
