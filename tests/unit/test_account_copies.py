@@ -1,6 +1,7 @@
-"""The read path's account copy (services/api/copies/accounts.py): answers kept ``ttl_s``,
-dropped at once by a serving-changes notice naming the user (``accounts``, passed on by
-the serving cache), and never kept from a read that overlapped such a notice."""
+"""The read path's account copy (services/api/copies/accounts.py): answers kept ``ttl_s``
+but used past 2 s only while the notices are heard, dropped at once by a serving-changes
+notice naming the user (``accounts``, passed on by the serving cache), and never kept
+from a read that overlapped such a notice."""
 from __future__ import annotations
 
 import asyncio
@@ -33,8 +34,10 @@ class _Copy:
         return [(u, "suspended") for u in params[0] if u in self.hidden]
 
 
-def _accounts(copy: _Copy, ttl_s: float, clock: list[float]) -> AccountCopies:
-    return AccountCopies(_Session(), copy, ttl_s, clock=lambda: clock[0])  # type: ignore[arg-type]
+def _accounts(copy: _Copy, ttl_s: float, clock: list[float], live: list[bool] | None = None) -> AccountCopies:
+    heard = live if live is not None else [True]
+    return AccountCopies(_Session(), copy, ttl_s, clock=lambda: clock[0],  # type: ignore[arg-type]
+                         live=lambda: heard[0])
 
 
 class _Session:
@@ -59,6 +62,24 @@ def test_answers_are_kept_ttl_s_then_read_again(clock: list[float]) -> None:
     assert accounts.held([SHOWN]) is None
     asyncio.run(accounts.hidden_among([SHOWN]))
     assert copy.reads == 2
+
+
+def test_past_two_seconds_an_answer_is_used_only_while_the_notices_are_heard(clock: list[float]) -> None:
+    copy = _Copy({HIDDEN})
+    live = [True]
+    accounts = _accounts(copy, 60.0, clock, live)
+    asyncio.run(accounts.hidden_among([HIDDEN, SHOWN]))
+    clock[0] += 1.0
+    live[0] = False                  # the notice consumer went silent
+    assert accounts.held([HIDDEN, SHOWN]) == {HIDDEN}   # within 2 s: used anyway
+    clock[0] += 1.5
+    assert accounts.held([SHOWN]) is None               # past 2 s: not without notices
+    copy.hidden = set()
+    assert asyncio.run(accounts.hidden_among([HIDDEN])) == frozenset()   # read again
+    assert copy.reads == 2
+    live[0] = True                   # heard again: the kept answers count once more
+    clock[0] += 30.0
+    assert accounts.held([HIDDEN, SHOWN]) == frozenset()
 
 
 def test_a_notice_drops_a_user_at_once_and_a_clear_drops_everyone(clock: list[float]) -> None:

@@ -13,10 +13,14 @@ a suspension or a deletion is never missed by both.
 Each write or delete of the copy is followed by a serving-changes notice naming the user
 (``accounts``, services/fanout/account_events.py), which drops what this process keeps of
 them (``drop``, called by the serving cache); a read that started before a notice and
-ended after it is not kept. So an unsuspend shows the posts again once the copy's delete
-and its notice have landed (the pipeline's lag), or within ``ttl_s`` of the delete if the
-notice is lost. A process that hears no notices (no serving cache) keeps an answer
-``UNHEARD_TTL_S`` (2 s) only. (At 2 s for every process, a page whose authors' answers
+ended after it is not kept. An answer older than ``UNHEARD_TTL_S`` (2 s) is used only
+while the notices are heard (``live``: the serving cache's own test, every partition heard
+within ``FEED_CACHE_MAX_SILENCE_S``); a process whose notice consumer is silent or
+stopped, or that has none, uses an answer for 2 s as before. So an unsuspend shows the
+posts again once the copy's delete and its notice have landed (the pipeline's lag), and
+a kept "not hidden" is never older than the notice's way here while it is used past 2 s:
+the verifier releases a suspension's entry only ``visibility_settle_s`` after it found the
+copy written, and that write's notice came first. (At 2 s for every process, a page whose authors' answers
 had run out read the copy again: with names kept 2 s too, a third of the stores' CPU a
 page and 7-11 % of the API's on the demo graph, bench/results/2026-12-07-account-names-keep-ab/.)
 
@@ -48,13 +52,16 @@ class AccountsUnavailable(RuntimeError):
 
 class AccountCopies:
     def __init__(self, session: Session, runner: StatementRunner, ttl_s: float = UNHEARD_TTL_S,
-                 capacity: int = CAPACITY, clock: Callable[[], float] = time.monotonic) -> None:
+                 capacity: int = CAPACITY, clock: Callable[[], float] = time.monotonic,
+                 live: Callable[[], bool] = lambda: False) -> None:
         self._statements = ReadPathAccounts(session)
         self._run = runner
         self._ttl_s = ttl_s
         self._capacity = capacity
         self._clock = clock
-        self._known: dict[int, tuple[float, bool]] = {}   # author -> (expires, hidden)
+        self._live = live
+        # author -> (expires, hidden, expires unless notices are heard)
+        self._known: dict[int, tuple[float, bool, float]] = {}
         self._epoch = 0
         self._dropped: dict[int, int] = {}   # user -> epoch of the last notice naming them
         self._floor = 0                      # reads started before it are not kept
@@ -80,11 +87,17 @@ class AccountCopies:
         needs no coroutine."""
         now = self._clock()
         known = self._known
+        live: bool | None = None
         hidden: list[int] = []
         for author in authors:
             held = known.get(author)
             if held is None or held[0] <= now:
                 return None
+            if held[2] <= now:
+                if live is None:
+                    live = self._live()
+                if not live:
+                    return None
             if held[1]:
                 hidden.append(author)
         return frozenset(hidden)
@@ -92,10 +105,16 @@ class AccountCopies:
     async def hidden_among(self, authors: Iterable[int | None]) -> frozenset[int]:
         """The authors among ``authors`` whose account the copy says is hidden."""
         now = self._clock()
+        live: bool | None = None
         hidden: set[int] = set()
         unknown: list[int] = []
         for author in set(a for a in authors if a is not None):
             held = self._known.get(author)
+            if held is not None and held[2] <= now < held[0]:
+                if live is None:
+                    live = self._live()
+                if not live:
+                    held = None
             if held is None or held[0] <= now:
                 unknown.append(author)
             elif held[1]:
@@ -110,9 +129,9 @@ class AccountCopies:
             hidden |= found
             if len(self._known) + len(unknown) > self._capacity:
                 self._known.clear()
-            expires = now + self._ttl_s
+            expires, unheard = now + self._ttl_s, now + min(self._ttl_s, UNHEARD_TTL_S)
             floor, dropped = self._floor, self._dropped
             for author in unknown:
                 if epoch >= floor and dropped.get(author, -1) <= epoch:  # no notice since
-                    self._known[author] = (expires, author in found)
+                    self._known[author] = (expires, author in found, unheard)
         return frozenset(hidden)

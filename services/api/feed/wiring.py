@@ -104,12 +104,14 @@ def _build(app: FastAPI, settings: ApiProcess,
         # At most half the snapshot's TTL: a reused snapshot's next pages still have time.
         reuse = SnapshotReuse(cache, min(settings.snapshot_reuse_s, settings.snapshot_ttl_s / 2),
                               settings.snapshot_reuse_size)
-    # Authors' account states, kept account_cache_s and dropped by notices; where no
-    # notices are heard (no serving cache), kept the unheard TTL only.
-    accounts = (AccountCopies(session, raw, settings.account_cache_s) if cache is not None
-                else AccountCopies(session, raw))
+    # Authors' account states, kept account_cache_s and dropped by notices, used past the
+    # unheard TTL only while the notices are heard (no serving cache: never).
     if cache is not None:
+        serving = cache
+        accounts = AccountCopies(session, raw, settings.account_cache_s, live=lambda: serving.usable)
         cache.account_listeners.append(accounts.drop)
+    else:
+        accounts = AccountCopies(session, raw)
     app.state.account_copies = accounts
     like_counts = LikeCounts(store, settings.like_count_cache_s)
     app.state.like_counts = like_counts
