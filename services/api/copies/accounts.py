@@ -36,14 +36,12 @@ from cassandra.cluster import Session
 
 from services.shared.stores.accounts import AccountRow, ReadPathAccounts
 
+from .drops import Drops
 from .store import StatementRunner
 
 # Seconds an author's state is kept by a process that hears no notices.
 UNHEARD_TTL_S = 2.0
 CAPACITY = 100_000
-# Users remembered as dropped, for the reads that overlapped their notice; past it, every
-# read that started before the overflow is not kept.
-DROPS_REMEMBERED = 10_000
 
 
 class AccountsUnavailable(RuntimeError):
@@ -62,24 +60,16 @@ class AccountCopies:
         self._live = live
         # author -> (expires, hidden, expires unless notices are heard)
         self._known: dict[int, tuple[float, bool, float]] = {}
-        self._epoch = 0
-        self._dropped: dict[int, int] = {}   # user -> epoch of the last notice naming them
-        self._floor = 0                      # reads started before it are not kept
+        self._drops = Drops()
 
     def drop(self, user_ids: Iterable[int] | None) -> None:
         """A notice named ``user_ids`` (None: everything, a cleared serving cache)."""
-        self._epoch += 1
+        self._drops.named(user_ids)
         if user_ids is None:
             self._known.clear()
-            self._dropped.clear()
-            self._floor = self._epoch
             return
         for user_id in user_ids:
             self._known.pop(user_id, None)
-            self._dropped[user_id] = self._epoch
-        if len(self._dropped) > DROPS_REMEMBERED:
-            self._dropped.clear()
-            self._floor = self._epoch
 
     def held(self, authors: Iterable[int]) -> frozenset[int] | None:
         """``hidden_among`` from what is kept alone (no ``None`` among ``authors``), or
@@ -120,7 +110,8 @@ class AccountCopies:
             elif held[1]:
                 hidden.add(author)
         if unknown:
-            epoch = self._epoch
+            drops = self._drops
+            epoch = drops.epoch
             try:
                 rows = await self._run.run(self._statements.hidden_in, (sorted(unknown),), hedge=True)
             except Exception as exc:  # noqa: BLE001 - a timeout or an unreachable node
@@ -130,8 +121,7 @@ class AccountCopies:
             if len(self._known) + len(unknown) > self._capacity:
                 self._known.clear()
             expires, unheard = now + self._ttl_s, now + min(self._ttl_s, UNHEARD_TTL_S)
-            floor, dropped = self._floor, self._dropped
             for author in unknown:
-                if epoch >= floor and dropped.get(author, -1) <= epoch:  # no notice since
+                if drops.untouched(author, epoch):  # no notice since the read started
                     self._known[author] = (expires, author in found, unheard)
         return frozenset(hidden)

@@ -41,6 +41,7 @@ from psycopg_pool import AsyncConnectionPool
 from services.shared.domain import ids
 
 from .bodies import CHUNK
+from .drops import Drops
 from .store import FeedPort
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,6 @@ RECENT_SQL = ("SELECT post_id FROM likes WHERE user_id = %s AND created_at >= to
 READER_CAP = 5_000
 # Readers whose sets are kept (~100 B + ~60 B a like).
 READERS_KEPT = 20_000
-# Notices remembered one by one before a fill started earlier is refused wholesale.
-DROPS_REMEMBERED = 10_000
 
 # (reader_id, since Unix s, limit) -> the posts the reader liked since then (at most limit).
 RecentReader = Callable[[int, float, int], Awaitable[list[int]]]
@@ -121,30 +120,19 @@ class ReaderLikes:
         self._monotonic = monotonic
         self._wall = wall
         self._held: OrderedDict[int, _Held] = OrderedDict()
-        self._epoch = 0
-        self._dropped: dict[int, int] = {}   # reader -> epoch of the last drop naming them
-        self._floor = 0                      # loads started before it are not kept
+        self._drops = Drops()
         self.hits = 0
         self.loads = 0
         self.asked = 0                       # per-page queries (old posts, heavy likers)
 
     def drop(self, readers: Iterable[int] | None) -> None:
         """``readers`` liked or unliked (None: forget everyone, a cleared serving cache)."""
-        self._epoch += 1
+        self._drops.named(readers)
         if readers is None:
             self._held.clear()
-            self._dropped.clear()
-            self._floor = self._epoch
             return
         for reader_id in readers:
             self._held.pop(reader_id, None)
-            self._dropped[reader_id] = self._epoch
-        if len(self._dropped) > DROPS_REMEMBERED:
-            self._dropped.clear()
-            self._floor = self._epoch
-
-    def _untouched(self, reader_id: int, epoch: int) -> bool:
-        return epoch >= self._floor and self._dropped.get(reader_id, -1) <= epoch
 
     def held_among(self, reader_id: int, post_ids: Sequence[int]) -> set[int] | None:
         """``liked_among`` from the kept set alone, or None when it would have to read."""
@@ -176,14 +164,14 @@ class ReaderLikes:
         return out
 
     async def _load(self, reader_id: int) -> _Held | None:
-        epoch = self._epoch
+        epoch = self._drops.epoch
         since_s = self._wall() - self._horizon_s
         self.loads += 1
         liked = await self._recent(reader_id, since_s, self._cap + 1)
         if len(liked) > self._cap:
             return None
         held = _Held(self._monotonic() + self._ttl_s, int(since_s * 1000), frozenset(liked))
-        if self._ttl_s > 0 and self._capacity and self._untouched(reader_id, epoch):
+        if self._ttl_s > 0 and self._capacity and self._drops.untouched(reader_id, epoch):
             self._held[reader_id] = held
             self._held.move_to_end(reader_id)
             while len(self._held) > self._capacity:

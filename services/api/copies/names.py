@@ -16,7 +16,7 @@ than 50), started with the page's like reads (feed/reader.py).
 How old a name can be: the pipeline's lag (the profile's commit to the fan-out's write)
 plus the notice's way to this process; at most that lag plus ``ttl_s`` when the notice is
 lost, or while the notice consumer stands aside. A read that started before a notice and
-ends after it is not kept (``_untouched``), so a notice is never undone by a late fill.
+ends after it is not kept (drops.py), so a notice is never undone by a late fill.
 """
 from __future__ import annotations
 
@@ -28,14 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from .bodies import CHUNK
+from .drops import Drops
 
 log = logging.getLogger(__name__)
 
 # Users whose names are kept (~150 B each).
 CAPACITY = 100_000
-# Users remembered as dropped, for the fills that overlapped their notice; past it, every
-# fill that started before the overflow is refused (a burst of renames costs a re-read).
-DROPS_REMEMBERED = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +58,7 @@ class Names:
         self._capacity = max(0, capacity)
         self._monotonic = monotonic
         self._names: OrderedDict[int, tuple[float, Name]] = OrderedDict()  # user -> (expires, name)
-        self._epoch = 0
-        self._dropped: dict[int, int] = {}   # user -> epoch of the last notice naming them
-        self._floor = 0                      # fills started before it are not kept
+        self._drops = Drops()
         self.hits = 0
         self.misses = 0
         self.reads = 0
@@ -70,22 +66,12 @@ class Names:
     # -- the notices' side ---------------------------------------------------------------
     def drop(self, user_ids: Iterable[int] | None) -> None:
         """A notice named ``user_ids`` (None: everything, a cleared serving cache)."""
-        self._epoch += 1
+        self._drops.named(user_ids)
         if user_ids is None:
             self._names.clear()
-            self._dropped.clear()
-            self._floor = self._epoch
             return
         for user_id in user_ids:
             self._names.pop(user_id, None)
-            self._dropped[user_id] = self._epoch
-        if len(self._dropped) > DROPS_REMEMBERED:
-            self._dropped.clear()
-            self._floor = self._epoch
-
-    def _untouched(self, user_id: int, epoch: int) -> bool:
-        """No notice named ``user_id`` since a read that started in ``epoch``."""
-        return epoch >= self._floor and self._dropped.get(user_id, -1) <= epoch
 
     # -- the readers' side ---------------------------------------------------------------
     def held(self, user_ids: Iterable[int]) -> dict[int, Name] | None:
@@ -116,7 +102,7 @@ class Names:
         if not missing:
             return out
         self.misses += len(missing)
-        epoch = self._epoch
+        epoch = self._drops.epoch
         chunks = [missing[i:i + CHUNK] for i in range(0, len(missing), CHUNK)]
         self.reads += len(chunks)
         if len(chunks) == 1:
@@ -129,7 +115,7 @@ class Names:
         for user_id in missing:
             name = read.get(user_id, NO_NAME)
             out[user_id] = name
-            if keep and self._untouched(user_id, epoch):
+            if keep and self._drops.untouched(user_id, epoch):
                 self._names[user_id] = (expires, name)
                 self._names.move_to_end(user_id)
         while len(self._names) > self._capacity:
